@@ -1,0 +1,23 @@
+"""The project's error hierarchy, rooted here because `cache` is the package every other one imports.
+
+`reader.errors` and `reshard.errors` add their own classes under `LrsError`; the CLI turns any
+`LrsError` into a one-line message and a non-zero exit, tracebacks only with `--debug`.
+"""
+
+from __future__ import annotations
+
+
+class LrsError(Exception):
+    """Base class of every error lrs raises on purpose."""
+
+
+class FetchError(LrsError):
+    """A remote read failed permanently (after retries), or the remote is unreachable."""
+
+
+class CacheError(LrsError):
+    """The node-local cache cannot serve a file (budget, integrity, or a broken cache directory)."""
+
+
+class IntegrityError(CacheError):
+    """A fetched file does not match the size or sha256 the index promises."""

@@ -1,0 +1,313 @@
+"""Where a dataset lives: one URL grammar for every place lrs reads from or writes to, over fsspec.
+
+Accepted forms (`resolve`):
+
+- a local directory, or `file:///abs/path`
+- `hf://datasets/<owner>/<name>[@<revision>][/<prefix>]`, or a bare Hub repo id `<owner>/<name>`
+  (when no local directory of that name exists); read through `HfFileSystem`, lazily
+- `hf://buckets/<owner>/<name>[/<prefix>]` (Hugging Face storage buckets)
+- `s3://bucket/prefix` (s3fs; honours `AWS_ENDPOINT_URL`, keys and profiles), `gs://`, ...
+- `http(s)://host/path` (fsspec `http`; needs Range support for partial reads)
+
+All reads go through `with_retries`: transient errors (timeouts, resets, truncated bodies, HTTP 429/5xx)
+are retried with exponential backoff and jitter; permanent ones (missing file, 4xx, permission) raise
+at once. A read that still fails raises `FetchError` naming the URL, without credentials.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from cache.errors import FetchError
+
+T = TypeVar("T")
+
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_TRANSIENT_ERRNOS = {
+    errno.ECONNRESET,
+    errno.ECONNABORTED,
+    errno.ECONNREFUSED,
+    errno.ETIMEDOUT,
+    errno.EPIPE,
+    errno.EAGAIN,
+    errno.EHOSTUNREACH,
+    errno.ENETUNREACH,
+}
+
+
+class TruncatedRead(OSError):
+    """A read returned fewer bytes than asked for: the body was cut short. Transient."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter.
+
+    Attributes:
+        attempts: total tries, the first included.
+        base_delay_s: delay before the second try; doubles each time.
+        max_delay_s: cap on one delay.
+    """
+
+    attempts: int = 6
+    base_delay_s: float = 0.2
+    max_delay_s: float = 8.0
+
+    def delay_s(self, attempt: int) -> float:
+        """Seconds to wait after failed try number `attempt` (0-based)."""
+        return random.uniform(0, min(self.max_delay_s, self.base_delay_s * (2**attempt)))
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status carried by an exception from aiohttp, requests/httpx or huggingface_hub, if any."""
+    for attr in ("status", "status_code", "code"):
+        value = getattr(exc, attr, None)
+        if isinstance(value, int) and 100 <= value < 600:
+            return value
+    response = getattr(exc, "response", None)
+    if response is not None:
+        for attr in ("status_code", "status"):
+            value = getattr(response, attr, None)
+            if isinstance(value, int):
+                return value
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether retrying the same request may succeed."""
+    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
+        return False
+    status = http_status(exc)
+    if status is not None:
+        return status == 408 or status == 429 or status >= 500
+    if isinstance(exc, (TimeoutError, ConnectionError, TruncatedRead)):
+        return True
+    name = type(exc).__name__
+    # aiohttp and botocore keep their connection errors outside the builtin hierarchy.
+    if name in {
+        "ClientPayloadError",
+        "ServerDisconnectedError",
+        "ClientConnectionError",
+        "ClientConnectorError",
+        "ClientOSError",
+        "ServerTimeoutError",
+        "ContentLengthError",
+        "IncompleteRead",
+        "ReadTimeoutError",
+        "ConnectTimeoutError",
+        "EndpointConnectionError",
+        "ResponseStreamingError",
+        "RemoteDisconnected",
+        "ChunkedEncodingError",
+        "ProtocolError",
+    }:
+        return True
+    if isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS:
+        return True
+    cause = exc.__cause__ or exc.__context__
+    return cause is not None and cause is not exc and is_transient(cause)
+
+
+def with_retries(
+    fn: Callable[[], T],
+    *,
+    what: str,
+    policy: RetryPolicy = DEFAULT_RETRY,
+    on_retry: Callable[[BaseException, int], None] | None = None,
+) -> T:
+    """Call `fn` until it succeeds, retrying transient errors under `policy`.
+
+    Args:
+        fn: the request; must be safe to repeat.
+        what: names the request in the error (a URL without credentials).
+        policy: how many times and how long to wait.
+        on_retry: called with the error and the 0-based attempt before each wait (for counters).
+
+    Raises:
+        FileNotFoundError: the remote says the file does not exist (not wrapped: callers name it).
+        FetchError: a permanent error, or transient errors on every attempt.
+    """
+    for attempt in range(policy.attempts):
+        try:
+            return fn()
+        except FileNotFoundError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - classified right below
+            if not is_transient(exc):
+                raise FetchError(f"Reading {what} failed: {_describe(exc)}") from exc
+            if attempt + 1 == policy.attempts:
+                raise FetchError(
+                    f"Reading {what} failed after {policy.attempts} attempts: {_describe(exc)}"
+                ) from exc
+            if on_retry is not None:
+                on_retry(exc, attempt)
+            time.sleep(policy.delay_s(attempt))
+    raise AssertionError("unreachable")
+
+
+def _describe(exc: BaseException) -> str:
+    status = http_status(exc)
+    text = f"{type(exc).__name__}" + (f" (HTTP {status})" if status else "")
+    message = redact(str(exc)).strip().splitlines()
+    return f"{text}: {message[0][:300]}" if message else text
+
+
+_SECRET = re.compile(r"(hf_[A-Za-z0-9]{8,}|(?i:(?:token|signature|credential|x-amz-[a-z-]+)=)[^&\s]+)")
+
+
+def redact(text: str) -> str:
+    """Remove anything that looks like a token or a signed-URL secret from `text`."""
+    return _SECRET.sub("<redacted>", text)
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A dataset root on some filesystem, with retried reads of dataset-relative paths.
+
+    Attributes:
+        url: the URL it was resolved from, normalised (no trailing slash).
+        fs: the fsspec filesystem.
+        root: the root path inside `fs` (no trailing slash).
+    """
+
+    url: str
+    fs: Any
+    root: str
+    retry: RetryPolicy = field(default=DEFAULT_RETRY, compare=False)
+
+    def __repr__(self) -> str:
+        return f"Remote({self.url!r})"
+
+    @property
+    def is_local(self) -> bool:
+        """Whether files can be opened in place (no copy needed)."""
+        return isinstance(self.fs, LocalFileSystem)
+
+    def path(self, rel: str) -> str:
+        """The full path of a dataset-relative path inside `fs`."""
+        return f"{self.root}/{rel}" if self.root else rel
+
+    def display(self, rel: str) -> str:
+        """A dataset-relative path as a URL a user can recognise."""
+        return f"{self.url}/{rel}"
+
+    def local_path(self, rel: str) -> str | None:
+        """The path on this machine's disk, for a local root; None otherwise."""
+        return self.path(rel) if self.is_local else None
+
+    def exists(self, rel: str) -> bool:
+        """Whether `rel` exists (retried)."""
+        return with_retries(lambda: self.fs.exists(self.path(rel)), what=self.display(rel), policy=self.retry)
+
+    def size(self, rel: str) -> int:
+        """The size of `rel` in bytes (retried). Raises FileNotFoundError when missing."""
+        return int(
+            with_retries(lambda: self.fs.size(self.path(rel)), what=self.display(rel), policy=self.retry)
+        )
+
+    def cat(self, rel: str, *, expect_size: int | None = None) -> bytes:
+        """The whole content of `rel`; a body shorter than `expect_size` is retried as truncated."""
+
+        def read() -> bytes:
+            data = self.fs.cat_file(self.path(rel))
+            if expect_size is not None and len(data) != expect_size:
+                raise TruncatedRead(f"got {len(data)} of {expect_size} bytes")
+            return data
+
+        return with_retries(read, what=self.display(rel), policy=self.retry)
+
+    def cat_range(self, rel: str, start: int, end: int) -> bytes:
+        """Bytes `[start, end)` of `rel`, in one ranged request; a short body is retried."""
+
+        def read() -> bytes:
+            data = self.fs.cat_file(self.path(rel), start=start, end=end)
+            if len(data) != end - start:
+                raise TruncatedRead(f"got {len(data)} of {end - start} bytes at offset {start}")
+            return data
+
+        return with_retries(read, what=f"{self.display(rel)} [{start}:{end})", policy=self.retry)
+
+    def get(self, rel: str, local: str, *, expect_size: int | None = None) -> None:
+        """Download `rel` to the local file `local` (overwritten), retried as a whole."""
+
+        def fetch() -> None:
+            self.fs.get_file(self.path(rel), local)
+            got = os.path.getsize(local)
+            if expect_size is not None and got != expect_size:
+                raise TruncatedRead(f"got {got} of {expect_size} bytes")
+
+        with_retries(fetch, what=self.display(rel), policy=self.retry)
+
+    def open(self, rel: str, mode: str = "rb", **kwargs: Any) -> Any:
+        """An fsspec file object for `rel` (reads are not retried: prefer `cat`/`cat_range`)."""
+        return self.fs.open(self.path(rel), mode, **kwargs)
+
+
+def resolve(url: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> Remote:
+    """Resolve a dataset location to a `Remote`.
+
+    Args:
+        url: a path or URL in one of the forms of this module's docstring.
+        storage_options: passed to the fsspec filesystem (e.g. `endpoint_url`, `token`).
+
+    Raises:
+        ValueError: the URL is empty or of an unknown form.
+    """
+    text = os.fspath(url).strip()
+    if not text:
+        raise ValueError("Invalid dataset location (''). Expected a path or URL.")
+    options = dict(storage_options or {})
+    if "://" not in text:
+        if os.path.exists(text) or not _REPO_ID.match(text):
+            root = os.path.abspath(text).rstrip("/") or "/"
+            return Remote(url=root, fs=fsspec.filesystem("file"), root=root)
+        text = f"hf://datasets/{text}"
+    protocol, _, rest = text.partition("://")
+    rest = rest.rstrip("/")
+    if protocol == "file":
+        root = "/" + rest.lstrip("/")
+        return Remote(url=f"file://{root}", fs=fsspec.filesystem("file"), root=root)
+    if protocol == "hf":
+        return _resolve_hf(rest, options)
+    if protocol in ("http", "https"):
+        fs = fsspec.filesystem(protocol, **options)
+        return Remote(url=f"{protocol}://{rest}", fs=fs, root=f"{protocol}://{rest}")
+    if protocol == "s3":
+        options = _s3_options(options)
+    fs = fsspec.filesystem(protocol, **options)
+    return Remote(url=f"{protocol}://{rest}", fs=fs, root=rest)
+
+
+def _resolve_hf(rest: str, options: dict[str, Any]) -> Remote:
+    from huggingface_hub import HfFileSystem
+
+    kind, _, tail = rest.partition("/")
+    if kind not in ("datasets", "buckets") or tail.count("/") < 1:
+        raise ValueError(
+            f"Invalid Hugging Face URL (hf://{rest}). Expected hf://datasets/<owner>/<name>[@revision] "
+            "or hf://buckets/<owner>/<name>[/prefix]."
+        )
+    fs = HfFileSystem(**options)
+    return Remote(url=f"hf://{rest}", fs=fs, root=rest)
+
+
+def _s3_options(options: dict[str, Any]) -> dict[str, Any]:
+    # s3fs reads keys and profiles from the standard AWS places itself; only the endpoint needs help
+    # on older botocore versions that ignore AWS_ENDPOINT_URL.
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint and "endpoint_url" not in options and "client_kwargs" not in options:
+        options["endpoint_url"] = endpoint
+    return options

@@ -1,0 +1,1 @@
+"""lrs reader package."""

@@ -1,0 +1,52 @@
+"""Errors of the read side: malformed datasets, layout contract violations, resume state, decode."""
+
+from __future__ import annotations
+
+from cache.errors import CacheError, FetchError, IntegrityError, LrsError
+
+__all__ = [
+    "CacheError",
+    "DatasetError",
+    "DecodeError",
+    "FetchError",
+    "IntegrityError",
+    "LayoutError",
+    "LrsError",
+    "StateError",
+]
+
+
+class DatasetError(LrsError):
+    """A dataset is malformed. The message names the file, and the episode and field when known."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        episode: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.file = file
+        self.episode = episode
+        self.field = field
+        where = []
+        if file is not None:
+            where.append(file)
+        if episode is not None:
+            where.append(f"episode {episode}")
+        if field is not None:
+            where.append(f"field {field!r}")
+        super().__init__(f"{': '.join([', '.join(where), message]) if where else message}")
+
+
+class LayoutError(DatasetError):
+    """A dataset claims the lrs/1 layout but its `meta/lrs/` index is missing, stale or inconsistent."""
+
+
+class StateError(LrsError):
+    """A resume state does not fit this stream (other dataset, pool size, version, or malformed)."""
+
+
+class DecodeError(LrsError):
+    """A video could not be decoded. The message names the episode, camera and file."""

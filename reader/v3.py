@@ -1,0 +1,298 @@
+"""The LeRobot v3.0 metadata contract, read side: `meta/info.json`, `meta/episodes/`, `meta/tasks.parquet`.
+
+Parsing is pure (bytes and tables in, frozen records out) so that both the reader and `reshard`'s
+validating source model build on the same definitions. Paths are dataset-relative, `/`-separated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import posixpath
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from reader.errors import DatasetError
+
+INFO_PATH = "meta/info.json"
+STATS_PATH = "meta/stats.json"
+TASKS_PATH = "meta/tasks.parquet"
+EPISODES_DIR = "meta/episodes"
+CODEBASE_VERSION = "v3.0"
+DEFAULT_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+DEFAULT_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+DEFAULT_EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+# Columns every v3 data file carries besides the features.
+INDEX_COLUMNS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+
+
+@dataclass(frozen=True)
+class VideoSegment:
+    """Where one episode of one camera lives: a file and a time range inside it."""
+
+    key: str
+    chunk_index: int
+    file_index: int
+    from_timestamp: float
+    to_timestamp: float
+
+    def __post_init__(self) -> None:
+        if not (self.to_timestamp >= self.from_timestamp >= 0) or not math.isfinite(self.to_timestamp):
+            raise ValueError(
+                f"Invalid video time range ([{self.from_timestamp}, {self.to_timestamp}]) for {self.key!r}. "
+                "Expected 0 <= from_timestamp <= to_timestamp."
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"VideoSegment({self.key}, chunk {self.chunk_index} file {self.file_index}, "
+            f"[{self.from_timestamp:.3f}, {self.to_timestamp:.3f}])"
+        )
+
+
+@dataclass(frozen=True)
+class EpisodeInfo:
+    """One episode's v3 pointers: its rows `[dataset_from_index, dataset_to_index)` and its videos."""
+
+    episode_index: int
+    length: int
+    dataset_from_index: int
+    dataset_to_index: int
+    data_chunk_index: int
+    data_file_index: int
+    tasks: tuple[str, ...]
+    videos: tuple[VideoSegment, ...]
+
+    def __post_init__(self) -> None:
+        if self.length < 0 or self.dataset_to_index - self.dataset_from_index != self.length:
+            raise ValueError(
+                f"Invalid episode range ([{self.dataset_from_index}, {self.dataset_to_index}) with length "
+                f"{self.length}). Expected dataset_to_index - dataset_from_index == length >= 0."
+            )
+
+    def video(self, key: str) -> VideoSegment:
+        """The segment of camera `key`."""
+        for segment in self.videos:
+            if segment.key == key:
+                return segment
+        raise KeyError(key)
+
+    def __repr__(self) -> str:
+        return (
+            f"EpisodeInfo({self.episode_index}, length={self.length}, "
+            f"rows=[{self.dataset_from_index}, {self.dataset_to_index}), "
+            f"data=chunk {self.data_chunk_index} file {self.data_file_index}, cameras={len(self.videos)})"
+        )
+
+
+@dataclass(frozen=True)
+class Info:
+    """`meta/info.json`, with the fields lrs relies on validated and the rest kept verbatim in `raw`."""
+
+    raw: dict[str, Any]
+
+    @classmethod
+    def parse(cls, data: bytes | str, *, file: str = INFO_PATH) -> Info:
+        """Parse and validate `meta/info.json` content.
+
+        Raises:
+            DatasetError: not JSON, not v3.0, or a required field missing or malformed.
+        """
+        try:
+            raw = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DatasetError(f"not valid JSON ({exc})", file=file) from exc
+        if not isinstance(raw, dict):
+            raise DatasetError("Invalid info (not an object). Expected a JSON object.", file=file)
+        version = raw.get("codebase_version")
+        if version != CODEBASE_VERSION:
+            hint = ""
+            if isinstance(version, str) and version.startswith("v2"):
+                hint = (
+                    " Convert it first with lerobot's converter: "
+                    "`python -m lerobot.datasets.v30.convert_dataset_v21_to_v30 --repo-id=<owner>/<name>`."
+                )
+            raise DatasetError(
+                f"Invalid codebase_version ({version!r}). Expected {CODEBASE_VERSION!r}.{hint}",
+                file=file,
+                field="codebase_version",
+            )
+        for key, kind in (("fps", (int, float)), ("features", dict), ("data_path", str)):
+            if not isinstance(raw.get(key), kind):
+                raise DatasetError(f"missing or malformed ({raw.get(key)!r})", file=file, field=key)
+        if raw["fps"] <= 0:
+            raise DatasetError(f"Invalid fps ({raw['fps']}). Expected > 0.", file=file, field="fps")
+        info = cls(raw=raw)
+        if info.video_keys and not isinstance(raw.get("video_path"), str):
+            raise DatasetError("missing although the dataset has videos", file=file, field="video_path")
+        for key in ("data_path", "video_path"):
+            if isinstance(raw.get(key), str):
+                check_template(raw[key], file=file, field=key)
+        return info
+
+    @property
+    def fps(self) -> float:
+        return self.raw["fps"]
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        return self.raw["features"]
+
+    @property
+    def video_keys(self) -> list[str]:
+        """Camera keys stored as video, in `features` order."""
+        return [k for k, f in self.features.items() if f.get("dtype") == "video"]
+
+    @property
+    def image_keys(self) -> list[str]:
+        """Camera keys stored as images inside the parquet files."""
+        return [k for k, f in self.features.items() if f.get("dtype") == "image"]
+
+    @property
+    def data_path(self) -> str:
+        return self.raw["data_path"]
+
+    @property
+    def video_path(self) -> str | None:
+        return self.raw.get("video_path")
+
+    @property
+    def total_episodes(self) -> int:
+        return int(self.raw.get("total_episodes", 0))
+
+    @property
+    def total_frames(self) -> int:
+        return int(self.raw.get("total_frames", 0))
+
+    def data_file(self, chunk_index: int, file_index: int) -> str:
+        """The dataset-relative path of a data file."""
+        return format_template(self.data_path, chunk_index=chunk_index, file_index=file_index)
+
+    def video_file(self, key: str, chunk_index: int, file_index: int) -> str:
+        """The dataset-relative path of a video file of camera `key`."""
+        if self.video_path is None:
+            raise KeyError(key)
+        return format_template(self.video_path, video_key=key, chunk_index=chunk_index, file_index=file_index)
+
+
+def format_template(template: str, **fields: Any) -> str:
+    """Fill a v3 path template and check that the result stays inside the dataset root."""
+    path = template.format(**fields)
+    check_relative(path, what="path")
+    return path
+
+
+def check_template(template: str, *, file: str, field: str) -> None:
+    """Reject a path template that is absolute or climbs out of the dataset root."""
+    try:
+        sample = template.format(chunk_index=0, file_index=0, video_key="k", episode_index=0)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise DatasetError(f"Invalid path template ({template!r}): {exc}", file=file, field=field) from exc
+    try:
+        check_relative(sample, what="template")
+    except ValueError as exc:
+        raise DatasetError(str(exc), file=file, field=field) from exc
+
+
+def check_relative(path: str, *, what: str) -> None:
+    """Raise ValueError when `path` is absolute or escapes its root with `..`."""
+    norm = posixpath.normpath(path)
+    if path.startswith(("/", "\\")) or "://" in path or norm == ".." or norm.startswith("../"):
+        raise ValueError(f"Invalid {what} ({path!r}). Expected a relative path inside the dataset root.")
+    if ".." in path.replace("\\", "/").split("/"):
+        raise ValueError(f"Invalid {what} ({path!r}). Expected a relative path without '..'.")
+
+
+def parse_tasks(table: pa.Table, *, file: str = TASKS_PATH) -> list[str]:
+    """Task strings by `task_index` from `meta/tasks.parquet`.
+
+    lerobot writes a pandas frame indexed by the task string, so the strings sit in the pandas index
+    column (`task` or `__index_level_0__`) next to `task_index`.
+    """
+    names = table.column_names
+    if "task_index" not in names:
+        raise DatasetError("missing column", file=file, field="task_index")
+    text_col = next((n for n in ("task", "__index_level_0__") if n in names), None)
+    if text_col is None:
+        raise DatasetError("no task string column (expected 'task')", file=file, field="task")
+    indices = table.column("task_index").to_pylist()
+    texts = table.column(text_col).to_pylist()
+    if sorted(indices) != list(range(len(indices))):
+        raise DatasetError(
+            f"Invalid task_index values ({sorted(indices)[:10]}...). Expected 0..{len(indices) - 1}.",
+            file=file,
+            field="task_index",
+        )
+    tasks = [""] * len(indices)
+    for i, text in zip(indices, texts, strict=True):
+        tasks[i] = text
+    return tasks
+
+
+def episode_columns(video_keys: list[str]) -> list[str]:
+    """The `meta/episodes` columns lrs reads (stats are left on disk)."""
+    cols = [
+        "episode_index",
+        "tasks",
+        "length",
+        "data/chunk_index",
+        "data/file_index",
+        "dataset_from_index",
+        "dataset_to_index",
+    ]
+    for key in video_keys:
+        cols += [f"videos/{key}/{f}" for f in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
+    return cols
+
+
+def parse_episodes(table: pa.Table, video_keys: list[str], *, file: str = EPISODES_DIR) -> list[EpisodeInfo]:
+    """Records from the concatenated `meta/episodes` tables, sorted by episode index.
+
+    Raises:
+        DatasetError: a column is missing, a value is null or inconsistent, or indices repeat or skip.
+    """
+    missing = [c for c in episode_columns(video_keys) if c not in table.column_names]
+    if missing:
+        raise DatasetError(f"missing columns {missing}", file=file, field=missing[0])
+    cols = {c: table.column(c).to_pylist() for c in episode_columns(video_keys)}
+    episodes = []
+    for row in range(table.num_rows):
+        ep = cols["episode_index"][row]
+        try:
+            videos = tuple(
+                VideoSegment(
+                    key=key,
+                    chunk_index=int(cols[f"videos/{key}/chunk_index"][row]),
+                    file_index=int(cols[f"videos/{key}/file_index"][row]),
+                    from_timestamp=float(cols[f"videos/{key}/from_timestamp"][row]),
+                    to_timestamp=float(cols[f"videos/{key}/to_timestamp"][row]),
+                )
+                for key in video_keys
+            )
+            episodes.append(
+                EpisodeInfo(
+                    episode_index=int(ep),
+                    length=int(cols["length"][row]),
+                    dataset_from_index=int(cols["dataset_from_index"][row]),
+                    dataset_to_index=int(cols["dataset_to_index"][row]),
+                    data_chunk_index=int(cols["data/chunk_index"][row]),
+                    data_file_index=int(cols["data/file_index"][row]),
+                    tasks=tuple(cols["tasks"][row] or ()),
+                    videos=videos,
+                )
+            )
+        except (TypeError, ValueError) as exc:
+            raise DatasetError(str(exc), file=file, episode=ep) from exc
+    episodes.sort(key=lambda e: e.episode_index)
+    for position, episode in enumerate(episodes):
+        if episode.episode_index != position:
+            raise DatasetError(
+                f"Invalid episode_index ({episode.episode_index}) at position {position}. "
+                "Expected episode indices 0..N-1, each once.",
+                file=file,
+                episode=episode.episode_index,
+                field="episode_index",
+            )
+    return episodes

@@ -1,0 +1,1 @@
+"""lrs reshard package."""

@@ -1,0 +1,61 @@
+"""The `lrs` command line: a thin click layer over the library; errors become one-line messages here."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from cache.errors import LrsError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Exit codes: 0 ok, 1 a check failed (verify), 2 usage (click's own), 3 bad input or a failed job.
+EXIT_CHECK_FAILED = 1
+EXIT_ERROR = 3
+
+
+class LrsClickError(click.ClickException):
+    exit_code = EXIT_ERROR
+
+
+def handle_errors(fn: F) -> F:
+    """Turn an `LrsError` into a one-line message and exit code 3 (a traceback only with --debug)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except LrsError as exc:
+            if click.get_current_context().find_root().params.get("debug"):
+                raise
+            raise LrsClickError(str(exc)) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.version_option(package_name="lrs")
+def cli(debug: bool) -> None:
+    """lrs: reshard LeRobot v3 datasets for fast training from object storage, and stream them.
+
+    Typical flow: `lrs reshard SRC --out DIR`, `lrs verify DIR --against SRC`, `lrs push DIR URL`,
+    `lrs prewarm URL --cache-dir DIR`, then `from reader import EpisodeStream` in training.
+    """
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def main() -> None:
+    """Console-script entry point."""
+    from reshard import commands  # noqa: F401 - registers the commands on `cli`
+
+    cli()

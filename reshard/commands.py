@@ -1,0 +1,3 @@
+"""Imports every module that registers an `lrs` subcommand (one module per command family)."""
+
+from __future__ import annotations

@@ -1,0 +1,19 @@
+"""Errors of the offline tooling: reshard, verify, push."""
+
+from __future__ import annotations
+
+from reader.errors import DatasetError, FetchError, LayoutError, LrsError
+
+__all__ = ["DatasetError", "FetchError", "LayoutError", "LrsError", "PushError", "ReshardError", "VerifyError"]
+
+
+class ReshardError(LrsError):
+    """A reshard cannot proceed (bad options, an output directory of another job, a failed part)."""
+
+
+class VerifyError(LrsError):
+    """An lrs/1 invariant does not hold, or the output differs from its source."""
+
+
+class PushError(LrsError):
+    """An upload failed permanently, or the remote does not match the index after upload."""
