@@ -1,3 +1,5 @@
 """Imports every module that registers an `lrs` subcommand (one module per command family)."""
 
 from __future__ import annotations
+
+from reshard import cmd_sample  # noqa: F401

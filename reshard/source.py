@@ -1,0 +1,351 @@
+"""The v3 source model: open a LeRobot v3.0 dataset from any location and validate it.
+
+`open_source` reads metadata only (info, episodes, tasks, stats) and checks that every file the
+episodes point at exists; bulk files are read later, lazily, by whoever needs them. `check_rows` and
+`check_videos` are the deeper checks (they read the `index` columns and the video headers), run by
+`reshard` per file as it goes and by `validate` all at once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cache.remote import Remote, resolve
+from reader.errors import DatasetError
+from reader.v3 import (
+    EPISODES_DIR,
+    INFO_PATH,
+    STATS_PATH,
+    TASKS_PATH,
+    EpisodeInfo,
+    Info,
+    parse_episodes,
+    parse_tasks,
+)
+
+
+@dataclass(frozen=True)
+class Source:
+    """An opened v3 dataset: metadata in memory, files behind `remote`.
+
+    Attributes:
+        remote: where the files are.
+        info: `meta/info.json`.
+        episodes: one record per episode, by episode index.
+        tasks: task strings by task index.
+        stats: `meta/stats.json` (empty when absent).
+        episodes_table: the full `meta/episodes` table (stats columns included), by episode index.
+        episode_files: the `meta/episodes/` parquet files, sorted.
+    """
+
+    remote: Remote
+    info: Info
+    episodes: list[EpisodeInfo]
+    tasks: list[str]
+    stats: dict[str, Any]
+    episodes_table: pa.Table = field(repr=False)
+    episode_files: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"Source({self.remote.url!r}, episodes={len(self.episodes)}, frames={self.total_frames})"
+
+    @property
+    def url(self) -> str:
+        return self.remote.url
+
+    @property
+    def video_keys(self) -> list[str]:
+        return self.info.video_keys
+
+    @property
+    def total_frames(self) -> int:
+        return sum(e.length for e in self.episodes)
+
+    def data_file(self, episode: EpisodeInfo) -> str:
+        """The data file holding an episode's rows."""
+        return self.info.data_file(episode.data_chunk_index, episode.data_file_index)
+
+    def video_file(self, episode: EpisodeInfo, key: str) -> str:
+        """The video file holding an episode's frames of camera `key`."""
+        seg = episode.video(key)
+        return self.info.video_file(key, seg.chunk_index, seg.file_index)
+
+    def data_files(self) -> list[str]:
+        """Every data file, sorted, each once."""
+        return sorted({self.data_file(e) for e in self.episodes})
+
+    def video_files(self) -> list[str]:
+        """Every video file, sorted, each once."""
+        return sorted({self.video_file(e, k) for e in self.episodes for k in self.video_keys})
+
+    def episodes_by_data_file(self) -> dict[str, list[EpisodeInfo]]:
+        """Episodes grouped by their data file, in episode order."""
+        groups: dict[str, list[EpisodeInfo]] = defaultdict(list)
+        for episode in self.episodes:
+            groups[self.data_file(episode)].append(episode)
+        return dict(sorted(groups.items()))
+
+    def episodes_by_video_file(self, key: str) -> dict[str, list[EpisodeInfo]]:
+        """Episodes grouped by their video file of camera `key`, in episode order."""
+        groups: dict[str, list[EpisodeInfo]] = defaultdict(list)
+        for episode in self.episodes:
+            groups[self.video_file(episode, key)].append(episode)
+        return dict(sorted(groups.items()))
+
+    def read_json(self, rel: str) -> Any:
+        return json.loads(self.remote.cat(rel))
+
+
+def _read_parquet(remote: Remote, rel: str, columns: list[str] | None = None) -> pa.Table:
+    data = remote.cat(rel)
+    try:
+        return pq.read_table(pa.BufferReader(data), columns=columns)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DatasetError(f"not a readable parquet file ({exc})", file=remote.display(rel)) from exc
+
+
+def open_source(url: str, *, storage_options: dict[str, Any] | None = None, check_files: bool = True) -> Source:
+    """Open a v3.0 dataset and validate its metadata.
+
+    Args:
+        url: a local path, `file://`, `hf://datasets/...`, `hf://buckets/...`, `s3://`, `http(s)://`, or a
+            bare Hub repo id `<owner>/<name>`.
+        storage_options: passed to the fsspec filesystem.
+        check_files: check that every data and video file the episodes point at exists (one listing).
+
+    Raises:
+        DatasetError: the dataset is missing, not v3.0, or its metadata is inconsistent; the message
+            names the file, and the episode and field where they apply.
+    """
+    try:
+        remote = resolve(url, storage_options=storage_options)
+    except ValueError as exc:
+        raise DatasetError(str(exc)) from exc
+    try:
+        info = Info.parse(remote.cat(INFO_PATH), file=remote.display(INFO_PATH))
+    except FileNotFoundError as exc:
+        raise DatasetError(
+            "missing: not a LeRobot v3 dataset root (no meta/info.json)", file=remote.display(INFO_PATH)
+        ) from exc
+    episode_files = sorted(
+        p[len(remote.root) + 1 :] if remote.root and p.startswith(remote.root) else p
+        for p in _find(remote, EPISODES_DIR)
+        if p.endswith(".parquet")
+    )
+    if not episode_files:
+        raise DatasetError("no episodes: meta/episodes/ holds no parquet file", file=remote.display(EPISODES_DIR))
+    tables = [_read_parquet(remote, f) for f in episode_files]
+    try:
+        table = pa.concat_tables(tables, promote_options="permissive")
+    except pa.ArrowInvalid as exc:
+        raise DatasetError(f"files disagree on their schema ({exc})", file=remote.display(EPISODES_DIR)) from exc
+    table = table.take(pa.compute.sort_indices(table, [("episode_index", "ascending")]))
+    episodes = parse_episodes(table, info.video_keys, file=remote.display(EPISODES_DIR))
+    if not episodes:
+        raise DatasetError("no episodes: the dataset is empty", file=remote.display(EPISODES_DIR))
+    try:
+        tasks = parse_tasks(_read_parquet(remote, TASKS_PATH), file=remote.display(TASKS_PATH))
+    except FileNotFoundError as exc:
+        raise DatasetError("missing", file=remote.display(TASKS_PATH)) from exc
+    stats = json.loads(remote.cat(STATS_PATH)) if remote.exists(STATS_PATH) else {}
+    source = Source(remote, info, episodes, tasks, stats, table, episode_files)
+    check_pointers(source)
+    if check_files:
+        check_files_exist(source)
+    return source
+
+
+def _find(remote: Remote, rel: str) -> list[str]:
+    try:
+        return sorted(remote.fs.find(remote.path(rel)))
+    except FileNotFoundError:
+        return []
+
+
+def check_pointers(source: Source) -> None:
+    """Episode ranges tile `[0, total_frames)` in order; timestamps agree with lengths and fps.
+
+    Raises:
+        DatasetError: naming the episode and field of the first inconsistency.
+    """
+    where = source.remote.display(EPISODES_DIR)
+    expected_from = 0
+    fps = source.info.fps
+    for episode in source.episodes:
+        if episode.dataset_from_index != expected_from:
+            raise DatasetError(
+                f"Invalid dataset_from_index ({episode.dataset_from_index}). Expected {expected_from} "
+                "(episodes must tile the index range in order).",
+                file=where, episode=episode.episode_index, field="dataset_from_index",
+            )
+        expected_from = episode.dataset_to_index
+        if episode.length < 1:
+            raise DatasetError("Invalid length (0). Expected >= 1.", file=where, episode=episode.episode_index,
+                               field="length")
+        for seg in episode.videos:
+            span = seg.to_timestamp - seg.from_timestamp
+            if abs(span - episode.length / fps) > 1.5 / fps:
+                raise DatasetError(
+                    f"Invalid video span ({span:.4f} s). Expected length / fps = {episode.length / fps:.4f} s.",
+                    file=where, episode=episode.episode_index, field=f"videos/{seg.key}/to_timestamp",
+                )
+    total = source.info.total_frames
+    if total and total != expected_from:
+        raise DatasetError(
+            f"Invalid total_frames ({total}). Expected {expected_from}, the sum of episode lengths.",
+            file=source.remote.display(INFO_PATH), field="total_frames",
+        )
+    for episode in source.episodes:
+        for task in episode.tasks:
+            if task not in source.tasks:
+                raise DatasetError(f"Invalid task ({task!r}). Expected one of meta/tasks.parquet.",
+                                   file=where, episode=episode.episode_index, field="tasks")
+
+
+def check_files_exist(source: Source) -> None:
+    """Every file an episode points at exists (one recursive listing per top directory).
+
+    Raises:
+        DatasetError: naming the first missing file and an episode that needs it.
+    """
+    present = set()
+    for top in ("data", "videos"):
+        root = source.remote.root
+        for path in _find(source.remote, top):
+            present.add(path[len(root) + 1 :] if root and path.startswith(root + "/") else path)
+    if not present and not source.remote.is_local:
+        # Some stores (plain HTTP) cannot list; fall back to one existence check per file.
+        present = {f for f in source.data_files() + source.video_files() if source.remote.exists(f)}
+    for episode in source.episodes:
+        needed = [(source.data_file(episode), "data")] + [
+            (source.video_file(episode, k), f"videos/{k}") for k in source.video_keys
+        ]
+        for rel, field_name in needed:
+            if rel not in present:
+                raise DatasetError(
+                    f"missing file {rel!r}", file=source.remote.display(rel), episode=episode.episode_index,
+                    field=f"{field_name}/file_index",
+                )
+
+
+def check_rows(source: Source, data_file: str, table: pa.Table | None = None) -> None:
+    """The rows of `data_file` are exactly its episodes' `[dataset_from_index, dataset_to_index)`.
+
+    Checks the `index`, `episode_index` and `frame_index` columns: every episode's rows present once,
+    contiguous, in order, with frame indices 0..length-1.
+
+    Raises:
+        DatasetError: naming the file, the episode and the column.
+    """
+    where = source.remote.display(data_file)
+    if table is None:
+        table = _read_parquet(source.remote, data_file, ["index", "episode_index", "frame_index"])
+    index = table.column("index").to_numpy()
+    ep_col = table.column("episode_index").to_numpy()
+    frame = table.column("frame_index").to_numpy()
+    episodes = source.episodes_by_data_file().get(data_file, [])
+    order = np.argsort(index, kind="stable")
+    index, ep_col, frame = index[order], ep_col[order], frame[order]
+    for episode in episodes:
+        lo, hi = np.searchsorted(index, [episode.dataset_from_index, episode.dataset_to_index])
+        rows = hi - lo
+        if rows != episode.length or not np.array_equal(
+            index[lo:hi], np.arange(episode.dataset_from_index, episode.dataset_to_index)
+        ):
+            raise DatasetError(
+                f"Invalid rows ({rows} rows with index in [{episode.dataset_from_index}, "
+                f"{episode.dataset_to_index})). Expected {episode.length}, each index once.",
+                file=where, episode=episode.episode_index, field="index",
+            )
+        if not (ep_col[lo:hi] == episode.episode_index).all():
+            raise DatasetError("rows of another episode inside its index range", file=where,
+                               episode=episode.episode_index, field="episode_index")
+        if not np.array_equal(frame[lo:hi], np.arange(episode.length)):
+            bad = frame[lo:hi]
+            dup = len(bad) - len(np.unique(bad))
+            raise DatasetError(
+                f"Invalid frame_index ({dup} duplicated, {episode.length - len(np.unique(bad))} missing or "
+                f"out of order). Expected 0..{episode.length - 1} in order.",
+                file=where, episode=episode.episode_index, field="frame_index",
+            )
+    covered = sum(e.length for e in episodes)
+    if covered != len(index):
+        raise DatasetError(
+            f"Invalid row count ({len(index)}). Expected {covered}, the rows of the episodes pointing here.",
+            file=where, field="index",
+        )
+
+
+def video_duration_s(source: Source, video_file: str) -> float:
+    """The end time of the video stream of a file, in seconds, read from its container header."""
+    import av
+
+    where = source.remote.display(video_file)
+    try:
+        with source.remote.open(video_file) as handle, av.open(handle) as container:
+            stream = container.streams.video[0]
+            if stream.duration is not None and stream.time_base is not None:
+                start = stream.start_time or 0
+                return float((start + stream.duration) * stream.time_base)
+            if container.duration is not None:
+                return container.duration / 1_000_000
+    except (av.error.FFmpegError, IndexError, OSError) as exc:
+        raise DatasetError(f"not a readable video ({exc})", file=where) from exc
+    raise DatasetError("video has no duration in its header", file=where)
+
+
+def check_videos(source: Source, video_files: Iterable[str] | None = None) -> None:
+    """Every episode's video time range lies inside its file.
+
+    Raises:
+        DatasetError: naming the file, the episode and the camera.
+    """
+    tolerance = 1.0 / source.info.fps
+    wanted = set(video_files) if video_files is not None else None
+    for key in source.video_keys:
+        for rel, episodes in source.episodes_by_video_file(key).items():
+            if wanted is not None and rel not in wanted:
+                continue
+            duration = video_duration_s(source, rel)
+            for episode in episodes:
+                seg = episode.video(key)
+                if seg.to_timestamp > duration + tolerance:
+                    raise DatasetError(
+                        f"Invalid to_timestamp ({seg.to_timestamp:.4f} s). Expected <= the file's duration "
+                        f"({duration:.4f} s).",
+                        file=source.remote.display(rel), episode=episode.episode_index,
+                        field=f"videos/{key}/to_timestamp",
+                    )
+
+
+def validate(source: Source) -> None:
+    """All checks, reading every data file's index columns and every video header."""
+    for data_file in source.data_files():
+        check_rows(source, data_file)
+    check_videos(source)
+
+
+def describe(source: Source) -> dict[str, Any]:
+    """A short JSON-able summary of a source."""
+    lengths = [e.length for e in source.episodes]
+    return {
+        "url": source.url,
+        "codebase_version": source.info.raw.get("codebase_version"),
+        "fps": source.info.fps,
+        "episodes": len(source.episodes),
+        "frames": sum(lengths),
+        "episode_length": {"min": min(lengths), "median": float(np.median(lengths)), "max": max(lengths)},
+        "tasks": len(source.tasks),
+        "cameras": {k: source.info.features[k].get("info", {}).get("video.codec") for k in source.video_keys},
+        "features": [k for k in source.info.features if k not in source.video_keys],
+        "data_files": len(source.data_files()),
+        "video_files": len(source.video_files()),
+    }
