@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from cache.remote import Remote, resolve
 from reader.errors import DatasetError
 from reader.v3 import (
+    DEFAULT_EPISODES_PATH,
     EPISODES_DIR,
     INFO_PATH,
     STATS_PATH,
@@ -135,11 +136,7 @@ def open_source(url: str, *, storage_options: dict[str, Any] | None = None, chec
         raise DatasetError(
             "missing: not a LeRobot v3 dataset root (no meta/info.json)", file=remote.display(INFO_PATH)
         ) from exc
-    episode_files = sorted(
-        p[len(remote.root) + 1 :] if remote.root and p.startswith(remote.root) else p
-        for p in _find(remote, EPISODES_DIR)
-        if p.endswith(".parquet")
-    )
+    episode_files = _episode_files(remote, info)
     if not episode_files:
         raise DatasetError("no episodes: meta/episodes/ holds no parquet file", file=remote.display(EPISODES_DIR))
     tables = [_read_parquet(remote, f) for f in episode_files]
@@ -161,6 +158,27 @@ def open_source(url: str, *, storage_options: dict[str, Any] | None = None, chec
     if check_files:
         check_files_exist(source)
     return source
+
+
+def _episode_files(remote: Remote, info: Info) -> list[str]:
+    """The `meta/episodes/` parquet files: listed, or probed in template order where listing is impossible."""
+    root = remote.root
+    listed = sorted(
+        p[len(root) + 1 :] if root and p.startswith(root + "/") else p
+        for p in _find(remote, EPISODES_DIR)
+        if p.endswith(".parquet")
+    )
+    if listed or remote.is_local:
+        return listed
+    # Plain HTTP cannot list a directory: walk lerobot's chunk/file numbering until a file is missing.
+    chunks_size = int(info.raw.get("chunks_size") or 1000)
+    found, n = [], 0
+    while True:
+        rel = DEFAULT_EPISODES_PATH.format(chunk_index=n // chunks_size, file_index=n % chunks_size)
+        if not remote.exists(rel):
+            return found
+        found.append(rel)
+        n += 1
 
 
 def _find(remote: Remote, rel: str) -> list[str]:
