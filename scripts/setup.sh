@@ -14,16 +14,18 @@ need_ffmpeg_libs() { ! ldconfig -p | grep -q 'libavcodec.so.59'; }
 if need_ffmpeg_libs; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   log "installing FFmpeg shared libraries for torchcodec (apt)"
-  $SUDO apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-    libavcodec59 libavformat59 libavutil57 libswscale6 libswresample4 libavdevice59 libavfilter8 ffmpeg >&2
+  { $SUDO apt-get update -qq \
+    && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+      libavcodec59 libavformat59 libavutil57 libswscale6 libswresample4 libavdevice59 libavfilter8 ffmpeg; } \
+    >/tmp/lrs-apt.log 2>&1 || { tail -n 30 /tmp/lrs-apt.log >&2; log "apt-get failed (log: /tmp/lrs-apt.log)"; exit 1; }
 fi
 # The `ffmpeg` command line is the benchmark's yardstick for re-encode speed; tests do not need it.
 if ! command -v ffmpeg >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   log "installing the ffmpeg command line (apt)"
-  $SUDO apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends ffmpeg >&2
+  { $SUDO apt-get update -qq \
+    && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends ffmpeg; } \
+    >/tmp/lrs-apt.log 2>&1 || { tail -n 30 /tmp/lrs-apt.log >&2; log "apt-get failed (log: /tmp/lrs-apt.log)"; exit 1; }
 fi
 
 stamp="$VENV/.lrs-setup-stamp"
@@ -43,9 +45,13 @@ elif [ -z "${LRS_TORCH_INDEX_URL+x}" ]; then
 elif [ -n "$LRS_TORCH_INDEX_URL" ]; then
   PIP_ARGS+=(--extra-index-url "$LRS_TORCH_INDEX_URL")
 fi
-log "installing lrs (editable, dev extras) into $VENV"
-"$VENV/bin/python" -m pip install -q --upgrade pip >&2
-"$VENV/bin/python" -m pip install "${PIP_ARGS[@]}" -e '.[dev]' >&2
+log "installing lrs (editable, dev extras) into $VENV (log: $VENV/setup.log)"
+if ! { "$VENV/bin/python" -m pip install -q --upgrade pip \
+       && "$VENV/bin/python" -m pip install "${PIP_ARGS[@]}" -e '.[dev]'; } >"$VENV/setup.log" 2>&1; then
+  tail -n 40 "$VENV/setup.log" >&2
+  log "pip install failed; full log in $VENV/setup.log"
+  exit 1
+fi
 "$VENV/bin/python" -c 'import torch, torchcodec.decoders, av, pyarrow, duckdb, fsspec, huggingface_hub' \
   || { log "import check failed in $VENV"; exit 1; }
 echo "$want" > "$stamp"
