@@ -72,17 +72,28 @@ DEFAULT_RETRY = RetryPolicy()
 
 
 def http_status(exc: BaseException) -> int | None:
-    """The HTTP status carried by an exception from aiohttp, requests/httpx or huggingface_hub, if any."""
-    for attr in ("status", "status_code", "code"):
-        value = getattr(exc, attr, None)
-        if isinstance(value, int) and 100 <= value < 600:
-            return value
-    response = getattr(exc, "response", None)
-    if response is not None:
-        for attr in ("status_code", "status"):
-            value = getattr(response, attr, None)
+    """The HTTP status behind an exception from aiohttp, requests/httpx, huggingface_hub or botocore.
+
+    s3fs turns an S3 500/503 into a bare OSError whose cause is botocore's ClientError, which keeps the
+    status in `response["ResponseMetadata"]`; the cause chain is followed for that reason.
+    """
+    seen = 0
+    while exc is not None and seen < 6:
+        for attr in ("status", "status_code", "code"):
+            value = getattr(exc, attr, None)
+            if isinstance(value, int) and 100 <= value < 600:
+                return value
+        response = getattr(exc, "response", None)
+        if isinstance(response, dict):
+            value = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if isinstance(value, int):
                 return value
+        elif response is not None:
+            for attr in ("status_code", "status"):
+                value = getattr(response, attr, None)
+                if isinstance(value, int):
+                    return value
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return None
 
 
@@ -125,6 +136,7 @@ def with_retries(
     fn: Callable[[], T],
     *,
     what: str,
+    verb: str = "Reading",
     policy: RetryPolicy = DEFAULT_RETRY,
     on_retry: Callable[[BaseException, int], None] | None = None,
 ) -> T:
@@ -133,6 +145,7 @@ def with_retries(
     Args:
         fn: the request; must be safe to repeat.
         what: names the request in the error (a URL without credentials).
+        verb: what the request does, first word of the error ("Reading", "Uploading").
         policy: how many times and how long to wait.
         on_retry: called with the error and the 0-based attempt before each wait (for counters).
 
@@ -147,10 +160,10 @@ def with_retries(
             raise
         except Exception as exc:  # noqa: BLE001 - classified right below
             if not is_transient(exc):
-                raise FetchError(f"Reading {what} failed: {_describe(exc)}") from exc
+                raise FetchError(f"{verb} {what} failed: {_describe(exc)}") from exc
             if attempt + 1 == policy.attempts:
                 raise FetchError(
-                    f"Reading {what} failed after {policy.attempts} attempts: {_describe(exc)}"
+                    f"{verb} {what} failed after {policy.attempts} attempts: {_describe(exc)}"
                 ) from exc
             if on_retry is not None:
                 on_retry(exc, attempt)

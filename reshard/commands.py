@@ -2,4 +2,7 @@
 
 from __future__ import annotations
 
-from reshard import cmd_sample  # noqa: F401
+from reshard import (
+    cmd_push,  # noqa: F401
+    cmd_sample,  # noqa: F401
+)

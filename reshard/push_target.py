@@ -1,0 +1,171 @@
+"""Where `lrs push` writes: the `Target` contract, and its fsspec implementation (local, s3://, gs://, ...).
+
+A target only knows how to list, compare, and upload one unit of files; retries, ordering, progress and
+verification live in `reshard.push`, the same for every store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from cache.remote import Remote
+
+# Uploads to a local directory land in `<name><PARTIAL_MARK><random>` first, then are renamed.
+PARTIAL_MARK = ".lrs-partial-"
+_MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")
+_HASH_BLOCK = 1 << 20
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    """One file to push: its dataset-relative path, where it is on disk, and its size."""
+
+    rel: str
+    path: Path
+    bytes: int
+
+    def __repr__(self) -> str:
+        return f"LocalFile({self.rel!r}, {self.bytes} B)"
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file already at the target.
+
+    Attributes:
+        bytes: its size.
+        digest: a content hash the store hands out with the listing (S3 single-part ETag = md5, HF xet
+            hash), or None when the store exposes none that can be trusted.
+    """
+
+    bytes: int
+    digest: str | None = None
+
+
+class Target(Protocol):
+    """A place `lrs push` can upload a dataset to. Methods raise the store's own errors; the caller retries."""
+
+    url: str
+
+    def session(self) -> contextlib.AbstractContextManager[None]:
+        """A context held for the whole push (e.g. to silence the store's own progress bars)."""
+        ...
+
+    def ensure_exists(self) -> None:
+        """Create the bucket or directory if it does not exist yet (`--create`)."""
+        ...
+
+    def list_files(self) -> dict[str, RemoteFile]:
+        """Every file under the target root, by dataset-relative path; FileNotFoundError if no bucket."""
+        ...
+
+    def same_content(self, local: LocalFile, remote: RemoteFile) -> bool:
+        """Whether `remote` (same size as `local`) holds the same bytes, as far as the store can tell."""
+        ...
+
+    def batches(self, files: list[LocalFile]) -> list[list[LocalFile]]:
+        """Group files into upload units, one request (and one retry scope) each."""
+        ...
+
+    def upload(self, batch: list[LocalFile]) -> None:
+        """Upload one unit; safe to repeat."""
+        ...
+
+    def finish(self) -> None:
+        """Tidy up after a complete, verified push (e.g. drop leftovers of interrupted uploads)."""
+        ...
+
+
+class FsspecTarget:
+    """A dataset root on any fsspec filesystem; local directories get atomic temp-then-rename writes."""
+
+    def __init__(self, remote: Remote) -> None:
+        self.remote = remote
+        self.url = remote.url
+
+    def __repr__(self) -> str:
+        return f"FsspecTarget({self.url!r})"
+
+    def session(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing to hold for fsspec stores."""
+        return contextlib.nullcontext()
+
+    def ensure_exists(self) -> None:
+        """Create the root (for s3fs: the bucket) if missing."""
+        self.remote.fs.makedirs(self.remote.root, exist_ok=True)
+
+    def list_files(self) -> dict[str, RemoteFile]:
+        """Every file under the root; listing caches are dropped first so the answer is fresh."""
+        fs, root = self.remote.fs, self.remote.root
+        fs.invalidate_cache(root)
+        found = fs.find(root, detail=True)
+        start = len(root) + 1
+        return {
+            name[start:]: RemoteFile(int(info["size"]), _md5_etag(info))
+            for name, info in found.items()
+            if info.get("type", "file") == "file" and name.startswith(f"{root}/")
+        }
+
+    def same_content(self, local: LocalFile, remote: RemoteFile) -> bool:
+        """Compare the md5 of a single-part S3 upload; other stores are trusted on size alone."""
+        if remote.digest is None:
+            return True
+        return _md5(local.path) == remote.digest
+
+    def batches(self, files: list[LocalFile]) -> list[list[LocalFile]]:
+        """One file per unit: fsspec uploads are per object, and so are their retries."""
+        return [[f] for f in files]
+
+    def upload(self, batch: list[LocalFile]) -> None:
+        """Upload each file of the unit; to a local directory through a temp file and a rename."""
+        for item in batch:
+            target = self.remote.path(item.rel)
+            if self.remote.is_local:
+                _copy_atomic(item.path, Path(target))
+            else:
+                self.remote.fs.put_file(str(item.path), target)
+
+    def finish(self) -> None:
+        """Remove temp files that a killed push left in a local target."""
+        if not self.remote.is_local:
+            return
+        for path in iter_partials(Path(self.remote.root)):
+            path.unlink(missing_ok=True)
+
+
+def _copy_atomic(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = target.with_name(f"{target.name}{PARTIAL_MARK}{uuid.uuid4().hex[:12]}")
+    try:
+        shutil.copyfile(source, temp)
+        os.replace(temp, target)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def _md5_etag(info: dict[str, object]) -> str | None:
+    # A multipart ETag is "<md5 of part md5s>-<parts>": not a content hash we can recompute cheaply.
+    etag = str(info.get("ETag") or info.get("etag") or "").strip('"').lower()
+    return etag if _MD5_ETAG.match(etag) else None
+
+
+def _md5(path: Path) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(_HASH_BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def iter_partials(root: Path) -> Iterator[Path]:
+    """Leftover temp files of interrupted uploads under a local target `root`."""
+    return root.rglob(f"*{PARTIAL_MARK}*")

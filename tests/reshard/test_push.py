@@ -1,0 +1,347 @@
+"""`lrs push` to local targets (a path, file://): plan, resume, publish order, checks, CLI, secrets."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+import reshard.cmd_push  # noqa: F401 - registers `lrs push`
+from reader.index import FILES_INDEX, LAYOUT_JSON, FileEntry, files_to_table
+from reshard.cli import cli
+from reshard.errors import LayoutError, PushError
+from reshard.push import PushSummary, publish_phase, push
+from reshard.push_target import PARTIAL_MARK, FsspecTarget
+from tests.reshard.push_fixtures import TOKEN, all_files, copy_dataset, expected_files, make_dataset
+
+
+@pytest.fixture(scope="session")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_dataset(tmp_path_factory.mktemp("push-src") / "ds")
+
+
+@pytest.fixture
+def secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+
+
+@pytest.mark.parametrize("as_url", [False, True], ids=["path", "file-url"])
+def test_push_uploads_every_indexed_file(dataset: Path, tmp_path: Path, as_url: bool) -> None:
+    dest = tmp_path / "out"
+    summary = push(dataset, f"file://{dest}" if as_url else str(dest), workers=3, quiet=True)
+    expected = expected_files(dataset)
+    assert all_files(dest) == expected
+    assert sorted(summary.uploaded) == sorted(expected)
+    assert summary.skipped == ()
+    assert summary.uploaded_bytes == sum(len(v) for v in expected.values())
+    assert not summary.dry_run
+    assert summary.url == (f"file://{dest}" if as_url else str(dest))
+
+
+def test_rerun_skips_everything(dataset: Path, tmp_path: Path) -> None:
+    push(dataset, str(tmp_path / "out"), quiet=True)
+    again = push(dataset, str(tmp_path / "out"), quiet=True)
+    assert again.uploaded == ()
+    assert sorted(again.skipped) == sorted(expected_files(dataset))
+    assert again.skipped_bytes == sum(len(v) for v in expected_files(dataset).values())
+
+
+def test_resume_uploads_only_missing_and_resized_files(dataset: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "out"
+    expected = expected_files(dataset)
+    landed = sorted(r for r in expected if r.startswith("videos/"))[:3]
+    for rel in landed:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_bytes(expected[rel])
+    truncated = "data/chunk-000/file-000.parquet"
+    (dest / truncated).parent.mkdir(parents=True)
+    (dest / truncated).write_bytes(expected[truncated][:100])
+    leftover = dest / "data" / f"file-001.parquet{PARTIAL_MARK}dead"
+    leftover.write_bytes(b"half")
+
+    summary = push(dataset, str(dest), quiet=True)
+
+    assert sorted(summary.skipped) == landed
+    assert sorted(summary.uploaded) == sorted(set(expected) - set(landed))
+    assert all_files(dest) == expected
+    assert not leftover.exists()
+
+
+def test_publish_order_data_then_meta_then_index_then_layout(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[tuple[str, str]] = []
+    lock = threading.Lock()
+    upload = FsspecTarget.upload
+
+    def recording(self: FsspecTarget, batch: list) -> None:
+        with lock:
+            events.append(("start", batch[0].rel))
+        upload(self, batch)
+        with lock:
+            events.append(("end", batch[0].rel))
+
+    monkeypatch.setattr(FsspecTarget, "upload", recording)
+    push(dataset, str(tmp_path / "out"), workers=4, quiet=True)
+
+    # A file of a later phase may start only when every file of earlier phases has ended.
+    for i, (kind, rel) in enumerate(events):
+        if kind == "start":
+            earlier = {r for k, r in events if k == "start" and publish_phase(r) < publish_phase(rel)}
+            ended = {r for k, r in events[:i] if k == "end"}
+            assert earlier <= ended, rel
+    assert events[-1] == ("end", LAYOUT_JSON)
+    assert len(events) == 2 * len(expected_files(dataset))
+
+
+@pytest.mark.parametrize(
+    ("rel", "phase"),
+    [
+        ("data/chunk-000/file-000.parquet", 0),
+        ("videos/cam/chunk-000/file-000.mp4", 0),
+        ("meta/info.json", 1),
+        ("meta/episodes/chunk-000/file-000.parquet", 1),
+        ("meta/lrs/episodes.parquet", 2),
+        (FILES_INDEX, 2),
+        (LAYOUT_JSON, 3),
+    ],
+    ids=["data", "video", "info", "episodes-meta", "lrs-episodes", "lrs-files", "layout"],
+)
+def test_publish_phase(rel: str, phase: int) -> None:
+    assert publish_phase(rel) == phase
+
+
+def test_dry_run_uploads_nothing(dataset: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "out"
+    push(dataset, str(dest), quiet=True)
+    (dest / LAYOUT_JSON).unlink()
+    summary = push(dataset, str(dest), dry_run=True, quiet=True)
+    assert summary.dry_run
+    assert summary.uploaded == (LAYOUT_JSON,)
+    assert len(summary.skipped) == len(expected_files(dataset)) - 1
+    assert not (dest / LAYOUT_JSON).exists()
+    assert summary.describe().startswith("Would upload 1 files (300 B), skipped ")
+
+
+def test_progress_callback_counts_uploaded_bytes(dataset: Path, tmp_path: Path) -> None:
+    seen: list[int] = []
+    summary = push(dataset, str(tmp_path / "out"), workers=2, quiet=True, progress=seen.append)
+    assert sum(seen) == summary.uploaded_bytes
+    assert len(seen) == len(summary.uploaded)
+
+
+def _rewrite_index(root: Path, entries: list[FileEntry]) -> None:
+    pq.write_table(files_to_table(entries), root / FILES_INDEX)
+
+
+def _entries(root: Path) -> list[FileEntry]:
+    return [FileEntry(**row) for row in pq.read_table(root / FILES_INDEX).to_pylist()]
+
+
+def _drop_index(root: Path) -> None:
+    (root / FILES_INDEX).unlink()
+
+
+def _drop_video(root: Path) -> None:
+    (root / "videos/observation.images.wrist/chunk-000/file-001.mp4").unlink()
+
+
+def _grow_data(root: Path) -> None:
+    with (root / "data/chunk-000/file-000.parquet").open("ab") as handle:
+        handle.write(b"x")
+
+
+def _escape(root: Path) -> None:
+    _rewrite_index(root, [*_entries(root), FileEntry("../secret.txt", 1, "0" * 64, "meta")])
+
+
+def _garbage_index(root: Path) -> None:
+    (root / FILES_INDEX).write_bytes(b"not parquet")
+
+
+@pytest.mark.parametrize(
+    ("damage", "match"),
+    [
+        (_drop_index, r"Invalid dataset directory \(.*\): no meta/lrs/files\.parquet\. Expected an lrs/1"),
+        (_drop_video, r"videos/observation\.images\.wrist/chunk-000/file-001\.mp4 is missing"),
+        (_grow_data, r"Invalid file size \(3001 bytes\) of data/chunk-000/file-000\.parquet\. Expected 3000"),
+        (_escape, r"Invalid path \('\.\./secret\.txt'\)\. Expected a unique relative path"),
+        (_garbage_index, r"files\.parquet: Invalid files index \(.*\)\. Expected a parquet table"),
+    ],
+    ids=["no-index", "missing-file", "size-mismatch", "path-escape", "garbage-index"],
+)
+def test_source_is_validated_before_any_upload(dataset: Path, tmp_path: Path, damage, match: str) -> None:
+    source = copy_dataset(dataset, tmp_path / "src")
+    damage(source)
+    with pytest.raises(LayoutError, match=match):
+        push(source, str(tmp_path / "out"), quiet=True)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "endpoint", "match"),
+    [
+        (
+            "https://example.com/ds",
+            None,
+            r"Invalid push target \(https://example\.com/ds\)\. Expected a writable",
+        ),
+        (
+            "hf://datasets/me/ds",
+            None,
+            r"Invalid push target \(hf://datasets/me/ds\)\. Expected hf://buckets/",
+        ),
+        ("hf://buckets/only-owner", None, r"Invalid bucket URL \(hf://buckets/only-owner\)\. Expected hf://"),
+        ("SOURCE", None, r"Invalid push target \(.*\)\. Expected a place other than the source directory"),
+        (
+            "OUT",
+            "http://127.0.0.1:1",
+            r"Invalid --endpoint-url \(http://127\.0\.0\.1:1\)\. Expected no endpoint",
+        ),
+    ],
+    ids=["http", "hf-dataset-repo", "hf-bucket-no-name", "onto-source", "endpoint-for-local"],
+)
+def test_invalid_targets(dataset: Path, tmp_path: Path, url: str, endpoint: str | None, match: str) -> None:
+    url = {"SOURCE": str(dataset), "OUT": str(tmp_path / "out")}.get(url, url)
+    with pytest.raises(PushError, match=match):
+        push(dataset, url, endpoint_url=endpoint, quiet=True)
+
+
+def test_bare_path_that_looks_like_a_repo_id_is_a_directory(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    push(dataset, "owner/name", quiet=True)
+    assert all_files(tmp_path / "owner" / "name") == expected_files(dataset)
+
+
+def test_invalid_workers(dataset: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"Invalid workers \(0\)\. Expected an integer >= 1\."):
+        push(dataset, str(tmp_path / "out"), workers=0)
+
+
+def test_remote_that_drops_a_file_fails_the_check(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upload = FsspecTarget.upload
+
+    def lossy(self: FsspecTarget, batch: list) -> None:
+        if batch[0].rel != "meta/stats.json":
+            upload(self, batch)
+
+    monkeypatch.setattr(FsspecTarget, "upload", lossy)
+    with pytest.raises(
+        PushError, match=r"Invalid remote file \(.*/out/meta/stats\.json\): missing after upload"
+    ):
+        push(dataset, str(tmp_path / "out"), quiet=True)
+
+
+def test_transient_errors_are_retried_and_logged_without_secrets(
+    dataset: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    secrets: None,
+) -> None:
+    upload = FsspecTarget.upload
+    failed: set[str] = set()
+
+    def flaky(self: FsspecTarget, batch: list) -> None:
+        if batch[0].rel not in failed and len(failed) < 3:
+            failed.add(batch[0].rel)
+            raise ConnectionResetError(f"connection reset, Authorization: Bearer {TOKEN}")
+        upload(self, batch)
+
+    monkeypatch.setattr(FsspecTarget, "upload", flaky)
+    with caplog.at_level(logging.DEBUG):
+        summary = push(dataset, str(tmp_path / "out"), workers=2, quiet=True)
+    assert all_files(tmp_path / "out") == expected_files(dataset)
+    assert len(summary.uploaded) == len(expected_files(dataset))
+    assert caplog.text.count("retrying") == 3
+    assert "<redacted>" in caplog.text
+    assert TOKEN not in caplog.text
+
+
+def test_permanent_upload_error_stops_before_meta_without_secrets(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, secrets: None
+) -> None:
+    upload = FsspecTarget.upload
+
+    def forbidden(self: FsspecTarget, batch: list) -> None:
+        if batch[0].rel == "data/chunk-000/file-001.parquet":
+            raise ValueError(f"refused for token={TOKEN}")
+        upload(self, batch)
+
+    monkeypatch.setattr(FsspecTarget, "upload", forbidden)
+    with pytest.raises(
+        PushError, match=r"^Upload of .*/data/chunk-000/file-001\.parquet failed: ValueError"
+    ) as info:
+        push(dataset, str(tmp_path / "out"), workers=2, quiet=True)
+    assert TOKEN not in str(info.value)
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert not any(rel.startswith("meta/") for rel in all_files(tmp_path / "out"))
+
+
+def _invoke(*args: str) -> object:
+    return CliRunner().invoke(cli, ["push", *args], catch_exceptions=False)
+
+
+def test_cli_push_prints_summary(dataset: Path, tmp_path: Path) -> None:
+    result = _invoke(str(dataset), str(tmp_path / "out"), "--workers", "2", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert (
+        result.output.strip().splitlines()[-1].startswith(f"Uploaded {len(expected_files(dataset))} files (2")
+    )
+    assert all_files(tmp_path / "out") == expected_files(dataset)
+
+
+def test_cli_dry_run_lists_uploads_and_skips(dataset: Path, tmp_path: Path) -> None:
+    push(dataset, str(tmp_path / "out"), quiet=True)
+    (tmp_path / "out" / "meta/info.json").unlink()
+    result = _invoke(str(dataset), str(tmp_path / "out"), "--dry-run")
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0] == "upload meta/info.json"
+    assert "skip   data/chunk-000/file-000.parquet" in lines
+    assert lines[-1].startswith("Would upload 1 files (700 B), skipped ")
+    assert not (tmp_path / "out" / "meta/info.json").exists()
+
+
+def test_cli_progress_bar_runs(dataset: Path, tmp_path: Path) -> None:
+    result = _invoke(str(dataset), str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    assert "push: 100%" in result.output
+
+
+def test_cli_failure_is_one_line_without_secrets(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, secrets: None
+) -> None:
+    def leaky(self: FsspecTarget, batch: list) -> None:
+        raise PermissionError(f"denied: Authorization: Bearer {TOKEN}")
+
+    monkeypatch.setattr(FsspecTarget, "upload", leaky)
+    result = _invoke(str(dataset), str(tmp_path / "out"), "--quiet")
+    assert result.exit_code == 3
+    assert result.output.startswith("Error: Upload of ")
+    assert "PermissionError" in result.output
+    assert TOKEN not in result.output
+
+
+def test_cli_help_documents_every_option() -> None:
+    result = CliRunner().invoke(cli, ["push", "--help"])
+    assert result.exit_code == 0
+    for option in ("--create", "--endpoint-url", "--workers", "--dry-run", "--quiet"):
+        assert option in result.output
+    assert "[default: 8" in result.output
+
+
+def test_summary_repr_is_short() -> None:
+    summary = PushSummary("s3://b/p", ("a",) * 1000, (), 10, 0, 1.25)
+    assert (
+        repr(summary)
+        == "PushSummary('s3://b/p', uploaded=1000, skipped=0, bytes=10, seconds=1.2, dry_run=False)"
+    )
