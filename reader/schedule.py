@@ -1,0 +1,636 @@
+"""The order of an epoch, as pure functions of (seed, epoch, shuffle, topology, episode lengths, pool size).
+
+Nothing here does I/O, so prefetch can run ahead of emission, `lrs prewarm` (another process) can compute
+what a node will read first, and a resume replays arithmetic instead of data.
+
+An epoch is built in four steps, each a small function over numpy arrays:
+
+1. `epoch_order`: a permutation of the selected episodes, seeded by (seed, epoch).
+2. `rank_range`: the episodes' frames are concatenated in that order and cut into `world_size` equal
+   slices of `S = total // world_size` frames, so every rank yields the same number of samples and DDP
+   never hangs. The last `total % world_size` frames of the stream are dropped: at most `world_size - 1`
+   frames per epoch, and different ones every epoch when shuffled. If `total < world_size`, `S = 0` and
+   every rank is empty.
+3. `worker_range`: a rank's slice is cut the same way into `max(1, num_workers)` contiguous parts whose
+   sizes differ by at most one (the first `S % num_workers` workers get one more frame; a worker may
+   be empty). `consumer_pieces` turns a consumer's range into `Piece`s: contiguous frame ranges of one
+   episode each; an episode cut at a boundary becomes a partial piece on two consumers.
+4. `Emission`: a consumer admits its pieces in order into a pool of up to K and emits in rounds; see
+   the class docstring.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "Admission",
+    "Emission",
+    "Piece",
+    "Schedule",
+    "Step",
+    "Topology",
+    "consumer_pieces",
+    "consumer_stream",
+    "dropped_frames",
+    "epoch_order",
+    "rank_range",
+    "samples_per_rank",
+    "worker_range",
+]
+
+# Domain tags keep the (seed, epoch) stream of the episode order apart from the consumers' streams.
+_TAG_ORDER = 0x6F72
+_TAG_CONSUMER = 0x636E
+_MAX_SEED = 2**64
+_MAX_EPOCH = 2**32
+_FEISTEL_ROUNDS = 4
+_BLOCK_STEPS = 4096
+_U64 = np.uint64
+_GOLDEN = _U64(0x9E3779B97F4A7C15)
+_ODD = _U64(0xD6E8FEB86659FD93)
+
+
+def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+    """Return `value` as an int if it is an integer in [low, high), else raise the project's message."""
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    if ok and value >= low and (high is None or value < high):
+        return int(value)
+    expected = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high})"
+    raise ValueError(f"Invalid {name} ({value!r}). Expected {expected}.")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Frames [start, stop) of the episode at position `episode` of the selected episodes."""
+
+    episode: int
+    start: int
+    stop: int
+
+    def __post_init__(self) -> None:
+        # One combined check: a consumer may hold hundreds of thousands of pieces.
+        if not (type(self.episode) is type(self.start) is type(self.stop) is int) or not (
+            self.episode >= 0 and 0 <= self.start < self.stop
+        ):
+            raise ValueError(
+                f"Invalid piece of episode {self.episode!r} (frames {self.start!r}..{self.stop!r}). "
+                "Expected ints with episode >= 0 and 0 <= start < stop."
+            )
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class Topology:
+    """One consumer: a (rank, DataLoader worker) pair. `num_workers=0` means the main process only."""
+
+    world_size: int = 1
+    rank: int = 0
+    num_workers: int = 0
+    worker: int = 0
+
+    def __post_init__(self) -> None:
+        _check_int("world_size", self.world_size, 1)
+        _check_int("rank", self.rank, 0, self.world_size)
+        _check_int("num_workers", self.num_workers, 0)
+        _check_int("worker", self.worker, 0, self.workers_per_rank)
+
+    @property
+    def workers_per_rank(self) -> int:
+        """Consumers per rank: `max(1, num_workers)`."""
+        return max(1, self.num_workers)
+
+    @property
+    def consumers(self) -> int:
+        """Consumers in the whole job: `world_size * max(1, num_workers)`."""
+        return self.world_size * self.workers_per_rank
+
+
+def _as_lengths(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Validate episode lengths (frames per selected episode) and return them as an int64 array."""
+    array = np.asarray(lengths)
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise ValueError(f"Invalid episode lengths (shape {array.shape}, {array.dtype}). Expected 1-D ints.")
+    bad = np.flatnonzero(array < 0)
+    if bad.size:
+        raise ValueError(f"Invalid length ({array[bad[0]]}) of episode at position {bad[0]}. Expected >= 0.")
+    return array.astype(np.int64)
+
+
+def epoch_order(n_episodes: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """The order of the selected episodes in this epoch.
+
+    Args:
+        n_episodes: Number of selected episodes.
+        seed: Run seed, in [0, 2**64).
+        epoch: Epoch number, in [0, 2**32).
+        shuffle: False returns the identity.
+
+    Returns:
+        An int64 permutation of `range(n_episodes)`, the same for the same (seed, epoch).
+    """
+    n = _check_int("n_episodes", n_episodes, 0)
+    words = _seed_words(seed, epoch)
+    if not shuffle:
+        return np.arange(n, dtype=np.int64)
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([_TAG_ORDER, *words])))
+    return rng.permutation(n).astype(np.int64)
+
+
+def _seed_words(seed: int, epoch: int) -> list[int]:
+    """Fixed-width 32-bit words of (seed, epoch), so distinct inputs never alias in a SeedSequence."""
+    seed = _check_int("seed", seed, 0, _MAX_SEED)
+    epoch = _check_int("epoch", epoch, 0, _MAX_EPOCH)
+    return [seed & 0xFFFFFFFF, seed >> 32, epoch]
+
+
+def samples_per_rank(total_frames: int, world_size: int) -> int:
+    """Samples every rank yields per epoch: `total_frames // world_size`."""
+    return _check_int("total_frames", total_frames, 0) // _check_int("world_size", world_size, 1)
+
+
+def dropped_frames(total_frames: int, world_size: int) -> int:
+    """Frames of the epoch's stream tail no rank yields: `total_frames % world_size` (< world_size)."""
+    return _check_int("total_frames", total_frames, 0) % _check_int("world_size", world_size, 1)
+
+
+def rank_range(total_frames: int, world_size: int, rank: int) -> tuple[int, int]:
+    """Half-open range of the epoch's frame stream that `rank` yields: `[rank*S, (rank+1)*S)`."""
+    size = samples_per_rank(total_frames, world_size)
+    rank = _check_int("rank", rank, 0, world_size)
+    return rank * size, (rank + 1) * size
+
+
+def worker_range(rank_samples: int, num_workers: int, worker: int) -> tuple[int, int]:
+    """Half-open range, within a rank's slice, of one worker; part sizes differ by at most one."""
+    parts = max(1, _check_int("num_workers", num_workers, 0))
+    worker = _check_int("worker", worker, 0, parts)
+    base, extra = divmod(_check_int("rank_samples", rank_samples, 0), parts)
+    start = worker * base + min(worker, extra)
+    return start, start + base + (worker < extra)
+
+
+def _cut(order: np.ndarray, lengths: np.ndarray, low: int, high: int) -> np.ndarray:
+    """Rows (episode, start, stop) of the pieces covering frames [low, high) of `lengths[order]` concatenated."""
+    if low >= high:
+        return np.zeros((0, 3), dtype=np.int64)
+    ordered = lengths[order]
+    ends = np.cumsum(ordered)
+    first = int(np.searchsorted(ends, low, side="right"))
+    last = int(np.searchsorted(ends, high, side="left"))
+    span = np.arange(first, last + 1)
+    begins = ends[span] - ordered[span]
+    rows = np.stack(
+        [order[span], np.maximum(begins, low) - begins, np.minimum(ends[span], high) - begins], axis=1
+    )
+    return rows[rows[:, 2] > rows[:, 1]]
+
+
+def _consumer_rows(
+    lengths: Sequence[int] | np.ndarray, *, seed: int, epoch: int, shuffle: bool, topology: Topology
+) -> np.ndarray:
+    lengths = _as_lengths(lengths)
+    order = epoch_order(lengths.size, seed=seed, epoch=epoch, shuffle=shuffle)
+    rank_low, rank_high = rank_range(int(lengths.sum()), topology.world_size, topology.rank)
+    low, high = worker_range(rank_high - rank_low, topology.num_workers, topology.worker)
+    return _cut(order, lengths, rank_low + low, rank_low + high)
+
+
+def consumer_pieces(
+    lengths: Sequence[int] | np.ndarray, *, seed: int, epoch: int, shuffle: bool, topology: Topology
+) -> list[Piece]:
+    """The pieces one consumer streams in this epoch, in admission order.
+
+    Args:
+        lengths: Frames of each selected episode; `Piece.episode` is a position in this sequence.
+        seed: Run seed.
+        epoch: Epoch number.
+        shuffle: Shuffle the episode order (and, in `Emission`, the frames).
+        topology: The consumer.
+
+    Returns:
+        Contiguous frame ranges whose lengths sum to this consumer's share (possibly zero).
+    """
+    rows = _consumer_rows(lengths, seed=seed, epoch=epoch, shuffle=shuffle, topology=topology)
+    return [Piece(*row) for row in rows.tolist()]
+
+
+def _piece_rows(pieces: Sequence[Piece] | np.ndarray) -> np.ndarray:
+    """Pieces as validated int64 rows (episode, start, stop)."""
+    if not isinstance(pieces, np.ndarray):
+        return np.asarray([(p.episode, p.start, p.stop) for p in pieces], dtype=np.int64).reshape(-1, 3)
+    if pieces.ndim != 2 or pieces.shape[1] != 3 or (pieces.size and pieces.dtype.kind not in "iu"):
+        raise ValueError(f"Invalid piece rows (shape {pieces.shape}, {pieces.dtype}). Expected (n, 3) ints.")
+    bad = np.flatnonzero((pieces[:, 0] < 0) | (pieces[:, 1] < 0) | (pieces[:, 2] <= pieces[:, 1]))
+    if bad.size:
+        raise ValueError(f"Invalid piece {bad[0]} ({pieces[bad[0]].tolist()}). Expected 0 <= start < stop.")
+    return pieces.astype(np.int64)
+
+
+def consumer_stream(seed: int, epoch: int, topology: Topology) -> np.random.SeedSequence:
+    """The random stream of one consumer: derived from (seed, epoch, rank, worker) only."""
+    words = _seed_words(seed, epoch)
+    return np.random.SeedSequence([_TAG_CONSUMER, *words, topology.rank, topology.worker])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Counter-based randomness: any round's order and any frame of a piece's permutation is computed directly
+# from (key, counters), so a resume never replays earlier rounds and whole blocks vectorize.
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finalizer: a bijective 64-bit mixer (uint64 arrays wrap, as intended)."""
+    x = x ^ (x >> _U64(30))
+    x = x * _U64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> _U64(27))
+    x = x * _U64(0x94D049BB133111EB)
+    return x ^ (x >> _U64(31))
+
+
+def _hash(key: np.uint64, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """A 64-bit pseudo-random value per (key, a, b), for 1-D int arrays a and b."""
+    return _mix64(_mix64(key ^ (a.astype(_U64) * _GOLDEN)) + b.astype(_U64) * _ODD)
+
+
+def _feistel(keys: np.ndarray, piece: np.ndarray, x: np.ndarray, half: np.ndarray) -> np.ndarray:
+    """A keyed bijection of [0, 4**half) per piece (balanced Feistel network of `half`-bit halves)."""
+    mask = (_U64(1) << half) - _U64(1)
+    left, right = x >> half, x & mask
+    for key in keys:
+        left, right = right, left ^ (_hash(key, piece, right) & mask)
+    return (left << half) | right
+
+
+def _permute_within(keys: np.ndarray, piece: np.ndarray, t: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Element `t` of a pseudo-random permutation of `range(length)`, one permutation per piece.
+
+    Cycle-walking: the Feistel bijection is over the smallest power of four >= length (< 4 * length), and
+    out-of-range outputs are fed back in until they land in range; that restricts a bijection of the
+    larger domain to a bijection of [0, length), on average in fewer than four passes.
+    """
+    piece = piece.astype(_U64)
+    length = length.astype(_U64)
+    half = ((np.frexp((length - _U64(1)).astype(np.float64))[1] + 1) // 2).astype(_U64)
+    y = _feistel(keys, piece, t.astype(_U64), half)
+    todo = np.flatnonzero(y >= length)
+    while todo.size:
+        y[todo] = _feistel(keys, piece[todo], y[todo], half[todo])
+        todo = todo[y[todo] >= length[todo]]
+    return y.astype(np.int64)
+
+
+def _round_major(key: np.uint64, rnd: np.ndarray, piece: np.ndarray) -> np.ndarray:
+    """Indices sorting (round, piece) pairs by round, then by a fresh random order within each round.
+
+    Ties of the 64-bit hash fall back to input order, which is piece order in every caller.
+    """
+    return np.lexsort((_hash(key, rnd, piece), rnd))
+
+
+def _spans(first: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Concatenated `arange(first[i], first[i] + count[i])` for every i."""
+    offsets = np.cumsum(count) - count
+    return np.repeat(first - offsets, count) + np.arange(int(count.sum()), dtype=np.int64)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The pool plan. Each round every piece in the pool emits exactly one frame, so which pieces are in the
+# pool in which round does not depend on randomness: a piece admitted to start in round a, with L frames,
+# is emitted in rounds a .. a+L-1 and leaves in round e = a+L-1; the pieces that start in round e+1 are
+# the next ones in order, one per departure. Only the order inside a round is random.
+
+
+def _start_rounds(lengths: np.ndarray, pool_size: int) -> np.ndarray:
+    """The round each piece is first emitted in (non-decreasing in piece order). O(P log K)."""
+    if pool_size == 1:
+        return np.cumsum(lengths) - lengths
+    sizes = lengths.tolist()
+    starts = [0] * len(sizes)
+    ends = [size - 1 for size in sizes[:pool_size]]
+    heapq.heapify(ends)
+    for j in range(pool_size, len(sizes)):
+        # The earliest departure frees the slot; ties depart in the same round, so order among them is moot.
+        starts[j] = ends[0] + 1
+        heapq.heapreplace(ends, starts[j] + sizes[j] - 1)
+    return np.asarray(starts, dtype=np.int64)
+
+
+def _round_offsets(first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Step at which each round begins (pool size summed over rounds); one extra entry, the total."""
+    rounds = int(last.max()) + 1
+    delta = np.bincount(first, minlength=rounds + 1) - np.bincount(last + 1, minlength=rounds + 1)
+    return np.concatenate([[0], np.cumsum(np.cumsum(delta)[:rounds])]).astype(np.int64)
+
+
+def _departure_steps(key: np.uint64, first: np.ndarray, last: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Step of each piece's last frame: its position in the random order of its last round.
+
+    Only the rounds where some piece leaves are ordered, so the work is bounded by the consumer's samples.
+    """
+    rounds = np.unique(last)
+    low = np.searchsorted(rounds, first, side="left")
+    count = np.searchsorted(rounds, last, side="right") - low
+    piece = np.repeat(np.arange(first.size, dtype=np.int64), count)
+    rnd = rounds[_spans(low, count)]
+    order = _round_major(key, rnd, piece)
+    rnd, piece = rnd[order], piece[order]
+    position = np.arange(rnd.size) - np.searchsorted(rnd, rnd, side="left")
+    leaving = rnd == last[piece]
+    departure = np.empty(first.size, dtype=np.int64)
+    departure[piece[leaving]] = offsets[rnd[leaving]] + position[leaving]
+    return departure
+
+
+def _admission_steps(first: np.ndarray, last: np.ndarray, departure: np.ndarray) -> np.ndarray:
+    """Step before which each piece is admitted: pieces starting in round r+1 take, in piece order, the
+    slots freed by round r's departures in emission order, right after each departing frame."""
+    admission = np.zeros(first.size, dtype=np.int64)
+    later = np.flatnonzero(first > 0)
+    by_step = np.argsort(departure, kind="stable")
+    freed, freed_round = departure[by_step], last[by_step]
+    nth = later - np.searchsorted(first, first[later], side="left")
+    admission[later] = freed[np.searchsorted(freed_round, first[later] - 1, side="left") + nth] + 1
+    return admission
+
+
+class Step(NamedTuple):
+    """One emitted sample of a consumer (a NamedTuple: one is built per sample, on the hot path).
+
+    Attributes:
+        step: Index of this sample in the consumer's epoch stream.
+        piece: Index of its piece in `Emission.pieces`.
+        frame: Frame index within the episode (`pieces[piece].start <= frame < pieces[piece].stop`).
+        last: This is the piece's final frame; the piece leaves the pool after it.
+        admitted: Pieces to admit into the pool before this sample, in admission order.
+    """
+
+    step: int
+    piece: int
+    frame: int
+    last: bool
+    admitted: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A piece and the step before which it enters the pool."""
+
+    step: int
+    index: int
+    piece: Piece
+
+
+class Emission:
+    """The order in which one consumer emits the frames of its pieces, as a pure plan.
+
+    Pieces are admitted in order into a pool of up to `pool_size` (K). Emission proceeds in rounds: each
+    round visits every piece in the pool once, in a fresh random order, and emits that piece's next frame
+    from a per-piece random permutation of its frames. A piece that runs out leaves the pool and the next
+    piece is admitted at once (it joins the next round), so the pool never exceeds K and consecutive
+    samples come from distinct episodes. With `shuffle=False` the frames are emitted sequentially (pieces
+    in order, frames in order) and piece j >= K is admitted right after piece j-K's last frame.
+
+    Everything is derived from the pieces, K and the consumer's `SeedSequence`, so `steps(start=n)`
+    resumes exactly after n samples by arithmetic, and round orders are computed block-wise with numpy.
+    """
+
+    def __init__(
+        self,
+        pieces: Sequence[Piece] | np.ndarray,
+        *,
+        pool_size: int,
+        shuffle: bool,
+        stream: np.random.SeedSequence,
+    ) -> None:
+        rows = _piece_rows(pieces)
+        self.pool_size = _check_int("pool_size", pool_size, 1)
+        self.shuffle = bool(shuffle)
+        keys = stream.generate_state(1 + _FEISTEL_ROUNDS, dtype=np.uint64)
+        self._round_key, self._frame_keys = keys[0], keys[1:]
+        self._episodes, self._starts, self._lengths = rows[:, 0], rows[:, 1], rows[:, 2] - rows[:, 1]
+        self._offsets = np.concatenate([[0], np.cumsum(self._lengths)]).astype(np.int64)
+        self.total = int(self._offsets[-1])
+        if not rows.size:
+            self._admission = self._departure = np.zeros(0, dtype=np.int64)
+        elif self.shuffle:
+            self._plan_rounds()
+        else:
+            self._departure = self._offsets[1:] - 1
+            self._admission = np.concatenate(
+                [np.zeros(min(self.pool_size, len(rows)), dtype=np.int64),
+                 self._offsets[1 : max(1, len(rows) - self.pool_size + 1)]]
+            )  # fmt: skip
+        self._admission.setflags(write=False)
+        self._departure.setflags(write=False)
+
+    def _plan_rounds(self) -> None:
+        self._first = _start_rounds(self._lengths, self.pool_size)
+        self._last = self._first + self._lengths - 1
+        self._round_offsets = _round_offsets(self._first, self._last)
+        self._departure = _departure_steps(self._round_key, self._first, self._last, self._round_offsets)
+        self._admission = _admission_steps(self._first, self._last, self._departure)
+
+    def __repr__(self) -> str:
+        return f"Emission(pieces={self._starts.size}, total={self.total}, pool_size={self.pool_size}, shuffle={self.shuffle})"
+
+    def __len__(self) -> int:
+        return self.total
+
+    def __iter__(self) -> Iterator[Step]:
+        return self.steps()
+
+    @functools.cached_property
+    def pieces(self) -> tuple[Piece, ...]:
+        """The consumer's pieces, in admission order."""
+        return tuple(Piece(*row) for row in zip(*self._columns(), strict=True))
+
+    def piece(self, index: int) -> Piece:
+        """Piece `index` (as in `Step.piece`), built on demand."""
+        return Piece(
+            int(self._episodes[index]),
+            int(self._starts[index]),
+            int(self._starts[index] + self._lengths[index]),
+        )
+
+    def _columns(self) -> tuple[list[int], list[int], list[int]]:
+        return self._episodes.tolist(), self._starts.tolist(), (self._starts + self._lengths).tolist()
+
+    @property
+    def admission_steps(self) -> np.ndarray:
+        """Read-only: the step before which each piece is admitted (non-decreasing in piece order)."""
+        return self._admission
+
+    @property
+    def departure_steps(self) -> np.ndarray:
+        """Read-only: the step of each piece's last frame."""
+        return self._departure
+
+    def admission_order(self) -> list[Admission]:
+        """The pieces in admission order (the piece order) with the step before which each is admitted."""
+        return [
+            Admission(int(s), i, p) for i, (s, p) in enumerate(zip(self._admission, self.pieces, strict=True))
+        ]
+
+    def pool_at(self, step: int) -> tuple[int, ...]:
+        """Pieces in the pool just before `step` is emitted (admitted before or at it, not yet gone)."""
+        step = self._check_start(step)
+        return tuple(np.flatnonzero((self._admission <= step) & (self._departure >= step)).tolist())
+
+    def arrays(self, start: int = 0, stop: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Piece indices and episode frame indices of steps [start, stop), as int64 arrays."""
+        start = self._check_start(start)
+        stop = self.total if stop is None else _check_int("stop", stop, start, self.total + 1)
+        pieces, frames = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+        for block_start, piece, frame, _ in self._blocks(start):
+            if block_start >= stop:
+                break
+            pieces.append(piece[: stop - block_start])
+            frames.append(frame[: stop - block_start])
+        return np.concatenate(pieces), np.concatenate(frames)
+
+    def steps(self, start: int = 0) -> Iterator[Step]:
+        """Iterate the samples from step `start` on, exactly as an uninterrupted iteration would.
+
+        A resumed iteration (start > 0) admits the whole pool it resumes into (`pool_at(start)`) before
+        its first sample; after that, admissions are those of the uninterrupted iteration.
+        """
+        start = self._check_start(start)
+        admission = self._admission.tolist()
+        pending = int(np.searchsorted(self._admission, start, side="right"))
+        admitted = self.pool_at(start)
+        for block_start, piece, frame, last in self._blocks(start):
+            rows = zip(piece.tolist(), frame.tolist(), last.tolist(), strict=True)
+            for step, (p, f, end) in enumerate(rows, start=block_start):
+                if step > start:
+                    first = pending
+                    while pending < len(admission) and admission[pending] == step:
+                        pending += 1
+                    admitted = tuple(range(first, pending))
+                yield Step(step, p, f, end, admitted)
+
+    def _check_start(self, start: int) -> int:
+        return _check_int(f"start step of a consumer with {self.total} samples", start, 0, self.total + 1)
+
+    def _blocks(self, start: int) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        """(first step, piece, frame, last) arrays of consecutive steps from `start` to the end."""
+        if start >= self.total:
+            return
+        yield from (self._shuffled_blocks(start) if self.shuffle else self._sequential_blocks(start))
+
+    def _sequential_blocks(self, start: int) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        for low in range(start, self.total, _BLOCK_STEPS):
+            step = np.arange(low, min(low + _BLOCK_STEPS, self.total), dtype=np.int64)
+            piece = np.searchsorted(self._offsets, step, side="right") - 1
+            t = step - self._offsets[piece]
+            yield low, piece, self._starts[piece] + t, t == self._lengths[piece] - 1
+
+    def _shuffled_blocks(self, start: int) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        first, last, offsets = self._first, self._last, self._round_offsets
+        rounds = offsets.size - 1
+        r0 = int(np.searchsorted(offsets, start, side="right")) - 1
+        skip = start - int(offsets[r0])
+        active = np.flatnonzero((first <= r0) & (last >= r0))
+        fresh = int(np.searchsorted(first, r0, side="right"))
+        while r0 < rounds:
+            target = int(np.searchsorted(offsets, offsets[r0] + _BLOCK_STEPS, side="right")) - 1
+            r1 = min(rounds, max(r0 + 1, target))
+            newcomers = int(np.searchsorted(first, r1 - 1, side="right"))
+            pool = np.concatenate([active, np.arange(fresh, newcomers, dtype=np.int64)])
+            piece, rnd = self._round_block(pool, r0, r1)
+            t = _permute_within(self._frame_keys, piece, rnd - first[piece], self._lengths[piece])
+            yield (
+                int(offsets[r0]) + skip,
+                piece[skip:],
+                (self._starts[piece] + t)[skip:],
+                (rnd == last[piece])[skip:],
+            )
+            active, fresh, r0, skip = pool[last[pool] >= r1], newcomers, r1, 0
+
+    def _round_block(self, pool: np.ndarray, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray]:
+        """(piece, round) of every emission in rounds [r0, r1), in emission order, for these pieces."""
+        low = np.maximum(self._first[pool], r0)
+        count = np.minimum(self._last[pool], r1 - 1) - low + 1
+        piece = np.repeat(pool, count)
+        rnd = _spans(low, count)
+        order = _round_major(self._round_key, rnd, piece)
+        return piece[order], rnd[order]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Every consumer's order for a run: the one object the reader and `lrs prewarm` both build.
+
+    Args:
+        lengths: Frames of each selected episode (positions are `Piece.episode`).
+        seed: Run seed, in [0, 2**64).
+        shuffle: Shuffle episodes, pool rounds and frames; False streams sequentially.
+        world_size: Number of ranks.
+        num_workers: DataLoader workers per rank (0: the main process).
+        pool_size: Episode pool size K of each consumer.
+    """
+
+    lengths: tuple[int, ...] = field(repr=False)
+    seed: int
+    shuffle: bool = True
+    world_size: int = 1
+    num_workers: int = 0
+    pool_size: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lengths", tuple(_as_lengths(self.lengths).tolist()))
+        _seed_words(self.seed, 0)
+        Topology(self.world_size, 0, self.num_workers, 0)
+        _check_int("pool_size", self.pool_size, 1)
+
+    @property
+    def total_frames(self) -> int:
+        """Frames of the selected episodes."""
+        return sum(self.lengths)
+
+    @property
+    def samples_per_rank(self) -> int:
+        """Samples each rank yields per epoch (equal on every rank)."""
+        return samples_per_rank(self.total_frames, self.world_size)
+
+    @property
+    def dropped_frames(self) -> int:
+        """Frames no rank yields per epoch (the stream's tail, < world_size)."""
+        return dropped_frames(self.total_frames, self.world_size)
+
+    def worker_samples(self) -> tuple[int, ...]:
+        """Samples per epoch of each worker of a rank (the same on every rank and every epoch)."""
+        ranges = (
+            worker_range(self.samples_per_rank, self.num_workers, w) for w in range(max(1, self.num_workers))
+        )
+        return tuple(high - low for low, high in ranges)
+
+    def topology(self, rank: int, worker: int) -> Topology:
+        """The consumer (rank, worker) of this run."""
+        return Topology(self.world_size, rank, self.num_workers, worker)
+
+    def pieces(self, epoch: int, rank: int, worker: int) -> list[Piece]:
+        """The pieces of consumer (rank, worker) in `epoch`, in admission order."""
+        topology = self.topology(rank, worker)
+        return consumer_pieces(
+            self.lengths, seed=self.seed, epoch=epoch, shuffle=self.shuffle, topology=topology
+        )
+
+    def emission(self, epoch: int, rank: int, worker: int) -> Emission:
+        """The emission plan of consumer (rank, worker) in `epoch`."""
+        topology = self.topology(rank, worker)
+        return Emission(
+            _consumer_rows(
+                self.lengths, seed=self.seed, epoch=epoch, shuffle=self.shuffle, topology=topology
+            ),
+            pool_size=self.pool_size,
+            shuffle=self.shuffle,
+            stream=consumer_stream(self.seed, epoch, topology),
+        )
