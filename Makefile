@@ -14,9 +14,14 @@ demo: setup
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# Every scripts/bench_*.py takes --out FILE and writes JSON there (the reader bench also draws a PNG).
 bench: setup
-	$(PY) scripts/bench_reshard.py --out bench/reshard.json
-	$(PY) scripts/bench_reader.py --out bench/reader.json --chart bench/reader.png
+	@mkdir -p bench
+	@set -e; for script in scripts/bench_*.py; do \
+	  [ -e "$$script" ] || continue; name=$$(basename $$script .py); name=$${name#bench_}; \
+	  echo "== $$script -> bench/$$name.json"; \
+	  $(PY) $$script --out bench/$$name.json; \
+	done
 
 lint: setup
 	$(VENV)/bin/ruff check cache reader reshard tests scripts
