@@ -101,13 +101,10 @@ def is_transient(exc: BaseException) -> bool:
     """Whether retrying the same request may succeed."""
     if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
         return False
-    status = http_status(exc)
-    if status is not None:
-        return status == 408 or status == 429 or status >= 500
-    if isinstance(exc, (TimeoutError, ConnectionError, TruncatedRead)):
-        return True
     name = type(exc).__name__
-    # aiohttp and botocore keep their connection errors outside the builtin hierarchy.
+    # aiohttp and botocore keep their connection errors outside the builtin hierarchy. Checked before
+    # any status: a body cut short is an aiohttp ClientPayloadError caused by a ContentLengthError whose
+    # `code` is 400, a status aiohttp's parser suggests, not one the server sent.
     if name in {
         "ClientPayloadError",
         "ServerDisconnectedError",
@@ -125,6 +122,11 @@ def is_transient(exc: BaseException) -> bool:
         "ChunkedEncodingError",
         "ProtocolError",
     }:
+        return True
+    status = http_status(exc)
+    if status is not None:
+        return status == 408 or status == 429 or status >= 500
+    if isinstance(exc, (TimeoutError, ConnectionError, TruncatedRead)):
         return True
     if isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS:
         return True

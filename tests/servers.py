@@ -132,7 +132,7 @@ class RangeServer:
 
     @property
     def requests(self) -> list[Request]:
-        """A copy of the request log, in answer order."""
+        """A copy of the request log, in answer order (an answer is logged before it is sent)."""
         with self._changed:
             return list(self._log)
 
@@ -241,11 +241,12 @@ def _make_handler(server: RangeServer) -> type[http.server.BaseHTTPRequestHandle
             if fault in ("truncate", "stall"):
                 self.send_header("Connection", "close")
                 self.close_connection = True
+            complete = not body or (fault is None and len(sent) == len(payload))
+            # Logged before any byte is sent, so a client that got its answer finds it in the log.
+            server._record(Request(self.command, path, byte_range, status, fault, complete))
             self.end_headers()
             if body:
                 self._send_body(fault, sent)
-            complete = not body or (fault is None and len(sent) == len(payload))
-            server._record(Request(self.command, path, byte_range, status, fault, complete))
 
         def _send_body(self, fault: Fault | None, sent: bytes) -> None:
             if fault == "stall":
@@ -257,12 +258,12 @@ def _make_handler(server: RangeServer) -> type[http.server.BaseHTTPRequestHandle
 
         def _status(self, status: int, path: str, byte_range: str | None, fault: Fault | None) -> None:
             message = f"status {status}\n".encode()
+            server._record(Request(self.command, path, byte_range, status, fault, False))
             self.send_response(status)
             self.send_header("Content-Length", str(len(message)))
             self.end_headers()
             if self.command == "GET":
                 self.wfile.write(message)
-            server._record(Request(self.command, path, byte_range, status, fault, False))
 
     return Handler
 

@@ -1,0 +1,135 @@
+"""Remote reads for the cache: verified whole-file downloads into temp files, and ranged reads.
+
+`cache.remote.Remote` already retries transient errors (resets, 5xx, truncated bodies it can detect).
+This module adds the integrity re-fetch: a download whose size or sha256 is wrong is discarded and
+fetched again, up to `attempts` times, then `IntegrityError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cache.errors import FetchError, IntegrityError
+from cache.remote import Remote, redact
+from cache.stats import Counters
+from cache.store import file_sha256, open_fd, write_record
+
+DEFAULT_INTEGRITY_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a file must be to be served: its size and sha256, each when known."""
+
+    size: int | None = None
+    sha256: str | None = None
+
+    def describe(self) -> str:
+        """A short phrase for error messages."""
+        parts = [
+            f"{self.size} bytes" if self.size is not None else "",
+            f"sha256 {self.sha256}" if self.sha256 else "",
+        ]
+        return " with ".join(p for p in parts if p) or "a readable file"
+
+
+def download_verified(
+    remote: Remote,
+    rel: str,
+    *,
+    expected: Expected,
+    new_temp: Callable[[], str],
+    record_path: str,
+    counters: Counters,
+    attempts: int = DEFAULT_INTEGRITY_ATTEMPTS,
+) -> str:
+    """Download `rel` into a fresh temp file until it matches `expected`; return the temp path.
+
+    Args:
+        remote: where the dataset lives.
+        rel: the dataset-relative path.
+        expected: the size and sha256 the file must have.
+        new_temp: creates the (empty) temp file to download into, reserving space for it.
+        record_path: where to record the verified sha256 of the result (when `expected.sha256`).
+        counters: counts bytes, seconds and integrity retries.
+        attempts: downloads to try before giving up on a remote that serves wrong bytes.
+
+    Raises:
+        FetchError: the remote has no such file, or failed permanently.
+        IntegrityError: every attempt produced a file of the wrong size or sha256.
+    """
+    problem = ""
+    for attempt in range(attempts):
+        temp = new_temp()
+        try:
+            problem = _download_once(remote, rel, temp, expected, record_path, counters)
+            if problem is None:
+                return temp
+        except BaseException:
+            _unlink(temp)
+            raise
+        _unlink(temp)
+        counters.add(integrity_retries=1)
+        if attempt + 1 < attempts:
+            time.sleep(remote.retry.delay_s(attempt))
+    raise IntegrityError(
+        f"Invalid file ({redact(remote.display(rel))}): {problem} after {attempts} downloads. "
+        f"Expected {expected.describe()}."
+    )
+
+
+def _download_once(
+    remote: Remote, rel: str, temp: str, expected: Expected, record_path: str, counters: Counters
+) -> str | None:
+    """One download into `temp`; None if it checks out (sha256 recorded), else what is wrong."""
+    started = time.monotonic()
+    try:
+        remote.get(rel, temp)
+    except FileNotFoundError as exc:
+        raise _missing(remote, rel) from exc
+    finally:
+        counters.add(fetch_seconds=time.monotonic() - started, flush=False)
+    with open_fd(temp) as fd:
+        st = os.fstat(fd)
+        counters.add(bytes_fetched=st.st_size, flush=False)
+        if expected.size is not None and st.st_size != expected.size:
+            return f"size {st.st_size}"
+        if expected.sha256 is not None:
+            got = file_sha256(fd)
+            if got != expected.sha256:
+                return f"sha256 {got}"
+            write_record(record_path, expected.sha256, st)
+    return None
+
+
+def read_remote_range(remote: Remote, rel: str, start: int, end: int, counters: Counters) -> bytes:
+    """Bytes `[start, end)` of `rel` in one ranged request (retried by the remote), counted.
+
+    Raises:
+        FetchError: the remote has no such file, or failed permanently.
+    """
+    started = time.monotonic()
+    try:
+        data = remote.cat_range(rel, start, end)
+    except FileNotFoundError as exc:
+        raise _missing(remote, rel) from exc
+    finally:
+        counters.add(fetch_seconds=time.monotonic() - started, flush=False)
+    counters.add(range_reads=1, bytes_fetched=len(data))
+    return data
+
+
+def _missing(remote: Remote, rel: str) -> FetchError:
+    return FetchError(
+        f"Invalid dataset path ({redact(remote.display(rel))}): the remote has no such file. "
+        "Expected a file listed by the dataset."
+    )
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

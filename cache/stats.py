@@ -1,0 +1,141 @@
+"""Cache counters: per process in memory, per process on disk, summed across processes on request.
+
+Each cache object writes its counters to `<cache_dir>/.lrs/stats/<pid>-<token>.json` (atomically) after
+every download, eviction or ranged read, and at most once a second for hits, so a process that dies
+loses at most a second of hit counts. `aggregate_stats` sums the files of every process, dead or alive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+from cache.errors import CacheError
+from cache.store import META_DIR, atomic_write
+
+_HIT_FLUSH_INTERVAL_S = 1.0
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """Counters of a node cache.
+
+    Attributes:
+        hits: whole-file requests served without downloading (local fast path and waits for another
+            process's download included), and ranged reads served from a cached file.
+        misses: whole-file requests this process downloaded.
+        bytes_fetched: bytes received from the remote (failed integrity attempts included).
+        evictions: files this process evicted to stay within the budget.
+        bytes_evicted: their bytes.
+        fetch_seconds: wall time spent in remote reads (summed over threads).
+        range_reads: ranged reads sent to the remote.
+        integrity_retries: downloads discarded because their size or sha256 was wrong.
+        budget_overruns: downloads that did not fit in `max_bytes` even after evicting every file not
+            in use or in flight (the budget is too small for the files in use).
+    """
+
+    hits: int = 0
+    misses: int = 0
+    bytes_fetched: int = 0
+    evictions: int = 0
+    bytes_evicted: int = 0
+    fetch_seconds: float = 0.0
+    range_reads: int = 0
+    integrity_retries: int = 0
+    budget_overruns: int = 0
+
+    def __add__(self, other: CacheStats) -> CacheStats:
+        if not isinstance(other, CacheStats):
+            return NotImplemented
+        return CacheStats(
+            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)}
+        )
+
+    def to_dict(self) -> dict[str, int | float]:
+        """The counters as a JSON-able dict."""
+        return dataclasses.asdict(self)
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(CacheStats))
+
+
+class Counters:
+    """Thread-safe counters of one cache object in one process, mirrored to a per-process file.
+
+    Args:
+        cache_dir: the cache directory.
+        fingerprint: the dataset they count for (written into the file, for filtering).
+    """
+
+    def __init__(self, cache_dir: str, fingerprint: str) -> None:
+        self._lock = threading.Lock()
+        self._stats = CacheStats()
+        self._fingerprint = fingerprint
+        self._path = os.path.join(cache_dir, META_DIR, "stats", f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json")
+        self._flushed_at = float("-inf")
+        self._dirty = False
+
+    def add(self, *, flush: bool = True, **deltas: int | float) -> None:
+        """Add to counters by name; `flush=False` writes the file at most once a second."""
+        with self._lock:
+            self._stats = self._stats + CacheStats(**deltas)
+            self._dirty = True
+            due = flush or time.monotonic() - self._flushed_at >= _HIT_FLUSH_INTERVAL_S
+        if due:
+            self.flush()
+
+    def snapshot(self) -> CacheStats:
+        """The counters now."""
+        with self._lock:
+            return self._stats
+
+    def flush(self) -> None:
+        """Write the counters file if anything changed since the last write."""
+        with self._lock:
+            if not self._dirty:
+                return
+            payload = {
+                "pid": os.getpid(),
+                "fingerprint": self._fingerprint,
+                "counters": self._stats.to_dict(),
+            }
+            # Written under the lock so that files never go back in time when threads race.
+            atomic_write(self._path, json.dumps(payload).encode())
+            self._dirty = False
+            self._flushed_at = time.monotonic()
+
+
+def aggregate_stats(cache_dir: str | os.PathLike[str], *, fingerprint: str | None = None) -> CacheStats:
+    """Sum the counters every process wrote under `cache_dir` (only one dataset's, if `fingerprint`).
+
+    Raises:
+        CacheError: a counters file is not what this module writes.
+    """
+    directory = os.path.join(os.fspath(cache_dir), META_DIR, "stats")
+    total = CacheStats()
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".json") and not n.startswith("."))
+    except FileNotFoundError:
+        return total
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                payload = json.load(f)
+            counters = payload["counters"]
+            if set(counters) - _FIELDS:
+                raise KeyError(sorted(set(counters) - _FIELDS)[0])
+            if fingerprint is None or payload["fingerprint"] == fingerprint:
+                total = total + CacheStats(**counters)
+        except FileNotFoundError:
+            continue
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CacheError(
+                f"Invalid cache counters file ({path}): {exc!r}. Expected JSON written by lrs's cache."
+            ) from exc
+    return total

@@ -1,0 +1,326 @@
+"""The on-disk layout of a node cache directory, and the file primitives the cache is built from.
+
+```
+<cache_dir>/
+  <fingerprint>/<rel>                                published files: complete and checked
+  <fingerprint>/<dir>/.<name>.<size|x>.<token>.lrs-part  a download in flight, or left by a killed one
+  .lrs/budget.lock                                   reservation and eviction (exclusive), publishing (shared)
+  .lrs/locks/<fingerprint>/<rel>.lock                per-file flock: shared = in use, exclusive = written
+  .lrs/locks/<fingerprint>/<rel>.sha256              which published version was hashed, with what result
+  .lrs/stats/<pid>-<token>.json                      the counters of one cache object in one process
+```
+
+Locks are `fcntl.flock` on lock files that are never deleted (deleting one would let two processes lock
+two different inodes under one name). The kernel drops a flock when its process dies, so a SIGKILLed
+downloader or reader never wedges the others. A temp file exists only while its downloader holds the
+exclusive lock of its target; one found with that lock free is stale and anyone may delete it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from cache.errors import IntegrityError
+
+META_DIR = ".lrs"
+TEMP_SUFFIX = ".lrs-part"
+_FINGERPRINT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<size>\d+|x)\.[0-9a-f]{12}" + re.escape(TEMP_SUFFIX) + "$")
+_CHUNK = 1 << 20
+
+
+def check_fingerprint(fingerprint: str) -> str:
+    """Return `fingerprint` if it can name a directory of the cache, else raise ValueError."""
+    if not isinstance(fingerprint, str) or not _FINGERPRINT.match(fingerprint):
+        raise ValueError(
+            f"Invalid fingerprint ({fingerprint!r}). Expected letters, digits, '.', '_' or '-', "
+            "not starting with '.' or '-'."
+        )
+    return fingerprint
+
+
+def check_rel(rel: str) -> str:
+    """Return `rel` if it is a dataset-relative POSIX file path, else raise ValueError."""
+    parts = rel.split("/") if isinstance(rel, str) else []
+    if not parts or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in rel:
+        raise ValueError(
+            f"Invalid dataset path ({rel!r}). Expected a relative POSIX path like 'data/a.parquet'."
+        )
+    if rel.endswith(TEMP_SUFFIX):
+        raise ValueError(f"Invalid dataset path ({rel!r}). Expected a name not ending in {TEMP_SUFFIX!r}.")
+    return rel
+
+
+def check_sha256(sha256: str | None) -> str | None:
+    """Return `sha256` if it is None or 64 lowercase hex digits, else raise ValueError."""
+    if sha256 is not None and (not isinstance(sha256, str) or not _SHA256.match(sha256)):
+        raise ValueError(f"Invalid sha256 ({sha256!r}). Expected 64 lowercase hex digits.")
+    return sha256
+
+
+def check_size(size: int | None) -> int | None:
+    """Return `size` if it is None or a non-negative int, else raise ValueError."""
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+        raise ValueError(f"Invalid size ({size!r}). Expected a non-negative number of bytes or None.")
+    return size
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """Where the files of one dataset live inside a cache directory.
+
+    Attributes:
+        root: the cache directory, absolute.
+        fingerprint: the dataset's directory name under `root`.
+    """
+
+    root: str
+    fingerprint: str
+
+    def data_path(self, rel: str) -> str:
+        """Where the published copy of `rel` lives."""
+        return os.path.join(self.root, self.fingerprint, rel)
+
+    def lock_path(self, rel: str) -> str:
+        """The lock file guarding `rel`."""
+        return lock_path_of(self.root, self.data_path(rel))
+
+    def record_path(self, rel: str) -> str:
+        """The file recording which version of `rel` was verified against which sha256."""
+        return os.path.join(self.root, META_DIR, "locks", self.fingerprint, rel + ".sha256")
+
+    def new_temp(self, rel: str, size: int | None) -> str:
+        """Create an empty temp file beside the target of `rel`; its name carries the size it reserves."""
+        target = self.data_path(rel)
+        directory, name = os.path.split(target)
+        os.makedirs(directory, exist_ok=True)
+        temp = os.path.join(
+            directory, f".{name}.{'x' if size is None else size}.{uuid.uuid4().hex[:12]}{TEMP_SUFFIX}"
+        )
+        os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        return temp
+
+    def remove_temps(self, rel: str) -> int:
+        """Delete every temp file of `rel`; call only with its exclusive lock held. Returns how many."""
+        directory, name = os.path.split(self.data_path(rel))
+        removed = 0
+        with contextlib.suppress(FileNotFoundError), os.scandir(directory) as entries:
+            for entry in entries:
+                parsed = parse_temp(entry.name)
+                if parsed is not None and parsed[0] == name:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                        removed += 1
+        return removed
+
+
+def lock_path_of(root: str, data_path: str) -> str:
+    """The lock file of a published file at `data_path` under the cache directory `root`."""
+    return os.path.join(root, META_DIR, "locks", os.path.relpath(data_path, root) + ".lock")
+
+
+def parse_temp(name: str) -> tuple[str, int | None] | None:
+    """(target file name, reserved size or None) for a temp file name; None if it is not one."""
+    match = _TEMP.match(name)
+    if match is None:
+        return None
+    size = match.group("size")
+    return match.group("name"), None if size == "x" else int(size)
+
+
+# Lock descriptors open in this process. A forked child shares its parent's open file descriptions, and a
+# flock belongs to the description: a copy kept in the child would keep the parent's lock alive for as
+# long as the child lives (a file pinned forever, a finished download still blocking everyone, the child
+# included). The child closes its copies at once; the parent's locks stay exactly as they were.
+_lock_fds: set[int] = set()
+_lock_fds_guard = threading.Lock()
+
+
+def _close_inherited_lock_fds() -> None:
+    global _lock_fds_guard
+    for fd in _lock_fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _lock_fds.clear()
+    _lock_fds_guard = threading.Lock()
+
+
+# Holding the guard across fork keeps a descriptor from being opened but not yet registered in the child.
+os.register_at_fork(
+    before=lambda: _lock_fds_guard.acquire(),
+    after_in_parent=lambda: _lock_fds_guard.release(),
+    after_in_child=_close_inherited_lock_fds,
+)
+
+
+class FileLock:
+    """A flock on a lock file (created on demand). One object, one open file description.
+
+    Converting shared <-> exclusive on the same object is allowed (the kernel does not promise it is
+    atomic, so callers re-check what they guard after a conversion). An object copied into a forked
+    child is closed there.
+    """
+
+    def __init__(self, path: str) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.path = path
+        self._pid = os.getpid()
+        with _lock_fds_guard:
+            self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            _lock_fds.add(self._fd)
+
+    def _own_fd(self) -> int | None:
+        return self._fd if self._pid == os.getpid() else None
+
+    def acquire(self, *, shared: bool, blocking: bool = True) -> bool:
+        """Take the lock; False when `blocking` is off and another holder conflicts."""
+        fd = self._own_fd()
+        if fd is None:
+            raise ValueError(f"Invalid lock ({self.path}). Expected an open lock of this process.")
+        flags = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if blocking else fcntl.LOCK_NB)
+        try:
+            fcntl.flock(fd, flags)
+        except OSError as exc:
+            if not blocking and exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return False
+            raise
+        return True
+
+    def close(self) -> None:
+        """Release the lock and close the file (in a forked child, only forget it: it is closed)."""
+        fd = self._own_fd()
+        self._fd = None
+        if fd is not None:
+            with _lock_fds_guard:
+                _lock_fds.discard(fd)
+                os.close(fd)
+
+    def __enter__(self) -> FileLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def file_sha256(fd: int) -> str:
+    """The sha256 of the whole file open at `fd` (read with pread, the offset is left alone)."""
+    digest = hashlib.sha256()
+    offset = 0
+    while chunk := os.pread(fd, _CHUNK, offset):
+        digest.update(chunk)
+        offset += len(chunk)
+    return digest.hexdigest()
+
+
+def _version(st: os.stat_result) -> str:
+    # A published file is never modified in place, so inode + size + mtime name one version of it; the
+    # cache only ever sets atime on use, keeping mtime as the version stamp.
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def write_record(path: str, sha256: str, st: os.stat_result) -> None:
+    """Record that the file version `st` has `sha256` (atomic)."""
+    atomic_write(path, f"{sha256} {_version(st)}\n".encode())
+
+
+def record_matches(path: str, sha256: str, st: os.stat_result) -> bool:
+    """Whether the record at `path` says the file version `st` has `sha256`."""
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return False
+    return text == f"{sha256} {_version(st)}\n"
+
+
+def check_published(path: str, record: str, *, size: int | None, sha256: str | None) -> str | None:
+    """Check the published file at `path`; mark it used (atime) when it is good.
+
+    Returns:
+        None when the file is there with the right size (and sha256, when given); otherwise what is wrong.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return "not cached"
+    try:
+        st = os.fstat(fd)
+        if size is not None and st.st_size != size:
+            return f"size {st.st_size}, expected {size}"
+        if sha256 is not None and not record_matches(record, sha256, st):
+            got = file_sha256(fd)
+            if got != sha256:
+                return f"sha256 {got}, expected {sha256}"
+            write_record(record, sha256, st)
+        touch(fd, st)
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_span(path: str, start: int, end: int, *, mark_used: bool) -> bytes:
+    """Bytes `[start, end)` of a local file, marking it used (atime) when `mark_used`.
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        ValueError: `end` is past the end of the file.
+    """
+    with open_fd(path) as fd:
+        st = os.fstat(fd)
+        if end > st.st_size:
+            raise ValueError(
+                f"Invalid byte range ([{start}, {end})) for {path} of {st.st_size} bytes. Expected end <= size."
+            )
+        chunks, offset = [], start
+        while offset < end:
+            chunk = os.pread(fd, end - offset, offset)
+            if not chunk:
+                raise IntegrityError(
+                    f"Invalid file ({path}): it shrank while read. Expected {st.st_size} bytes."
+                )
+            chunks.append(chunk)
+            offset += len(chunk)
+        if mark_used:
+            touch(fd, st)
+    return b"".join(chunks)
+
+
+def touch(fd: int, st: os.stat_result) -> None:
+    """Mark the file open at `fd` as used now: set its atime, keep its mtime (its version stamp)."""
+    os.utime(fd, ns=(time.time_ns(), st.st_mtime_ns))
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Write `data` to a temp file beside `path`, then rename it over `path`."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    temp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        with open(temp, "wb") as f:
+            f.write(data)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+
+
+@contextlib.contextmanager
+def open_fd(path: str) -> Iterator[int]:
+    """A read-only file descriptor, closed on exit."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        yield fd
+    finally:
+        os.close(fd)

@@ -1,0 +1,496 @@
+"""NodeCache in one process: fetch, publish, integrity, budget and LRU, counters, ranges, local sources."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing
+import multiprocessing.synchronize
+import os
+import pickle
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from cache import CacheError, CacheStats, FetchError, IntegrityError, NodeCache, aggregate_stats, resolve
+from cache.budget import disk_usage
+from cache.store import FileLock
+from tests.cache.conftest import UNIT
+from tests.cache.helpers import FINGERPRINT, part_files, read
+from tests.servers import Faults
+
+
+def _zero_seconds(stats: CacheStats) -> CacheStats:
+    return dataclasses.replace(stats, fetch_seconds=0.0)
+
+
+def test_fetch_downloads_once_then_serves_from_cache(source, serve, open_cache, cache_dir):
+    root, files = source
+    server = serve(root)
+    cache = open_cache(server.url)
+    spec = files["videos/cam/episode_000.mp4"]
+
+    path = cache.fetch(spec.rel, size=spec.size, sha256=spec.sha256)
+    again = cache.fetch(spec.rel, size=spec.size, sha256=spec.sha256)
+
+    assert path == again == cache.path(spec.rel) == str(cache_dir / FINGERPRINT / spec.rel)
+    assert read(path) == read(root / spec.rel)
+    assert server.count(spec.rel) == 1
+    assert _zero_seconds(cache.stats()) == CacheStats(hits=1, misses=1, bytes_fetched=spec.size)
+    assert cache.stats().fetch_seconds > 0
+
+
+def test_empty_file_is_cached(source, serve, open_cache):
+    root, files = source
+    cache = open_cache(serve(root).url)
+    assert read(cache.fetch("empty.bin", size=0, sha256=files["empty.bin"].sha256)) == b""
+
+
+def test_publish_is_atomic(source, serve, open_cache, cache_dir):
+    root, files = source
+    # The first answer sends half the body and stalls: the download is visibly in flight.
+    server = serve(root, Faults(stall={"a.bin": 1}))
+    cache = open_cache(server.url)
+    future = cache.prefetch("a.bin", size=UNIT, sha256=files["a.bin"].sha256)
+    server.wait_for(lambda s: s.arrived("a.bin") == 1)
+
+    assert not os.path.exists(cache.path("a.bin"))
+    assert len(part_files(cache_dir)) == 1
+    server.release()  # the stalled body ends short; the remote retries it
+
+    assert read(future.result(timeout=30)) == read(root / "a.bin")
+    assert part_files(cache_dir) == []
+    assert server.count("a.bin", complete=True) == 1
+
+
+@pytest.mark.parametrize(
+    ("fault", "check"),
+    [("short", "size"), ("corrupt", "sha256")],
+    ids=["size-mismatch", "sha256-mismatch"],
+)
+def test_wrong_bytes_are_fetched_again(source, serve, open_cache, fault, check):
+    root, files = source
+    server = serve(root, Faults(**{fault: {"a.bin": 1}}))
+    cache = open_cache(server.url)
+    spec = files["a.bin"]
+    expect = {"size": spec.size} if check == "size" else {"sha256": spec.sha256}
+
+    path = cache.fetch("a.bin", **expect)
+
+    assert read(path) == read(root / "a.bin")
+    assert server.count("a.bin") == 2
+    assert cache.stats().integrity_retries == 1
+    assert cache.stats().misses == 1
+
+
+@pytest.mark.parametrize(
+    ("fault", "check", "message"),
+    [
+        (
+            "short",
+            "size",
+            r"Invalid file \(http://.+/a\.bin\): size 500 after 3 downloads\. Expected 1000 bytes\.",
+        ),
+        ("corrupt", "sha256", r"Invalid file \(http://.+/a\.bin\): sha256 [0-9a-f]{64} after 3 downloads\. "),
+    ],
+    ids=["size-mismatch", "sha256-mismatch"],
+)
+def test_remote_serving_wrong_bytes_raises(source, serve, open_cache, cache_dir, fault, check, message):
+    root, files = source
+    server = serve(root, Faults(**{fault: {"a.bin": 99}}))
+    cache = open_cache(server.url)
+    spec = files["a.bin"]
+    expect = {"size": spec.size} if check == "size" else {"sha256": spec.sha256}
+
+    with pytest.raises(IntegrityError, match=message):
+        cache.fetch("a.bin", **expect)
+
+    assert not os.path.exists(cache.path("a.bin"))
+    assert part_files(cache_dir) == []
+    assert server.count("a.bin") == 3
+
+
+def _truncate(path: str) -> None:
+    os.truncate(path, os.path.getsize(path) // 2)
+
+
+def _replace_with_corrupt_copy(path: str) -> None:
+    corrupt = path + ".tmp"
+    with open(corrupt, "wb") as f:
+        f.write(bytes(b ^ 1 for b in read(path)))
+    os.replace(corrupt, path)
+
+
+def _flip_in_place(path: str) -> None:
+    st = os.stat(path)
+    with open(path, "r+b") as f:
+        f.write(bytes([read(path)[0] ^ 1]))
+    # A write a moment later gets a later mtime; within one clock tick the kernel may not tell.
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
+@pytest.mark.parametrize(
+    ("damage", "check"),
+    [(_truncate, "size"), (_replace_with_corrupt_copy, "sha256"), (_flip_in_place, "sha256")],
+    ids=["truncated", "replaced-by-corrupt-copy", "modified-in-place"],
+)
+def test_damaged_cached_file_is_fetched_again(source, serve, open_cache, damage, check):
+    root, files = source
+    server = serve(root)
+    cache = open_cache(server.url)
+    spec = files["b.bin"]
+    expect = {"size": spec.size} if check == "size" else {"sha256": spec.sha256}
+    damage(cache.fetch("b.bin", **expect))
+
+    path = cache.fetch("b.bin", **expect)
+
+    assert read(path) == read(root / "b.bin")
+    assert server.count("b.bin") == 2
+
+
+def test_sha256_is_hashed_once_per_published_version(source, serve, open_cache, monkeypatch):
+    root, files = source
+    cache = open_cache(serve(root).url)
+    spec = files["c.bin"]
+    cache.fetch("c.bin", sha256=spec.sha256)
+
+    def no_hashing(fd: int) -> str:
+        raise AssertionError("a verified version was hashed again")
+
+    monkeypatch.setattr("cache.store.file_sha256", no_hashing)
+    assert read(cache.fetch("c.bin", sha256=spec.sha256)) == read(root / "c.bin")
+
+
+def test_missing_remote_file_raises(source, serve, open_cache):
+    root, _files = source
+    cache = open_cache(serve(root).url)
+    with pytest.raises(
+        FetchError, match=r"Invalid dataset path \(http://.+/nope\.bin\): the remote has no such file"
+    ):
+        cache.fetch("nope.bin")
+
+
+@pytest.mark.parametrize("holder", ["this-process", "other-process"])
+def test_eviction_never_removes_a_held_file(source, serve, open_cache, cache_dir, holder):
+    root, _files = source
+    cache = open_cache(serve(root).url, max_bytes=2 * UNIT)
+    if holder == "this-process":
+        pin = cache.hold("a.bin", size=UNIT)
+    else:
+        # Another process's hold is a shared flock on the file's lock (a second open file description).
+        cache.fetch("a.bin", size=UNIT)
+        lock = FileLock(str(cache_dir / ".lrs" / "locks" / FINGERPRINT / "a.bin.lock"))
+        lock.acquire(shared=True)
+        pin = lock
+    with pin:
+        for rel in ("b.bin", "c.bin", "d.bin"):
+            cache.fetch(rel, size=UNIT)
+            assert read(cache.path("a.bin")) == read(root / "a.bin")
+            assert disk_usage(str(cache_dir)) <= 2 * UNIT
+    assert cache.stats().evictions == 2  # b for c, c for d
+
+    cache.fetch("b.bin", size=UNIT)  # a is free now, and least recently used
+    assert not os.path.exists(cache.path("a.bin"))
+
+
+def test_lru_order_is_shared_by_cache_objects(source, serve, open_cache):
+    root, _files = source
+    server = serve(root)
+    first = open_cache(server.url, max_bytes=3 * UNIT)
+    second = open_cache(server.url, max_bytes=3 * UNIT)  # stands for another process
+    for rel in ("a.bin", "b.bin", "c.bin"):
+        first.fetch(rel, size=UNIT)
+    second.fetch("a.bin", size=UNIT)  # a hit elsewhere makes a recently used
+
+    first.fetch("d.bin", size=UNIT)
+    assert [os.path.exists(first.path(r)) for r in ("a.bin", "b.bin", "c.bin", "d.bin")] == [
+        True,
+        False,
+        True,
+        True,
+    ]
+    first.fetch("b.bin", size=UNIT)
+    assert [os.path.exists(first.path(r)) for r in ("a.bin", "b.bin", "c.bin", "d.bin")] == [
+        True,
+        True,
+        False,
+        True,
+    ]
+    assert first.stats().evictions == 2
+
+
+def test_unknown_sizes_are_settled_after_download(source, serve, open_cache, cache_dir):
+    root, _files = source
+    cache = open_cache(serve(root).url, max_bytes=2 * UNIT)
+    for rel in ("a.bin", "b.bin", "c.bin"):
+        cache.fetch(rel)
+    assert disk_usage(str(cache_dir)) <= 2 * UNIT
+    assert cache.stats().evictions == 1
+
+
+def test_file_larger_than_budget_is_served_with_a_warning(source, serve, open_cache, caplog):
+    root, files = source
+    cache = open_cache(serve(root).url, max_bytes=2 * UNIT)
+    rel = "data/chunk-000/file-000.parquet"
+    with caplog.at_level(logging.WARNING, logger="cache.budget"):
+        path = cache.fetch(rel, size=files[rel].size)
+    assert read(path) == read(root / rel)
+    assert re.search(
+        r"over budget: 0 bytes in use or in flight \+ 4000 requested > max_bytes 2000", caplog.text
+    )
+
+
+def test_mismatch_on_a_file_this_process_holds_raises(source, serve, open_cache):
+    root, files = source
+    cache = open_cache(serve(root).url)
+    with (
+        cache.hold("a.bin"),
+        pytest.raises(IntegrityError, match=r"a\.bin\): sha256 .+ this process holds it in use"),
+    ):
+        cache.fetch("a.bin", sha256=files["b.bin"].sha256)
+
+
+def test_counters_aggregate_across_cache_objects(source, serve, open_cache, cache_dir):
+    root, _files = source
+    server = serve(root)
+    one = open_cache(server.url, max_bytes=2 * UNIT)
+    two = open_cache(server.url, max_bytes=2 * UNIT)
+    one.fetch("a.bin", size=UNIT)
+    one.fetch("a.bin", size=UNIT)
+    two.fetch("a.bin", size=UNIT)
+    two.fetch("b.bin", size=UNIT)
+    two.fetch("c.bin", size=UNIT)
+    one.read_range("d.bin", 0, 10)
+    one.close()
+    two.close()
+
+    assert _zero_seconds(one.stats()) == CacheStats(hits=1, misses=1, bytes_fetched=UNIT + 10, range_reads=1)
+    assert _zero_seconds(two.stats()) == CacheStats(
+        hits=1, misses=2, bytes_fetched=2 * UNIT, evictions=1, bytes_evicted=UNIT
+    )
+    assert aggregate_stats(cache_dir) == one.stats() + two.stats()
+    assert aggregate_stats(cache_dir, fingerprint="other") == CacheStats()
+
+
+def test_aggregate_stats_rejects_foreign_files(cache_dir):
+    stats_dir = cache_dir / ".lrs" / "stats"
+    stats_dir.mkdir(parents=True)
+    (stats_dir / "1-x.json").write_text('{"counters": {"hits": 1, "bogus": 2}, "fingerprint": "f"}')
+    with pytest.raises(CacheError, match=r"Invalid cache counters file \(.+1-x\.json\): KeyError\('bogus'\)"):
+        aggregate_stats(cache_dir)
+
+
+def test_read_range_from_remote_then_from_cache(source, serve, open_cache):
+    root, _files = source
+    server = serve(root)
+    cache = open_cache(server.url)
+    rel = "data/chunk-000/file-000.parquet"
+    data = read(root / rel)
+
+    assert cache.read_range(rel, 100, 300) == data[100:300]
+    assert server.count(rel, ranged=True) == 1
+    assert not os.path.exists(cache.path(rel))  # ranges are not cached on disk
+
+    cache.fetch(rel)
+    assert cache.read_range(rel, 3990, 4000) == data[3990:]
+    assert cache.read_range(rel, 7, 7) == b""  # costs nothing, counts nothing
+    assert server.count(rel, ranged=True) == 1
+    assert (cache.stats().range_reads, cache.stats().hits) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "cached", "error", "message"),
+    [
+        (
+            -1,
+            5,
+            False,
+            ValueError,
+            r"Invalid byte range \(\[-1, 5\)\) for a\.bin\. Expected ints 0 <= start <= end\.",
+        ),
+        (6, 5, False, ValueError, r"Invalid byte range \(\[6, 5\)\)"),
+        (
+            0,
+            UNIT + 1,
+            True,
+            ValueError,
+            r"Invalid byte range \(\[0, 1001\)\) for .+/a\.bin of 1000 bytes\. Expected end <= size\.",
+        ),
+        (0, UNIT + 1, False, FetchError, r"Reading http://.+/a\.bin \[0:1001\) failed after 8 attempts"),
+    ],
+    ids=["negative", "reversed", "past-end-cached", "past-end-remote"],
+)
+def test_read_range_rejects_bad_ranges(source, serve, open_cache, start, end, cached, error, message):
+    root, _files = source
+    cache = open_cache(serve(root).url)
+    if cached:
+        cache.fetch("a.bin")
+    with pytest.raises(error, match=message):
+        cache.read_range("a.bin", start, end)
+
+
+def test_local_source_is_served_in_place(source, cache_dir):
+    root, files = source
+    spec = files["a.bin"]
+    with NodeCache(cache_dir, resolve(str(root)), fingerprint=FINGERPRINT) as cache:
+        assert cache.fetch("a.bin", size=spec.size) == str(root / "a.bin")
+        with cache.hold("a.bin", size=spec.size) as held:
+            assert held == str(root / "a.bin")
+        assert cache.read_range("a.bin", 10, 20) == read(root / "a.bin")[10:20]
+        assert cache.prefetch("a.bin").result() == str(root / "a.bin")
+        assert cache.stats() == CacheStats(hits=4)
+    assert os.listdir(cache_dir / FINGERPRINT) == []
+
+
+@pytest.mark.parametrize(
+    ("fast_path", "with_sha256"),
+    [(True, True), (False, False)],
+    ids=["sha256-asked", "fast-path-off"],
+)
+def test_local_source_is_copied_when_needed(source, cache_dir, fast_path, with_sha256):
+    root, files = source
+    kwargs = {"sha256": files["a.bin"].sha256} if with_sha256 else {}
+    with NodeCache(
+        cache_dir, resolve(str(root)), fingerprint=FINGERPRINT, local_fast_path=fast_path
+    ) as cache:
+        path = cache.fetch("a.bin", **kwargs)
+        assert path == cache.path("a.bin") != str(root / "a.bin")
+        assert read(path) == read(root / "a.bin")
+        assert cache.stats().misses == 1
+
+
+def test_local_source_of_wrong_size_raises(source, cache_dir):
+    root, _files = source
+    with (
+        NodeCache(cache_dir, resolve(str(root)), fingerprint=FINGERPRINT) as cache,
+        pytest.raises(IntegrityError, match=r"Invalid file \(.+/a\.bin\): size 1000\. Expected 7 bytes\."),
+    ):
+        cache.fetch("a.bin", size=7)
+
+
+def test_prefetch_requests_share_one_future(source, serve, open_cache):
+    root, _files = source
+    server = serve(root, Faults(stall={"a.bin": 1}))
+    cache = open_cache(server.url)
+    first = cache.prefetch("a.bin", size=UNIT)
+    second = cache.prefetch("a.bin", size=UNIT)
+    assert first is second
+    server.wait_for(lambda s: s.arrived("a.bin") == 1)
+    server.release()
+    assert first.result(timeout=30) == cache.fetch("a.bin", size=UNIT)
+    assert server.count("a.bin", complete=True) == 1
+
+
+def test_concurrent_fetches_download_once(source, serve, open_cache):
+    root, files = source
+    server = serve(root, Faults(latency_s=0.05))
+    caches = [open_cache(server.url) for _ in range(4)]  # separate lock descriptors, like processes
+    spec = files["c.bin"]
+    with ThreadPoolExecutor(8) as pool:
+        paths = set(
+            pool.map(lambda i: caches[i % 4].fetch("c.bin", size=spec.size, sha256=spec.sha256), range(8))
+        )
+    assert paths == {caches[0].path("c.bin")}
+    assert server.count("c.bin") == 1
+
+
+def test_closed_cache_refuses_work(source, serve, open_cache):
+    root, _files = source
+    cache = open_cache(serve(root).url)
+    cache.close()
+    with pytest.raises(
+        CacheError, match=r"Invalid use of a closed cache \(NodeCache\(.+\)\)\. Expected calls before close"
+    ):
+        cache.prefetch("a.bin")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"fingerprint": ".lrs"}, r"Invalid fingerprint \('\.lrs'\)"),
+        ({"max_bytes": 0}, r"Invalid max_bytes \(0\)\. Expected a positive number of bytes or None\."),
+        ({"max_workers": 0}, r"Invalid max_workers \(0\)\. Expected an int >= 1\."),
+    ],
+    ids=["fingerprint", "max-bytes", "max-workers"],
+)
+def test_invalid_options_raise(source, cache_dir, options, message):
+    root, _files = source
+    with pytest.raises(ValueError, match=message):
+        NodeCache(cache_dir, resolve(str(root)), **{"fingerprint": FINGERPRINT, **options})
+
+
+@pytest.mark.parametrize(
+    ("rel", "kwargs", "message"),
+    [
+        ("../a.bin", {}, r"Invalid dataset path \('\.\./a\.bin'\)\. Expected a relative POSIX path"),
+        ("/a.bin", {}, r"Invalid dataset path \('/a\.bin'\)"),
+        ("a.bin", {"size": -1}, r"Invalid size \(-1\)"),
+        ("a.bin", {"sha256": "ABC"}, r"Invalid sha256 \('ABC'\)\. Expected 64 lowercase hex digits\."),
+    ],
+    ids=["dotdot", "absolute", "size", "sha256"],
+)
+def test_invalid_requests_raise(source, serve, open_cache, rel, kwargs, message):
+    root, _files = source
+    cache = open_cache(serve(root).url)
+    with pytest.raises(ValueError, match=message):
+        cache.fetch(rel, **kwargs)
+
+
+def test_pickled_cache_works_in_the_same_directory(source, serve, open_cache):
+    root, _files = source
+    server = serve(root)
+    cache = open_cache(server.url, max_bytes=5 * UNIT)
+    cache.fetch("a.bin")
+    clone = pickle.loads(pickle.dumps(cache))
+    try:
+        assert clone.fetch("a.bin") == cache.path("a.bin")
+        assert clone.stats() == CacheStats(hits=1)
+    finally:
+        clone.close()
+    assert server.count("a.bin") == 1
+
+
+def _fetch_in_forked_child(cache: NodeCache, rel: str, expected: bytes) -> None:
+    path = cache.fetch(rel)
+    stats = cache.stats()
+    if read(path) != expected or (stats.hits, stats.misses) != (0, 1):
+        raise SystemExit(f"wrong bytes or counters in the child: {stats}")
+    cache.close()
+
+
+def test_forked_child_gets_its_own_remote_and_counters(source, serve, open_cache):
+    root, _files = source
+    server = serve(root)
+    cache = open_cache(server.url)
+    cache.fetch("a.bin")  # the parent's event loop and threads now exist
+    child = multiprocessing.get_context("fork").Process(
+        target=_fetch_in_forked_child, args=(cache, "b.bin", read(root / "b.bin"))
+    )
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert cache.stats().misses == 1  # the child's download is not counted here
+    assert read(cache.path("b.bin")) == read(root / "b.bin")
+
+
+def _wait_for(event: multiprocessing.synchronize.Event) -> None:
+    event.wait(60)
+
+
+def test_forked_child_does_not_keep_its_parents_pins(source, serve, open_cache):
+    root, _files = source
+    cache = open_cache(serve(root).url, max_bytes=2 * UNIT)
+    fork = multiprocessing.get_context("fork")
+    done = fork.Event()
+    child = fork.Process(target=_wait_for, args=(done,))
+    with cache.hold("a.bin", size=UNIT):
+        child.start()  # the child inherits the descriptor of the parent's shared lock on a
+    try:
+        cache.fetch("b.bin", size=UNIT)
+        cache.fetch("c.bin", size=UNIT)  # a is released by the parent: evictable though the child lives
+        assert not os.path.exists(cache.path("a.bin"))
+    finally:
+        done.set()
+        child.join(60)
+    assert child.exitcode == 0

@@ -1,0 +1,123 @@
+"""The cache directory layout and file primitives: names, locks, checks of published files."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from cache.store import (
+    CacheLayout,
+    FileLock,
+    check_published,
+    check_rel,
+    lock_path_of,
+    parse_temp,
+    read_span,
+    record_matches,
+)
+
+
+@pytest.fixture
+def layout(tmp_path) -> CacheLayout:
+    return CacheLayout(str(tmp_path), "fp")
+
+
+def _publish(layout: CacheLayout, rel: str, data: bytes) -> str:
+    path = layout.data_path(rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def test_paths_mirror_the_dataset(layout, tmp_path):
+    rel = "videos/cam/episode_000.mp4"
+    assert layout.data_path(rel) == str(tmp_path / "fp" / rel)
+    assert layout.lock_path(rel) == str(tmp_path / ".lrs" / "locks" / "fp" / (rel + ".lock"))
+    assert lock_path_of(str(tmp_path), layout.data_path(rel)) == layout.lock_path(rel)
+    assert layout.record_path(rel) == str(tmp_path / ".lrs" / "locks" / "fp" / (rel + ".sha256"))
+
+
+@pytest.mark.parametrize("size", [None, 0, 1234], ids=["unknown", "empty", "sized"])
+def test_temp_names_carry_target_and_reservation(layout, size):
+    temp = layout.new_temp("data/a.parquet", size)
+    assert os.path.dirname(temp) == os.path.dirname(layout.data_path("data/a.parquet"))
+    assert parse_temp(os.path.basename(temp)) == ("a.parquet", size)
+    assert os.path.getsize(temp) == 0
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["a.parquet", ".a.parquet.12.tmp", ".a.12.nothex000000.lrs-part", "a.12.0123456789ab.lrs-part"],
+    ids=["plain", "other-temp", "bad-token", "not-hidden"],
+)
+def test_other_names_are_not_temps(name):
+    assert parse_temp(name) is None
+
+
+def test_remove_temps_removes_only_that_targets_temps(layout):
+    mine = [layout.new_temp("d/a.bin", 5), layout.new_temp("d/a.bin", None)]
+    other = layout.new_temp("d/b.bin", 5)
+    assert layout.remove_temps("d/a.bin") == 2
+    assert [os.path.exists(p) for p in [*mine, other]] == [False, False, True]
+
+
+def test_rel_paths_ending_like_temps_are_refused():
+    with pytest.raises(
+        ValueError, match=r"Invalid dataset path \('a\.lrs-part'\)\. Expected a name not ending in"
+    ):
+        check_rel("a.lrs-part")
+
+
+@pytest.mark.parametrize(
+    ("first_shared", "second_shared", "second_gets_it"),
+    [(True, True, True), (True, False, False), (False, True, False), (False, False, False)],
+    ids=["shared-shared", "shared-exclusive", "exclusive-shared", "exclusive-exclusive"],
+)
+def test_file_locks_conflict_like_readers_and_writers(tmp_path, first_shared, second_shared, second_gets_it):
+    path = str(tmp_path / "locks" / "x.lock")
+    with FileLock(path) as first, FileLock(path) as second:
+        assert first.acquire(shared=first_shared, blocking=False)
+        assert second.acquire(shared=second_shared, blocking=False) is second_gets_it
+        first.close()  # closing drops the lock, as the kernel does for a dead process
+        assert second.acquire(shared=second_shared, blocking=False)
+
+
+def test_closed_lock_refuses_to_lock(tmp_path):
+    lock = FileLock(str(tmp_path / "x.lock"))
+    lock.close()
+    with pytest.raises(
+        ValueError, match=r"Invalid lock \(.+x\.lock\)\. Expected an open lock of this process\."
+    ):
+        lock.acquire(shared=True)
+
+
+def test_check_published_records_a_verified_sha256(layout):
+    data = b"hello"
+    sha = hashlib.sha256(data).hexdigest()
+    path = _publish(layout, "a.bin", data)
+    record = layout.record_path("a.bin")
+
+    assert check_published(path, record, size=5, sha256=sha) is None
+    assert record_matches(record, sha, os.stat(path))
+    assert check_published(path, record, size=4, sha256=None) == "size 5, expected 4"
+    assert check_published(path, record, size=None, sha256="0" * 64) == f"sha256 {sha}, expected {'0' * 64}"
+    assert check_published(layout.data_path("missing.bin"), record, size=None, sha256=None) == "not cached"
+
+
+def test_check_published_marks_use_in_atime_and_keeps_mtime(layout):
+    path = _publish(layout, "a.bin", b"x")
+    os.utime(path, ns=(1_000_000_000, 2_000_000_000))
+    assert check_published(path, layout.record_path("a.bin"), size=1, sha256=None) is None
+    st = os.stat(path)
+    assert st.st_atime_ns > 2_000_000_000
+    assert st.st_mtime_ns == 2_000_000_000
+
+
+def test_read_span_reads_exactly_the_range(layout):
+    path = _publish(layout, "a.bin", bytes(range(100)))
+    assert read_span(path, 10, 20, mark_used=False) == bytes(range(10, 20))
+    with pytest.raises(ValueError, match=r"Invalid byte range \(\[90, 101\)\) for .+a\.bin of 100 bytes"):
+        read_span(path, 90, 101, mark_used=False)
