@@ -41,8 +41,12 @@ _EPISODE_FIELDS = [
     pa.field("row_group_offset", pa.int64(), nullable=False),
     pa.field("row_group_bytes", pa.int64(), nullable=False),
 ]
-_VIDEO_FIELDS = (("path", pa.string()), ("bytes", pa.int64()), ("from_timestamp", pa.float64()),
-                 ("to_timestamp", pa.float64()))
+_VIDEO_FIELDS = (
+    ("path", pa.string()),
+    ("bytes", pa.int64()),
+    ("from_timestamp", pa.float64()),
+    ("to_timestamp", pa.float64()),
+)
 
 
 def episodes_schema(video_keys: list[str]) -> pa.Schema:
@@ -108,7 +112,9 @@ def episodes_to_table(entries: list[EpisodeEntry], video_keys: list[str]) -> pa.
     return pa.table(cols, schema=schema)
 
 
-def episodes_from_table(table: pa.Table, video_keys: list[str], *, file: str = EPISODES_INDEX) -> list[EpisodeEntry]:
+def episodes_from_table(
+    table: pa.Table, video_keys: list[str], *, file: str = EPISODES_INDEX
+) -> list[EpisodeEntry]:
     """Parse the episodes index; raises LayoutError when it does not match the schema."""
     expected = episodes_schema(video_keys)
     missing = [n for n in expected.names if n not in table.column_names]
@@ -157,7 +163,9 @@ def parse_layout_json(data: bytes | str, *, file: str = LAYOUT_JSON) -> dict[str
         raise LayoutError(f"not valid JSON ({exc})", file=file) from exc
     if not isinstance(raw, dict) or raw.get("layout") != LAYOUT_VERSION:
         got = raw.get("layout") if isinstance(raw, dict) else raw
-        raise LayoutError(f"Invalid layout ({got!r}). Expected {LAYOUT_VERSION!r}.", file=file, field="layout")
+        raise LayoutError(
+            f"Invalid layout ({got!r}). Expected {LAYOUT_VERSION!r}.", file=file, field="layout"
+        )
     return raw
 
 

@@ -4,5 +4,6 @@ from __future__ import annotations
 
 from reshard import (
     cmd_push,  # noqa: F401
+    cmd_reshard,  # noqa: F401
     cmd_sample,  # noqa: F401
 )

@@ -30,12 +30,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from reader.v3 import CODEBASE_VERSION, DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH
-
-# SVT-AV1 prints its configuration on every encoder open unless told otherwise.
-os.environ.setdefault("SVT_LOG", "1")
+from reshard.videos import ENCODERS, add_video_stream, encoder_options  # noqa: F401 - encoder_options re-exported
 
 Codec = Literal["av1", "hevc", "h264"]
-ENCODERS: dict[str, str] = {"av1": "libsvtav1", "hevc": "libx265", "h264": "libx264"}
+# The sample favours generation speed: x264 / x265 at their fastest preset, SVT-AV1 at lerobot's 12.
+SAMPLE_PRESETS: dict[str, str] = {"av1": "12", "hevc": "ultrafast", "h264": "ultrafast"}
 STATE_DIM = 6
 _BITS = 16  # bits per identity row: episode, frame, camera
 _ROWS = 3
@@ -100,7 +99,9 @@ class SampleSpec:
         ]
         for ok, name, expected in checks:
             if not ok:
-                raise ValueError(f"Invalid {name} ({getattr(self, name.split('/')[0])}). Expected {expected}.")
+                raise ValueError(
+                    f"Invalid {name} ({getattr(self, name.split('/')[0])}). Expected {expected}."
+                )
 
     @property
     def camera_keys(self) -> list[str]:
@@ -119,7 +120,9 @@ def _block(width: int) -> int:
     return width // _BITS
 
 
-def draw_frame(episode: int, frame: int, camera: int, *, height: int, width: int, seed: int = 0) -> np.ndarray:
+def draw_frame(
+    episode: int, frame: int, camera: int, *, height: int, width: int, seed: int = 0
+) -> np.ndarray:
     """An HxWx3 uint8 frame whose top band encodes (episode, frame, camera) as black/white blocks."""
     yy, xx = np.mgrid[0:height, 0:width]
     phase = (frame * 3 + episode * 17 + camera * 29 + seed) % 256
@@ -193,7 +196,10 @@ def _hf_metadata() -> dict[bytes, bytes]:
         "observation.state": vec,
         "action": vec,
         "timestamp": {"dtype": "float32", "_type": "Value"},
-        **{k: {"dtype": "int64", "_type": "Value"} for k in ("frame_index", "episode_index", "index", "task_index")},
+        **{
+            k: {"dtype": "int64", "_type": "Value"}
+            for k in ("frame_index", "episode_index", "index", "task_index")
+        },
     }
     return {b"huggingface": json.dumps({"info": {"features": features}}).encode()}
 
@@ -211,14 +217,27 @@ def _features(spec: SampleSpec) -> dict[str, Any]:
             "names": ["height", "width", "channels"],
             "info": video_info(spec.codec, spec.height, spec.width, spec.fps, gop=spec.gop, crf=spec.crf),
         }
-    for key, dtype in (("timestamp", "float32"), ("frame_index", "int64"), ("episode_index", "int64"),
-                       ("index", "int64"), ("task_index", "int64")):
+    for key, dtype in (
+        ("timestamp", "float32"),
+        ("frame_index", "int64"),
+        ("episode_index", "int64"),
+        ("index", "int64"),
+        ("task_index", "int64"),
+    ):
         features[key] = {"dtype": dtype, "shape": [1], "names": None}
     return features
 
 
-def video_info(codec: str, height: int, width: int, fps: float, *, gop: int | None, crf: int | None,
-               pix_fmt: str = "yuv420p") -> dict[str, Any]:
+def video_info(
+    codec: str,
+    height: int,
+    width: int,
+    fps: float,
+    *,
+    gop: int | None,
+    crf: int | None,
+    pix_fmt: str = "yuv420p",
+) -> dict[str, Any]:
     """The `info` block lerobot writes under a video feature."""
     info: dict[str, Any] = {
         "video.height": height,
@@ -294,26 +313,33 @@ def aggregate_stats(per_episode: list[dict[str, dict[str, np.ndarray]]]) -> dict
 # --- video -------------------------------------------------------------------------------------------
 
 
-def encoder_options(codec: str, *, gop: int, crf: int, preset: str | int | None = None) -> dict[str, str]:
-    """Encoder options for PyAV, mirroring lerobot's choices for AV1 and the usual ones otherwise."""
-    if codec == "av1":
-        return {"g": str(gop), "crf": str(crf), "preset": str(12 if preset is None else preset)}
-    params = f"keyint={gop}:min-keyint={gop}:bframes=0:scenecut=0"
-    if codec == "hevc":
-        return {"crf": str(crf), "preset": str(preset or "ultrafast"), "x265-params": params + ":log-level=error"}
-    return {"crf": str(crf), "preset": str(preset or "ultrafast"), "x264-params": params}
-
-
-def encode_frames(frames: Iterator[np.ndarray], out: str | io.BytesIO, *, codec: str, fps: int, gop: int,
-                  crf: int, height: int, width: int, preset: str | int | None = None) -> int:
+def encode_frames(
+    frames: Iterator[np.ndarray],
+    out: str | io.BytesIO,
+    *,
+    codec: str,
+    fps: int,
+    gop: int,
+    crf: int,
+    height: int,
+    width: int,
+    preset: str | int | None = None,
+    bframes: int = 0,
+) -> int:
     """Encode RGB frames into an MP4 (path or buffer); returns the number of frames written."""
     with av.open(out, mode="w", format="mp4") as container:
-        stream = container.add_stream(ENCODERS[codec], rate=fps, options=encoder_options(codec, gop=gop, crf=crf, preset=preset))
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        stream.time_base = Fraction(1, fps)
-        if codec != "av1":
-            stream.codec_context.gop_size = gop
-            stream.codec_context.max_b_frames = 0
+        preset = SAMPLE_PRESETS.get(codec) if preset is None else preset
+        stream = add_video_stream(
+            container,
+            codec,
+            fps=fps,
+            width=width,
+            height=height,
+            gop=gop,
+            crf=crf,
+            preset=preset,
+            bframes=bframes,
+        )
         count = 0
         for i, rgb in enumerate(frames):
             frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
@@ -362,8 +388,13 @@ def _chunk_file(n: int, chunks_size: int) -> tuple[int, int]:
     return n // chunks_size, n % chunks_size
 
 
-def write_sample(root: str | os.PathLike[str], spec: SampleSpec | None = None, *,
-                 progress: Callable[[int], None] | None = None, **overrides: Any) -> Path:
+def write_sample(
+    root: str | os.PathLike[str],
+    spec: SampleSpec | None = None,
+    *,
+    progress: Callable[[int], None] | None = None,
+    **overrides: Any,
+) -> Path:
     """Write a sample v3.0 dataset to `root` (which must not exist or be empty).
 
     Args:
@@ -410,12 +441,16 @@ def _write(root: Path, spec: SampleSpec, progress: Callable[[int], None] | None)
                 video_ptrs[ep][key] = (chunk, file, start, start + lengths[ep] / spec.fps)
                 idx = np.linspace(0, lengths[ep] - 1, num=min(lengths[ep], 4)).astype(int)
                 image_samples[ep][key] = np.stack(
-                    [draw_frame(ep, int(i), cam, height=spec.height, width=spec.width, seed=spec.seed) for i in idx]
+                    [
+                        draw_frame(ep, int(i), cam, height=spec.height, width=spec.width, seed=spec.seed)
+                        for i in idx
+                    ]
                 )
 
     # Data files.
     tables = [
-        episode_table(ep, lengths[ep], int(starts[ep]), ep % spec.tasks, spec.fps) for ep in range(spec.episodes)
+        episode_table(ep, lengths[ep], int(starts[ep]), ep % spec.tasks, spec.fps)
+        for ep in range(spec.episodes)
     ]
     for first in range(0, spec.episodes, spec.episodes_per_data_file):
         group = list(range(first, min(first + spec.episodes_per_data_file, spec.episodes)))
@@ -426,7 +461,9 @@ def _write(root: Path, spec: SampleSpec, progress: Callable[[int], None] | None)
         for ep in group:
             table = tables[ep]
             stats = {
-                "observation.state": feature_stats(np.stack(table.column("observation.state").to_numpy(zero_copy_only=False))),
+                "observation.state": feature_stats(
+                    np.stack(table.column("observation.state").to_numpy(zero_copy_only=False))
+                ),
                 "action": feature_stats(np.stack(table.column("action").to_numpy(zero_copy_only=False))),
             }
             for key in spec.camera_keys:
@@ -445,12 +482,14 @@ def _write(root: Path, spec: SampleSpec, progress: Callable[[int], None] | None)
             }
             for key in spec.camera_keys:
                 vchunk, vfile, t0, t1 = video_ptrs[ep][key]
-                row.update({
-                    f"videos/{key}/chunk_index": vchunk,
-                    f"videos/{key}/file_index": vfile,
-                    f"videos/{key}/from_timestamp": t0,
-                    f"videos/{key}/to_timestamp": t1,
-                })
+                row.update(
+                    {
+                        f"videos/{key}/chunk_index": vchunk,
+                        f"videos/{key}/file_index": vfile,
+                        f"videos/{key}/from_timestamp": t0,
+                        f"videos/{key}/to_timestamp": t1,
+                    }
+                )
             for feat, st in stats.items():
                 for name, value in st.items():
                     row[f"stats/{feat}/{name}"] = value.tolist()
@@ -464,12 +503,16 @@ def _write(root: Path, spec: SampleSpec, progress: Callable[[int], None] | None)
     _write_meta(root, spec, lengths, tasks, episodes_rows, aggregate_stats(ep_stats))
 
 
-def _write_video_file(path: Path, group: list[int], lengths: list[int], cam: int, spec: SampleSpec) -> list[float]:
+def _write_video_file(
+    path: Path, group: list[int], lengths: list[int], cam: int, spec: SampleSpec
+) -> list[float]:
     def frames(ep: int) -> Iterator[np.ndarray]:
         for i in range(lengths[ep]):
             yield draw_frame(ep, i, cam, height=spec.height, width=spec.width, seed=spec.seed)
 
-    kwargs = dict(codec=spec.codec, fps=spec.fps, gop=spec.gop, crf=spec.crf, height=spec.height, width=spec.width)
+    kwargs = dict(
+        codec=spec.codec, fps=spec.fps, gop=spec.gop, crf=spec.crf, height=spec.height, width=spec.width
+    )
     if not spec.keyframe_aligned:
         encode_frames((f for ep in group for f in frames(ep)), str(path), **kwargs)
         offsets = np.concatenate([[0], np.cumsum([lengths[e] for e in group])])[:-1]
@@ -495,28 +538,57 @@ def _write_data_file(path: Path, tables: list[pa.Table], spec: SampleSpec) -> No
 
 
 def _pandas_tasks_metadata() -> bytes:
-    return json.dumps({
-        "index_columns": ["task"],
-        "column_indexes": [{"name": None, "field_name": None, "pandas_type": "unicode", "numpy_type": "object",
-                            "metadata": {"encoding": "UTF-8"}}],
-        "columns": [
-            {"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64", "metadata": None},
-            {"name": "task", "field_name": "task", "pandas_type": "unicode", "numpy_type": "object", "metadata": None},
-        ],
-        "attributes": {},
-        "creator": {"library": "pyarrow", "version": pa.__version__},
-        "pandas_version": "2.3.3",
-    }).encode()
+    return json.dumps(
+        {
+            "index_columns": ["task"],
+            "column_indexes": [
+                {
+                    "name": None,
+                    "field_name": None,
+                    "pandas_type": "unicode",
+                    "numpy_type": "object",
+                    "metadata": {"encoding": "UTF-8"},
+                }
+            ],
+            "columns": [
+                {
+                    "name": "task_index",
+                    "field_name": "task_index",
+                    "pandas_type": "int64",
+                    "numpy_type": "int64",
+                    "metadata": None,
+                },
+                {
+                    "name": "task",
+                    "field_name": "task",
+                    "pandas_type": "unicode",
+                    "numpy_type": "object",
+                    "metadata": None,
+                },
+            ],
+            "attributes": {},
+            "creator": {"library": "pyarrow", "version": pa.__version__},
+            "pandas_version": "2.3.3",
+        }
+    ).encode()
 
 
 def tasks_table(tasks: list[str]) -> pa.Table:
     """`meta/tasks.parquet` as lerobot writes it (a pandas frame indexed by the task string)."""
-    table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()), "task": pa.array(tasks, pa.string())})
+    table = pa.table(
+        {"task_index": pa.array(range(len(tasks)), pa.int64()), "task": pa.array(tasks, pa.string())}
+    )
     return table.replace_schema_metadata({b"pandas": _pandas_tasks_metadata()})
 
 
-def _write_meta(root: Path, spec: SampleSpec, lengths: list[int], tasks: list[str],
-                episodes_rows: list[dict[str, Any]], stats: dict[str, Any]) -> None:
+def _write_meta(
+    root: Path,
+    spec: SampleSpec,
+    lengths: list[int],
+    tasks: list[str],
+    episodes_rows: list[dict[str, Any]],
+    stats: dict[str, Any],
+) -> None:
     meta = root / "meta"
     (meta / "episodes").mkdir(parents=True, exist_ok=True)
     ep_path = root / DEFAULT_EPISODES_PATH.format(chunk_index=0, file_index=0)

@@ -1,0 +1,190 @@
+"""The read side of the lrs/1 contract: load `meta/info.json` and the `meta/lrs/` index of a dataset.
+
+`Layout.load(url)` reads four small files (info, layout.json, episodes.parquet, files.parquet) through
+`cache.remote`, checks that they agree with each other, and returns frozen records. It never touches
+the data or video files: `reshard.verify` does that, and the reader fetches them through the cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cache.remote import Remote, resolve
+from reader.errors import DatasetError, LayoutError
+from reader.index import (
+    EPISODES_INDEX,
+    FILES_INDEX,
+    LAYOUT_JSON,
+    EpisodeEntry,
+    FileEntry,
+    episodes_from_table,
+    files_from_table,
+    parse_layout_json,
+)
+from reader.v3 import INFO_PATH, Info
+
+
+@dataclass(frozen=True)
+class Layout:
+    """An lrs/1 dataset's metadata and index.
+
+    Attributes:
+        remote: where the dataset lives.
+        info: `meta/info.json`.
+        layout: `meta/lrs/layout.json` (layout version, source, parameters, tool).
+        episodes: one entry per episode, by episode index.
+        files: every file but `files.parquet`, by path.
+    """
+
+    remote: Remote
+    info: Info
+    layout: dict[str, Any] = field(repr=False)
+    episodes: tuple[EpisodeEntry, ...] = field(repr=False)
+    files: dict[str, FileEntry] = field(repr=False)
+
+    def __repr__(self) -> str:
+        return f"Layout({self.remote.url!r}, episodes={len(self.episodes)}, files={len(self.files)})"
+
+    @classmethod
+    def load(cls, url: str | Remote, *, storage_options: dict[str, Any] | None = None) -> Layout:
+        """Load and cross-check the lrs/1 metadata of the dataset at `url`.
+
+        Args:
+            url: a dataset location (see `cache.remote.resolve`) or an already resolved `Remote`.
+            storage_options: passed to the fsspec filesystem when `url` is a string.
+
+        Raises:
+            LayoutError: the dataset is not lrs/1, or its index is missing, malformed or disagrees with
+                `meta/info.json` (the message names the file and episode).
+            DatasetError: `meta/info.json` is missing or malformed.
+            FetchError: a metadata file could not be read.
+        """
+        remote = url if isinstance(url, Remote) else resolve(url, storage_options=storage_options)
+        try:
+            info = Info.parse(remote.cat(INFO_PATH), file=remote.display(INFO_PATH))
+        except FileNotFoundError as exc:
+            raise DatasetError("missing: not a LeRobot dataset root", file=remote.display(INFO_PATH)) from exc
+        layout = parse_layout_json(_cat(remote, LAYOUT_JSON), file=remote.display(LAYOUT_JSON))
+        episodes = episodes_from_table(
+            _read_table(remote, EPISODES_INDEX), info.video_keys, file=remote.display(EPISODES_INDEX)
+        )
+        files = {f.path: f for f in files_from_table(_read_table(remote, FILES_INDEX))}
+        result = cls(remote=remote, info=info, layout=layout, episodes=tuple(episodes), files=files)
+        result.check()
+        return result
+
+    @property
+    def url(self) -> str:
+        return self.remote.url
+
+    @property
+    def video_keys(self) -> list[str]:
+        return self.info.video_keys
+
+    @property
+    def fps(self) -> float:
+        return self.info.fps
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The reshard parameters recorded in `layout.json`."""
+        return dict(self.layout.get("params", {}))
+
+    @property
+    def total_frames(self) -> int:
+        return sum(e.length for e in self.episodes)
+
+    def episode(self, episode_index: int) -> EpisodeEntry:
+        """The index entry of one episode."""
+        if not 0 <= episode_index < len(self.episodes):
+            raise IndexError(
+                f"Invalid episode_index ({episode_index}). Expected 0 <= episode_index < {len(self.episodes)}."
+            )
+        return self.episodes[episode_index]
+
+    def data_files(self) -> list[str]:
+        """Every data file the episodes point at, sorted, each once."""
+        return sorted({e.data_path for e in self.episodes})
+
+    def check(self) -> None:
+        """Cross-check the index with itself and with `meta/info.json` (no data or video file is read).
+
+        Raises:
+            LayoutError: naming the index file and the first episode that disagrees.
+        """
+        where = self.remote.display(EPISODES_INDEX)
+        expected_from = 0
+        for position, entry in enumerate(self.episodes):
+            if entry.episode_index != position:
+                raise LayoutError(
+                    f"Invalid episode_index ({entry.episode_index}) at position {position}. "
+                    "Expected episode indices 0..N-1, each once.",
+                    file=where,
+                    episode=entry.episode_index,
+                    field="episode_index",
+                )
+            if entry.dataset_from_index != expected_from or entry.length < 1:
+                raise LayoutError(
+                    f"Invalid rows ([{entry.dataset_from_index}, +{entry.length})). Expected to start at "
+                    f"{expected_from} with length >= 1.",
+                    file=where,
+                    episode=entry.episode_index,
+                    field="dataset_from_index",
+                )
+            expected_from += entry.length
+            self._check_files_listed(entry)
+        if self.info.total_episodes != len(self.episodes) or self.info.total_frames != expected_from:
+            raise LayoutError(
+                f"Invalid totals ({self.info.total_episodes} episodes, {self.info.total_frames} frames). "
+                f"Expected {len(self.episodes)} episodes, {expected_from} frames as in the index.",
+                file=self.remote.display(INFO_PATH),
+                field="total_episodes",
+            )
+
+    def _check_files_listed(self, entry: EpisodeEntry) -> None:
+        where = self.remote.display(FILES_INDEX)
+        if entry.data_path not in self.files:
+            raise LayoutError(
+                f"data file {entry.data_path!r} not listed", file=where, episode=entry.episode_index
+            )
+        for video in entry.videos:
+            listed = self.files.get(video.path)
+            if listed is None or listed.bytes != video.bytes:
+                raise LayoutError(
+                    f"Invalid video entry ({video.path!r}, {video.bytes} bytes). Expected a file listed with "
+                    f"that size (listed: {listed.bytes if listed else 'no'}).",
+                    file=where,
+                    episode=entry.episode_index,
+                    field=f"videos/{video.key}/bytes",
+                )
+
+
+def is_lrs(url: str | Remote, *, storage_options: dict[str, Any] | None = None) -> bool:
+    """Whether the dataset at `url` has an lrs/1 `layout.json` (not checked further)."""
+    remote = url if isinstance(url, Remote) else resolve(url, storage_options=storage_options)
+    try:
+        parse_layout_json(remote.cat(LAYOUT_JSON))
+    except (FileNotFoundError, LayoutError):
+        return False
+    return True
+
+
+def _cat(remote: Remote, rel: str) -> bytes:
+    try:
+        return remote.cat(rel)
+    except FileNotFoundError as exc:
+        raise LayoutError(
+            "missing: not an lrs/1 dataset (run `lrs reshard`)", file=remote.display(rel)
+        ) from exc
+
+
+def _read_table(remote: Remote, rel: str) -> pa.Table:
+    data = _cat(remote, rel)
+    try:
+        return pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise LayoutError(f"not a readable parquet file ({exc})", file=remote.display(rel)) from exc

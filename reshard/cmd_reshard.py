@@ -1,0 +1,182 @@
+"""`lrs reshard`, `lrs verify` and `lrs inspect`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from reshard.cli import EXIT_CHECK_FAILED, cli, handle_errors
+from reshard.execute import ReshardOptions
+from reshard.inspect import inspect_dataset, render
+from reshard.run import reshard, slurm_part
+from reshard.verify import verify
+from reshard.videos import VIDEO_MODES
+
+
+class PartType(click.ParamType):
+    """`I/N`: part I (0-based) of N."""
+
+    name = "I/N"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[int, int]:
+        if isinstance(value, tuple):
+            return value  # type: ignore[return-value]
+        index, _, count = str(value).partition("/")
+        try:
+            part = int(index), int(count)
+        except ValueError:
+            part = (-1, 0)
+        if not 0 <= part[0] < part[1]:
+            self.fail(f"Invalid part ({value}). Expected I/N with 0 <= I < N, e.g. 0/4.", param, ctx)
+        return part
+
+
+@cli.command(name="reshard")
+@click.argument("src")
+@click.option(
+    "--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output directory."
+)
+@click.option(
+    "--video",
+    type=click.Choice(VIDEO_MODES),
+    default="copy",
+    show_default=True,
+    help="copy: lossless split (episodes not starting on a keyframe are re-encoded); hevc/h264: re-encode all.",
+)
+@click.option(
+    "--gop",
+    type=click.IntRange(1),
+    help="Keyframe interval of re-encodes [default: source's video.g, else 2].",
+)
+@click.option("--crf", type=click.IntRange(0, 63), help="Quality of re-encodes [default: the codec's].")
+@click.option("--preset", help="Encoder preset of re-encodes [default: the codec's].")
+@click.option(
+    "--data-file-mb",
+    type=click.FloatRange(0, min_open=True),
+    default=100.0,
+    show_default=True,
+    help="Size bound of an output data file, in MiB.",
+)
+@click.option(
+    "--workers", type=click.IntRange(1), default=1, show_default=True, help="Processes running tasks."
+)
+@click.option(
+    "--part",
+    type=PartType(),
+    help="Run only part I/N of the tasks, 0-based (default from SLURM_ARRAY_TASK_ID/COUNT); then --finalize.",
+)
+@click.option("--finalize", is_flag=True, help="Only write meta and publish, once every part is done.")
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Work directory (same filesystem as --out) [default: <out parent>/.<out name>.lrs-work].",
+)
+@click.option("--push-bucket", "push_url", help="After finishing, push the output to this URL (lrs push).")
+@click.option("--push-create", is_flag=True, help="With --push-bucket: create the bucket if missing.")
+@click.option("--endpoint-url", help="With --push-bucket: S3-compatible or Hub endpoint.")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+@handle_errors
+def reshard_cmd(
+    src: str,
+    out: Path,
+    video: str,
+    gop: int | None,
+    crf: int | None,
+    preset: str | None,
+    data_file_mb: float,
+    workers: int,
+    part: tuple[int, int] | None,
+    finalize: bool,
+    work_dir: Path | None,
+    push_url: str | None,
+    push_create: bool,
+    endpoint_url: str | None,
+    quiet: bool,
+) -> None:
+    """Rewrite a v3 dataset (path or URL) into the lrs/1 layout in --out; rerun to resume.
+
+    One row group per episode, one MP4 per episode and camera, and an index in meta/lrs/. Runs every
+    task then finalizes; with --part I/N (or in a SLURM array) runs one part, then `--finalize` once.
+    """
+    if part is not None and finalize:
+        raise click.UsageError("--part and --finalize are exclusive: run the parts, then --finalize once.")
+    if part is None and not finalize:
+        part = slurm_part()
+    if push_url and part is not None:
+        raise click.UsageError("--push-bucket needs a finished output: use it with --finalize, not --part.")
+    options = ReshardOptions(video=video, gop=gop, crf=crf, preset=preset, data_file_mb=data_file_mb)  # type: ignore[arg-type]
+    result = reshard(
+        src,
+        out,
+        options=options,
+        workers=workers,
+        part=part,
+        finalize_only=finalize,
+        work_dir=work_dir,
+        quiet=quiet,
+    )
+    if result.already_complete:
+        click.echo(f"{out} is already a complete reshard of {src} with these options.")
+    elif result.part is not None:
+        index, count = result.part
+        click.echo(
+            f"part {index}/{count} done ({result.tasks_run} tasks) in {result.seconds:.1f} s; "
+            "run --finalize once every part is done."
+        )
+    else:
+        click.echo(f"resharded {result.episodes} episodes into {out} in {result.seconds:.1f} s.")
+    if result.reencoded:
+        click.echo(
+            f"warning: {len(result.reencoded)} episode videos did not start on a keyframe and were re-encoded "
+            "(listed in meta/lrs/layout.json), e.g. episode "
+            f"{result.reencoded[0][0]} of {result.reencoded[0][1]}.",
+            err=True,
+        )
+    if push_url and result.finalized:
+        from reshard.push import push  # the upload stack is imported only when pushing
+
+        click.echo(push(out, push_url, create=push_create, endpoint_url=endpoint_url, quiet=quiet).describe())
+
+
+@cli.command(name="verify")
+@click.argument("dataset")
+@click.option("--against", help="The v3 source it was resharded from: also check every value and frame.")
+@click.option(
+    "--min-psnr",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Lowest per-frame PSNR (dB) accepted for a re-encoded episode video.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@handle_errors
+def verify_cmd(dataset: str, against: str | None, min_psnr: float, as_json: bool) -> None:
+    """Check every lrs/1 invariant of DATASET (and with --against, equality with its source).
+
+    Exits 1 with a report of the first class of violation found, 0 when everything holds.
+    """
+    report = verify(dataset, against=against, min_psnr=min_psnr)
+    click.echo(json.dumps(report.to_json(), indent=2) if as_json else report.describe())
+    if not report.ok:
+        click.get_current_context().exit(EXIT_CHECK_FAILED)
+
+
+@cli.command(name="inspect")
+@click.argument("url")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--probe-videos",
+    type=click.IntRange(0),
+    default=2,
+    show_default=True,
+    help="Video files per camera whose keyframes are read (to check episode starts).",
+)
+@handle_errors
+def inspect_cmd(url: str, as_json: bool, probe_videos: int) -> None:
+    """Describe the layout of any v3 dataset: files, row groups, page index, video GOPs, lrs/1 or not."""
+    report = inspect_dataset(url, probe_videos=probe_videos)
+    click.echo(json.dumps(report, indent=2) if as_json else render(report))

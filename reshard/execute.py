@@ -1,0 +1,376 @@
+"""Execute the tasks of a reshard plan: inline, or in a pool of processes; the work directory's protocol.
+
+A task writes each of its unfinished outputs to a temp file in the work directory, stages it under
+`stage/<path>` by rename, then writes its completion record `done/<path>.json` (`Workspace.finish`).
+Outputs with a record are skipped, so tasks can be rerun after any crash. The job around the tasks
+(options record, parts, finalize, publishing) is `reshard.run`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from tqdm import tqdm
+
+from cache.remote import Remote
+from cache.store import atomic_write
+from reshard.meta import (
+    DataRecord,
+    Record,
+    VideoRecord,
+    file_sha256,
+    record_from_json,
+    record_to_json,
+)
+from reshard.plan import DataTask, Task, VideoTask
+from reshard.source import Source
+from reshard.tables import write_data_file
+from reshard.videos import DEFAULT_GOP, VIDEO_MODES, VideoMode, write_episode_video
+
+# Test hook: "<point>:<n>" makes the process SIGKILL itself at the n-th time it reaches <point>
+# (staged, recorded, published, meta), to prove that any crash point resumes to identical bytes.
+KILL_ENV = "LRS_TEST_KILL_AT"
+
+
+@dataclass(frozen=True)
+class ReshardOptions:
+    """What the output looks like; recorded in `options.json` and `layout.json`.
+
+    Attributes:
+        video: `copy` keeps the codec (lossless split; episodes that do not start on a keyframe are
+            re-encoded), `hevc` / `h264` re-encode every episode.
+        gop: keyframe interval of re-encoded videos (default: the source's `video.g`, else 2).
+        crf: quality of re-encoded videos (default: the video step's).
+        preset: encoder preset of re-encoded videos (default: the video step's).
+        data_file_mb: the size bound of an output data file, in MiB.
+    """
+
+    video: VideoMode = "copy"
+    gop: int | None = None
+    crf: int | None = None
+    preset: str | None = None
+    data_file_mb: float = 100.0
+
+    def __post_init__(self) -> None:
+        if self.video not in VIDEO_MODES:
+            raise ValueError(f"Invalid video mode ({self.video!r}). Expected one of {VIDEO_MODES}.")
+        if self.gop is not None and self.gop < 1:
+            raise ValueError(f"Invalid gop ({self.gop}). Expected >= 1.")
+        if self.crf is not None and not 0 <= self.crf <= 63:
+            raise ValueError(f"Invalid crf ({self.crf}). Expected 0..63.")
+        if not self.data_file_mb > 0:
+            raise ValueError(f"Invalid data_file_mb ({self.data_file_mb}). Expected > 0.")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+DEFAULT_OPTIONS = ReshardOptions()
+
+
+_KILL_COUNTS: dict[str, int] = {}
+
+
+def maybe_die(point: str) -> None:
+    """The `KILL_ENV` test hook: SIGKILL this process at the n-th time it reaches `point`."""
+    wanted = os.environ.get(KILL_ENV)
+    if not wanted or wanted.rsplit(":", 1)[0] != point:
+        return
+    _KILL_COUNTS[point] = _KILL_COUNTS.get(point, 0) + 1
+    if _KILL_COUNTS[point] == int(wanted.rsplit(":", 1)[1]):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Workspace:
+    """The work directory of one job: staged outputs, completion records, temp files."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def stage(self, rel: str) -> Path:
+        return self.root / "stage" / rel
+
+    def record_path(self, rel: str) -> Path:
+        return self.root / "done" / f"{rel}.json"
+
+    @property
+    def tmp_dir(self) -> Path:
+        """The directory of files being written (created on first use)."""
+        tmp = self.root / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        return tmp
+
+    def temp(self, suffix: str = "") -> Path:
+        """A new, unique temp path (not created)."""
+        return self.tmp_dir / f"{os.getpid()}-{uuid.uuid4().hex}{suffix}"
+
+    def is_done(self, rel: str) -> bool:
+        return self.record_path(rel).exists()
+
+    def load_record(self, rel: str) -> Record:
+        return record_from_json(self.record_path(rel).read_bytes())
+
+    def finish(self, rel: str, tmp: Path, record: Record) -> None:
+        """Stage a finished output file, then write its completion record."""
+        target = self.stage(rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, target)
+        maybe_die("staged")
+        atomic_write(str(self.record_path(rel)), record_to_json(record))
+        maybe_die("recorded")
+
+    def local(self, remote: Remote, rel: str) -> contextlib.AbstractContextManager[str]:
+        """A local path of a source file (see `local_copy`), fetched into tmp/ when remote."""
+        return local_copy(remote, rel, self.tmp_dir)
+
+
+def list_files(remote: Remote, top: str | None = None) -> dict[str, int | None]:
+    """Size by dataset-relative path of every file under `top` (default: all); {} where listing fails.
+
+    Plain HTTP cannot list; sizes the store does not report are None.
+    """
+    prefix = f"{remote.root}/" if remote.root else ""
+    try:
+        found = remote.fs.find(remote.path(top) if top else remote.root, detail=True)
+    except (FileNotFoundError, NotImplementedError):
+        return {}
+    return {
+        (path[len(prefix) :] if path.startswith(prefix) else path): detail.get("size")
+        for path, detail in found.items()
+    }
+
+
+@contextlib.contextmanager
+def local_copy(remote: Remote, rel: str, tmp_dir: Path) -> Iterator[str]:
+    """A local path of `rel`: in place for a local dataset, else fetched into `tmp_dir` and deleted after."""
+    path = remote.local_path(rel)
+    if path is not None:
+        yield path
+        return
+    tmp = tmp_dir / f"{os.getpid()}-{uuid.uuid4().hex}{Path(rel).suffix}"
+    try:
+        remote.get(rel, str(tmp))
+        yield str(tmp)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """Everything a task needs, picklable for process-pool workers.
+
+    The output schema travels as Arrow IPC bytes: a pickled `pa.Schema` comes back with subtly
+    different field metadata, and the parquet writer would then embed a different `ARROW:schema`,
+    so a file written in a worker would differ by a few bytes from the same file written inline.
+    """
+
+    source: Source
+    work: Path
+    options: ReshardOptions
+    schema_ipc: bytes = field(repr=False)
+    compression: str
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+
+
+# --- running tasks ------------------------------------------------------------------------------------
+
+
+def run_task(
+    task: Task, ctx: TaskContext, on_episode: Callable[[int], None] | None = None
+) -> list[VideoRecord]:
+    """Write the unfinished outputs of one task; returns the video records it wrote (for warnings)."""
+    ws = Workspace(ctx.work)
+    if isinstance(task, DataTask):
+        if not ws.is_done(task.path):
+            _run_data_task(task, ctx, ws, on_episode)
+        return []
+    return _run_video_task(task, ctx, ws, on_episode)
+
+
+def _run_data_task(
+    task: DataTask, ctx: TaskContext, ws: Workspace, on_episode: Callable[[int], None] | None
+) -> None:
+    tmp = ws.temp(".parquet")
+    try:
+        spans = write_data_file(
+            task,
+            ctx.source,
+            lambda rel: ws.local(ctx.source.remote, rel),
+            str(tmp),
+            schema=ctx.schema,
+            compression=ctx.compression,
+            on_episode=on_episode,
+        )
+        record = DataRecord(task.path, tmp.stat().st_size, file_sha256(tmp), tuple(spans))
+        ws.finish(task.path, tmp, record)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _run_video_task(
+    task: VideoTask, ctx: TaskContext, ws: Workspace, on_episode: Callable[[int], None] | None
+) -> list[VideoRecord]:
+    todo = [v for v in task.videos if not ws.is_done(v.path)]
+    if not todo:
+        return []
+    source, options = ctx.source, ctx.options
+    gop, crf = video_settings(source, task.key, options)
+    written = []
+    with ws.local(source.remote, task.source) as src:
+        for video in todo:
+            tmp = ws.temp(".mp4")
+            try:
+                result = write_episode_video(
+                    src,
+                    str(tmp),
+                    from_timestamp=video.from_timestamp,
+                    length=video.length,
+                    fps=source.info.fps,
+                    mode=options.video,
+                    gop=gop,
+                    crf=crf,
+                    preset=options.preset,
+                    episode=video.episode,
+                    camera=video.key,
+                )
+                record = VideoRecord(
+                    path=video.path,
+                    bytes=tmp.stat().st_size,
+                    sha256=file_sha256(tmp),
+                    episode=video.episode,
+                    key=video.key,
+                    codec=result.codec,
+                    pix_fmt=result.pix_fmt,
+                    width=result.width,
+                    height=result.height,
+                    gop=result.gop,
+                    crf=result.crf,
+                    frames=result.frames,
+                    reencoded=result.reencoded,
+                    reason=result.reason,
+                )
+                ws.finish(video.path, tmp, record)
+            finally:
+                tmp.unlink(missing_ok=True)
+            written.append(record)
+            if on_episode is not None:
+                on_episode(1)
+    return written
+
+
+def video_settings(source: Source, key: str, options: ReshardOptions) -> tuple[int, int | None]:
+    """The (gop, crf) passed to the video step for camera `key`.
+
+    The GOP defaults to the source's `video.g`, else 2. In copy mode the crf defaults to the source's
+    `video.crf` (used only by the fallback re-encode of an episode that does not start on a keyframe,
+    which keeps the source codec); a re-encoding mode leaves it to the video step's default.
+    """
+    info = source.info.features[key].get("info", {})
+    gop = options.gop or info.get("video.g") or DEFAULT_GOP
+    crf = options.crf if options.crf is not None or options.video != "copy" else info.get("video.crf")
+    return int(gop), crf
+
+
+_WORKER_CONTEXT: TaskContext | None = None
+
+
+def _init_worker(ctx: TaskContext) -> None:
+    global _WORKER_CONTEXT
+    _WORKER_CONTEXT = ctx
+    os.environ.setdefault("SVT_LOG", "1")
+
+
+def _run_in_worker(task: Task) -> list[VideoRecord]:
+    if _WORKER_CONTEXT is None:
+        raise RuntimeError("worker not initialised")
+    return run_task(task, _WORKER_CONTEXT)
+
+
+class _Progress:
+    """Two bars, tables and videos, counting episodes (tqdm shows episodes/s and ETA)."""
+
+    def __init__(self, tasks: list[Task], ws: Workspace, *, quiet: bool) -> None:
+        def totals(kind: type) -> tuple[int, int]:
+            outputs = [o for t in tasks if isinstance(t, kind) for o in _episode_outputs(t)]
+            return sum(n for _, n in outputs), sum(n for path, n in outputs if ws.is_done(path))
+
+        self.bars: dict[type, tqdm] = {}
+        for position, (kind, desc) in enumerate(((DataTask, "tables"), (VideoTask, "videos"))):
+            total, done = totals(kind)
+            if total:
+                self.bars[kind] = tqdm(
+                    total=total,
+                    initial=done,
+                    desc=desc,
+                    unit="ep",
+                    disable=quiet,
+                    position=position,
+                    leave=True,
+                )
+
+    def callback(self, task: Task) -> Callable[[int], None]:
+        return self.bars[type(task)].update
+
+    def task_done(self, task: Task, episodes: int) -> None:
+        """Count a finished task (pool mode, where workers cannot update the bars)."""
+        self.bars[type(task)].update(episodes)
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            bar.close()
+
+
+def _episode_outputs(task: Task) -> list[tuple[str, int]]:
+    if isinstance(task, DataTask):
+        return [(task.path, len(task.episodes))]
+    return [(v.path, 1) for v in task.videos]
+
+
+def run_tasks(tasks: list[Task], ctx: TaskContext, *, workers: int, quiet: bool) -> list[VideoRecord]:
+    """Run tasks inline (`workers == 1`) or in a pool of processes; stops at the first failure."""
+    ws = Workspace(ctx.work)
+    pending = [t for t in tasks if not all(ws.is_done(p) for p in t.outputs)]
+    progress = _Progress(pending, ws, quiet=quiet)
+    written: list[VideoRecord] = []
+    try:
+        if workers <= 1 or len(pending) <= 1:
+            for task in pending:
+                written += run_task(task, ctx, progress.callback(task))
+        else:
+            written = _run_pool(pending, ctx, workers, progress)
+    finally:
+        progress.close()
+    return written
+
+
+def _run_pool(tasks: list[Task], ctx: TaskContext, workers: int, progress: _Progress) -> list[VideoRecord]:
+    spawn = multiprocessing.get_context("spawn")
+    ws = Workspace(ctx.work)
+    todo = {id(t): sum(n for path, n in _episode_outputs(t) if not ws.is_done(path)) for t in tasks}
+    written: list[VideoRecord] = []
+    with ProcessPoolExecutor(workers, mp_context=spawn, initializer=_init_worker, initargs=(ctx,)) as pool:
+        futures: dict[Future[list[VideoRecord]], Task] = {pool.submit(_run_in_worker, t): t for t in tasks}
+        remaining = set(futures)
+        while remaining:
+            done, remaining = wait(remaining, return_when=FIRST_EXCEPTION)
+            for future in done:
+                if future.exception() is not None:
+                    for other in remaining:
+                        other.cancel()
+                    raise future.exception()  # type: ignore[misc]
+                written += future.result()
+                progress.task_done(futures[future], todo[id(futures[future])])
+    return written

@@ -1,0 +1,300 @@
+"""The metadata step of a reshard: completion records in, `meta/` and the `meta/lrs/` index out.
+
+Each output data or video file gets a completion record when it is finished (its size, sha256, and
+what finalize needs: row-group byte ranges, or the video's codec parameters). Finalize builds every
+metadata file from the source's metadata, the plan and these records alone, as bytes, so that N parts
+plus finalize produce the same bytes as one run:
+
+- `meta/episodes/`: the source table with every pointer made true (data and video chunk/file indices,
+  `from_timestamp = 0`, `to_timestamp = length / fps`), the other columns (tasks, length, stats/*) kept;
+- `meta/info.json` with the totals, the data file bound and per-camera video info as written;
+- `meta/tasks.parquet` and `meta/stats.json`, copied (episodes and frames do not change);
+- `meta/lrs/episodes.parquet`, `meta/lrs/layout.json`, `meta/lrs/files.parquet`.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import io
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from importlib import metadata as importlib_metadata
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from cache import store
+from cache.remote import redact
+from reader.index import (
+    EPISODES_INDEX,
+    FILES_INDEX,
+    LAYOUT_JSON,
+    LAYOUT_VERSION,
+    EpisodeEntry,
+    FileEntry,
+    VideoFile,
+    episodes_to_table,
+    files_to_table,
+    kind_of,
+)
+from reader.v3 import DEFAULT_EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH
+from reshard.plan import Plan
+from reshard.source import Source
+from reshard.tables import RowGroupSpan
+
+_HUB_REVISION = re.compile(r"^hf://datasets/[^/]+/[^/@]+@([^/]+)")
+
+
+@dataclass(frozen=True)
+class DataRecord:
+    """The completion record of an output data file.
+
+    Attributes:
+        path: the output path (dataset-relative).
+        bytes: its size.
+        sha256: its hash.
+        row_groups: one span per episode, in episode order.
+    """
+
+    path: str
+    bytes: int
+    sha256: str
+    row_groups: tuple[RowGroupSpan, ...]
+
+
+@dataclass(frozen=True)
+class VideoRecord:
+    """The completion record of an output video file (one episode of one camera).
+
+    Attributes:
+        path: the output path (dataset-relative).
+        bytes: its size.
+        sha256: its hash.
+        episode: the episode index.
+        key: the camera key.
+        codec: the codec written (`av1`, `hevc`, `h264`, ...).
+        pix_fmt: the pixel format written.
+        width: the frame width.
+        height: the frame height.
+        gop: the keyframe interval, when known.
+        crf: the encoder quality, when re-encoded (None when the stream was copied).
+        frames: the number of frames written.
+        reencoded: whether the frames were re-encoded (in copy mode: the episode did not start on a
+            keyframe).
+        reason: why it was re-encoded, if it was.
+    """
+
+    path: str
+    bytes: int
+    sha256: str
+    episode: int
+    key: str
+    codec: str
+    pix_fmt: str
+    width: int
+    height: int
+    gop: int | None
+    crf: int | None
+    frames: int
+    reencoded: bool
+    reason: str | None
+
+
+Record = DataRecord | VideoRecord
+
+
+def record_to_json(record: Record) -> bytes:
+    """The JSON bytes of a completion record."""
+    kind = "data" if isinstance(record, DataRecord) else "video"
+    return json.dumps({"kind": kind, **asdict(record)}, indent=1).encode()
+
+
+def record_from_json(data: bytes) -> Record:
+    """Parse a completion record written by `record_to_json`."""
+    raw = json.loads(data)
+    if raw.pop("kind") == "data":
+        raw["row_groups"] = tuple(RowGroupSpan(**span) for span in raw["row_groups"])
+        return DataRecord(**raw)
+    return VideoRecord(**raw)
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a local file."""
+    with open(path, "rb") as handle:
+        return store.file_sha256(handle.fileno())
+
+
+def tool_version() -> str:
+    """`lrs <version>`, recorded in layout.json."""
+    try:
+        return f"lrs {importlib_metadata.version('lrs')}"
+    except importlib_metadata.PackageNotFoundError:
+        return "lrs (unknown version)"
+
+
+def build_meta(
+    source: Source, plan: Plan, records: dict[str, Record], params: dict[str, Any]
+) -> list[tuple[str, bytes]]:
+    """Every metadata file of the output, as bytes, in publish order (`meta/lrs/layout.json` last).
+
+    Args:
+        source: the opened source.
+        plan: the plan the records complete.
+        records: the completion record of every output of the plan, by path.
+        params: the reshard parameters, recorded in layout.json.
+    """
+    video_records = [r for r in records.values() if isinstance(r, VideoRecord)]
+    files: list[tuple[str, bytes]] = list(episodes_files(source, plan))
+    files.append((TASKS_PATH, source.remote.cat(TASKS_PATH)))
+    if source.remote.exists(STATS_PATH):
+        files.append((STATS_PATH, source.remote.cat(STATS_PATH)))
+    files.append((INFO_PATH, info_json(source, params, video_records)))
+    index = episodes_to_table(index_entries(source, plan, records), source.video_keys)
+    files.append((EPISODES_INDEX, _parquet_bytes(index)))
+    layout = layout_json(source, params, video_records)
+    listed = [FileEntry(r.path, r.bytes, r.sha256, kind_of(r.path)) for r in records.values()]
+    listed += [_entry(rel, data) for rel, data in [*files, (LAYOUT_JSON, layout)]]
+    files.append((FILES_INDEX, _parquet_bytes(files_to_table(listed))))
+    files.append((LAYOUT_JSON, layout))
+    return files
+
+
+def _entry(rel: str, data: bytes) -> FileEntry:
+    return FileEntry(rel, len(data), hashlib.sha256(data).hexdigest(), kind_of(rel))
+
+
+def _parquet_bytes(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()
+
+
+def episodes_files(source: Source, plan: Plan) -> list[tuple[str, bytes]]:
+    """`meta/episodes/` files with every pointer true, partitioned into files as the source's were."""
+    table = source.episodes_table  # by episode index: row e is episode e
+    data_task, videos = plan.data_task_of(), plan.video_outputs()
+    order = range(table.num_rows)
+    columns: dict[str, list[Any]] = {
+        "data/chunk_index": [data_task[e].chunk_index for e in order],
+        "data/file_index": [data_task[e].file_index for e in order],
+    }
+    for key in source.video_keys:
+        outputs = [videos[e, key] for e in order]
+        columns[f"videos/{key}/chunk_index"] = [v.chunk_index for v in outputs]
+        columns[f"videos/{key}/file_index"] = [v.file_index for v in outputs]
+        columns[f"videos/{key}/from_timestamp"] = [0.0 for _ in outputs]
+        columns[f"videos/{key}/to_timestamp"] = [v.length / source.info.fps for v in outputs]
+    for name, values in columns.items():
+        position = table.schema.get_field_index(name)
+        table = table.set_column(position, name, pa.array(values).cast(table.schema.field(name).type))
+    return [(rel, _parquet_bytes(part)) for rel, part in _partition(table)]
+
+
+def _partition(table: pa.Table) -> list[tuple[str, pa.Table]]:
+    """Split the episodes table by its `meta/episodes/chunk_index` and `file_index` columns, if any."""
+    names = ("meta/episodes/chunk_index", "meta/episodes/file_index")
+    if not all(n in table.column_names for n in names):
+        return [(DEFAULT_EPISODES_PATH.format(chunk_index=0, file_index=0), table)]
+    keys = list(zip(*(table.column(n).to_pylist() for n in names), strict=True))
+    parts = []
+    for chunk, file in sorted(set(keys)):
+        mask = pc.and_(pc.equal(table.column(names[0]), chunk), pc.equal(table.column(names[1]), file))
+        parts.append((DEFAULT_EPISODES_PATH.format(chunk_index=chunk, file_index=file), table.filter(mask)))
+    return parts
+
+
+def index_entries(source: Source, plan: Plan, records: dict[str, Record]) -> list[EpisodeEntry]:
+    """One `meta/lrs/episodes.parquet` entry per episode, from the data and video records."""
+    spans: dict[int, tuple[str, RowGroupSpan]] = {}
+    for task in plan.data:
+        record = records[task.path]
+        if not isinstance(record, DataRecord):
+            raise TypeError(
+                f"Invalid record for {task.path!r} ({type(record).__name__}). Expected a DataRecord."
+            )
+        for span in record.row_groups:
+            spans[span.episode] = (task.path, span)
+    outputs = plan.video_outputs()
+    entries = []
+    for episode in source.episodes:
+        path, span = spans[episode.episode_index]
+        videos = [outputs[episode.episode_index, key] for key in source.video_keys]
+        entries.append(
+            EpisodeEntry(
+                episode_index=episode.episode_index,
+                length=episode.length,
+                dataset_from_index=episode.dataset_from_index,
+                data_path=path,
+                row_group=span.row_group,
+                row_group_offset=span.offset,
+                row_group_bytes=span.bytes,
+                videos=tuple(
+                    VideoFile(v.key, v.path, records[v.path].bytes, 0.0, v.length / source.info.fps)
+                    for v in videos
+                ),
+            )
+        )
+    return entries
+
+
+def info_json(source: Source, params: dict[str, Any], video_records: list[VideoRecord]) -> bytes:
+    """`meta/info.json` of the output: the source's, with totals, file bound and video info as written."""
+    raw = json.loads(json.dumps(source.info.raw))
+    raw["total_episodes"] = len(source.episodes)
+    raw["total_frames"] = source.total_frames
+    raw["total_tasks"] = len(source.tasks)
+    mb = params["data_file_mb"]
+    raw["data_files_size_in_mb"] = int(mb) if float(mb).is_integer() else mb
+    for key in source.video_keys:
+        info = raw["features"][key].setdefault("info", {})
+        info.update(_video_info([r for r in video_records if r.key == key]))
+    return (json.dumps(raw, indent=4) + "\n").encode()
+
+
+def _video_info(records: list[VideoRecord]) -> dict[str, Any]:
+    """The `video.*` fields of one camera, from what was written (the most common value if mixed)."""
+    fields = {
+        "video.codec": "codec",
+        "video.pix_fmt": "pix_fmt",
+        "video.width": "width",
+        "video.height": "height",
+        "video.g": "gop",
+        "video.crf": "crf",
+    }
+    out: dict[str, Any] = {}
+    for name, attr in fields.items():
+        values = collections.Counter(getattr(r, attr) for r in records if getattr(r, attr) is not None)
+        if values:
+            out[name] = sorted(values.items(), key=lambda kv: (-kv[1], str(kv[0])))[0][0]
+    return out
+
+
+def source_revision(url: str) -> str | None:
+    """The revision pinned in a Hub URL (`hf://datasets/<owner>/<name>@<revision>/...`), else None."""
+    match = _HUB_REVISION.match(url)
+    return match.group(1) if match else None
+
+
+def layout_json(source: Source, params: dict[str, Any], video_records: list[VideoRecord]) -> bytes:
+    """`meta/lrs/layout.json`: layout version, tool, source, parameters, re-encoded episodes."""
+    # Copy mode's fallbacks: episodes that had to be re-encoded because they do not start on a keyframe.
+    reencoded = sorted((r.episode, r.key, r.reason) for r in video_records if r.reason is not None)
+    doc = {
+        "layout": LAYOUT_VERSION,
+        "tool": tool_version(),
+        "source": {
+            "url": redact(source.url),
+            "revision": source_revision(source.url),
+            "codebase_version": source.info.raw.get("codebase_version"),
+            "total_episodes": len(source.episodes),
+            "total_frames": source.total_frames,
+        },
+        "params": params,
+        "reencoded": [{"episode": e, "camera": k, "reason": reason} for e, k, reason in reencoded],
+    }
+    return (json.dumps(doc, indent=2) + "\n").encode()

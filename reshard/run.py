@@ -1,0 +1,301 @@
+"""The reshard job: open the source, plan, run this call's tasks, then finalize and publish.
+
+Every output is written in a work directory beside `--out` (by default `<parent>/.<name>.lrs-work`):
+
+    options.json       the source and parameters of the job; a rerun with others is refused
+    stage/<path>       finished output files, waiting to be published
+    done/<path>.json   one completion record per finished output (datatrove style)
+    tmp/               files being written, and source files fetched from a remote
+
+A task skips the outputs that have a record, so a rerun after a crash (SIGKILL included) redoes only
+unfinished files and never rewrites a finished one. Finalize builds `meta/` from the records, then
+publishes by renames: data and videos first, `meta/`, then `meta/lrs/layout.json` last, so nothing
+half-written is ever visible under `--out` and a dataset with `layout.json` is complete. The work
+directory is removed at the end. A fresh run that finds bad input removes what it created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cache.remote import redact
+from cache.store import atomic_write
+from reader.errors import DatasetError
+from reader.index import LAYOUT_JSON, parse_layout_json
+from reshard.errors import ReshardError
+from reshard.execute import (
+    DEFAULT_OPTIONS,
+    ReshardOptions,
+    TaskContext,
+    Workspace,
+    list_files,
+    maybe_die,
+    run_tasks,
+)
+from reshard.meta import Record, VideoRecord, build_meta
+from reshard.plan import Plan, VideoTask, make_plan
+from reshard.source import Source, check_videos, open_source
+from reshard.tables import read_footer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReshardResult:
+    """What one `reshard` call did.
+
+    Attributes:
+        out: the output directory.
+        episodes: episodes of the source.
+        tasks_run: tasks this call ran (the others were done before, or belong to other parts).
+        finalized: whether the output is complete (meta written and published).
+        already_complete: the output was complete before this call.
+        reencoded: (episode, camera, reason) of the episodes re-encoded in copy mode.
+        seconds: wall time.
+        part: the part run, `(index, count)`, when only one part was.
+    """
+
+    out: Path
+    episodes: int
+    tasks_run: int
+    finalized: bool
+    already_complete: bool = False
+    reencoded: tuple[tuple[int, str, str], ...] = ()
+    seconds: float = 0.0
+    part: tuple[int, int] | None = None
+
+
+def default_work_dir(out: Path) -> Path:
+    """The work directory of an output directory: a hidden sibling, so renames stay on one filesystem."""
+    out = out.absolute()
+    return out.parent / f".{out.name}.lrs-work"
+
+
+def slurm_part(environ: dict[str, str] | None = None) -> tuple[int, int] | None:
+    """The part of a SLURM array task, `(SLURM_ARRAY_TASK_ID - MIN, SLURM_ARRAY_TASK_COUNT)`, or None."""
+    env = os.environ if environ is None else environ
+    if "SLURM_ARRAY_TASK_ID" not in env or "SLURM_ARRAY_TASK_COUNT" not in env:
+        return None
+    index = int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
+    return index, int(env["SLURM_ARRAY_TASK_COUNT"])
+
+
+def source_sizes(source: Source) -> dict[str, int]:
+    """The byte size of every source data file (one listing, or one request per file where listing fails)."""
+    sizes = list_files(source.remote, "data")
+    return {rel: sizes[rel] if sizes.get(rel) else source.remote.size(rel) for rel in source.data_files()}
+
+
+def _context(source: Source, work: Path, options: ReshardOptions) -> TaskContext:
+    first = source.data_files()[0]
+    footer = read_footer(source.remote, first)
+    codec = footer.row_group(0).column(0).compression.lower() if footer.num_row_groups else "snappy"
+    return TaskContext(
+        source=source,
+        work=work,
+        options=options,
+        schema_ipc=footer.schema.to_arrow_schema().serialize().to_pybytes(),
+        compression="none" if codec == "uncompressed" else codec,
+    )
+
+
+def check_video_files(source: Source, tasks: list[VideoTask]) -> None:
+    """`check_videos` on the tasks' source files, naming the first episode of an unreadable file.
+
+    Raises:
+        DatasetError: a source video is unreadable or shorter than its episodes' time ranges.
+    """
+    try:
+        check_videos(source, sorted({t.source for t in tasks}))
+    except DatasetError as exc:
+        first = {source.remote.display(t.source): t.videos[0].episode for t in tasks}
+        if exc.episode is not None or exc.file not in first:
+            raise
+        # The message without the "<file>: " prefix DatasetError put in front of it.
+        message = str(exc)[len(exc.file) + 2 :]
+        raise DatasetError(message, file=exc.file, episode=first[exc.file], field=exc.field) from exc
+
+
+def _job_doc(source: Source, options: ReshardOptions) -> dict[str, Any]:
+    return {"source": redact(source.url), "params": options.to_json()}
+
+
+def _claim(ws: Workspace, doc: dict[str, Any], out: Path) -> None:
+    """Record the job's source and options, or check that they are the recorded ones."""
+    path = ws.root / "options.json"
+    if not path.exists():
+        ws.root.mkdir(parents=True, exist_ok=True)
+        tmp = ws.temp(".json")
+        tmp.write_text(json.dumps(doc, indent=2))
+        # os.link fails when another part won the race: then its record is checked like any other.
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+        tmp.unlink()
+    recorded = json.loads(path.read_text())
+    if recorded != doc:
+        raise ReshardError(
+            f"Invalid options ({_differences(recorded, doc)}) for {out}. Expected the options of the unfinished "
+            f"reshard in {ws.root}: rerun with them, or remove that directory (and {out}) to start over."
+        )
+
+
+def _differences(recorded: dict[str, Any], doc: dict[str, Any]) -> str:
+    old = {"source": recorded.get("source"), **recorded.get("params", {})}
+    new = {"source": doc.get("source"), **doc.get("params", {})}
+    return ", ".join(
+        f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
+        for k in sorted(set(old) | set(new))
+        if old.get(k) != new.get(k)
+    )
+
+
+def _completed(out: Path, doc: dict[str, Any]) -> bool:
+    """Whether `out` holds a finished reshard of this job; refuses one of another job."""
+    path = out / LAYOUT_JSON
+    if not path.exists():
+        return False
+    layout = parse_layout_json(path.read_bytes(), file=str(path))
+    recorded = {"source": layout.get("source", {}).get("url"), "params": layout.get("params")}
+    if recorded != doc:
+        raise ReshardError(
+            f"Invalid options ({_differences(recorded, doc)}) for {out}. Expected the options of the "
+            "finished reshard there: choose another --out, or remove it first."
+        )
+    return True
+
+
+def _check_out(out: Path, ws: Workspace) -> None:
+    if out.exists() and not out.is_dir():
+        raise ReshardError(f"Invalid output directory ({out}): a file. Expected a directory.")
+    if out.exists() and any(out.iterdir()) and not (ws.root / "options.json").exists():
+        raise ReshardError(
+            f"Invalid output directory ({out}): not empty. Expected an empty or new directory, or the output "
+            "of an unfinished `lrs reshard` (with its work directory)."
+        )
+
+
+def reshard(
+    src: str,
+    out: str | os.PathLike[str],
+    *,
+    options: ReshardOptions = DEFAULT_OPTIONS,
+    workers: int = 1,
+    part: tuple[int, int] | None = None,
+    finalize_only: bool = False,
+    work_dir: str | os.PathLike[str] | None = None,
+    quiet: bool = False,
+    storage_options: dict[str, Any] | None = None,
+) -> ReshardResult:
+    """Rewrite the v3 dataset `src` into the lrs/1 layout in `out`, resuming an unfinished run.
+
+    Args:
+        src: the source dataset (path or URL, see `reshard.source.open_source`).
+        out: the output directory (new, empty, or an unfinished reshard with the same options).
+        options: what the output looks like.
+        workers: processes running tasks at once.
+        part: `(index, count)`: run only this part of the tasks (a SLURM array task), not finalize.
+        finalize_only: only finalize: check that every output is done, write meta, publish.
+        work_dir: the work directory (default: `default_work_dir(out)`).
+        quiet: no progress bars.
+        storage_options: passed to the source's fsspec filesystem.
+
+    Returns:
+        What was done.
+
+    Raises:
+        DatasetError: the source is malformed (nothing is published).
+        ReshardError: `out` holds another job, or finalize finds outputs not done.
+    """
+    started = time.monotonic()
+    out = Path(out).absolute()
+    ws = Workspace(Path(work_dir).absolute() if work_dir else default_work_dir(out))
+    source = open_source(src, storage_options=storage_options)
+    doc = _job_doc(source, options)
+    if _completed(out, doc):
+        shutil.rmtree(ws.root, ignore_errors=True)
+        return ReshardResult(out, len(source.episodes), 0, True, already_complete=True)
+    _check_out(out, ws)
+    if finalize_only and not (ws.root / "options.json").exists():
+        raise ReshardError(
+            f"Invalid --finalize for {out}: no unfinished reshard in {ws.root}. Expected every part to have "
+            "run first (--part I/N)."
+        )
+    plan = make_plan(source.info, source.episodes, source_sizes(source), data_file_mb=options.data_file_mb)
+    tasks = [] if finalize_only else (plan.tasks() if part is None else plan.part(*part))
+    fresh = not ws.root.exists()
+    try:
+        check_video_files(source, [t for t in tasks if isinstance(t, VideoTask)])
+        _claim(ws, doc, out)
+        if part is None and not finalize_only:
+            shutil.rmtree(ws.root / "tmp", ignore_errors=True)
+        written = run_tasks(tasks, _context(source, ws.root, options), workers=workers, quiet=quiet)
+    except DatasetError:
+        # A bad source found by a fresh single run leaves nothing behind; parts share the directory.
+        if fresh and part is None:
+            shutil.rmtree(ws.root, ignore_errors=True)
+        raise
+    for record in written:
+        if record.reason is not None:
+            log.warning("episode %d of %s re-encoded: %s", record.episode, record.key, record.reason)
+    if part is not None:
+        seconds = time.monotonic() - started
+        return ReshardResult(out, len(source.episodes), len(tasks), False, seconds=seconds, part=part)
+    records = finalize(source, plan, ws, out, options)
+    reencoded = tuple(
+        sorted(
+            (r.episode, r.key, r.reason or "")
+            for r in records.values()
+            if isinstance(r, VideoRecord) and r.reason is not None
+        )
+    )
+    return ReshardResult(
+        out, len(source.episodes), len(tasks), True, reencoded=reencoded, seconds=time.monotonic() - started
+    )
+
+
+def finalize(
+    source: Source, plan: Plan, ws: Workspace, out: Path, options: ReshardOptions
+) -> dict[str, Record]:
+    """Write meta from the completion records and publish everything into `out`, `layout.json` last.
+
+    Raises:
+        ReshardError: some outputs of the plan are not done (a part did not run or failed).
+    """
+    missing = [p for p in plan.outputs() if not ws.is_done(p)]
+    if missing:
+        raise ReshardError(
+            f"Invalid finalize ({len(missing)} of {len(plan.outputs())} outputs not done, first {missing[0]!r}). "
+            "Expected every part to have run to completion: rerun the missing parts, then --finalize."
+        )
+    records = {p: ws.load_record(p) for p in plan.outputs()}
+    meta = build_meta(source, plan, records, options.to_json())
+    for rel in plan.outputs():
+        _publish(ws.stage(rel), out / rel, rel)
+    for rel, data in meta:
+        target = out / rel
+        if target.exists() and target.read_bytes() == data:
+            continue
+        atomic_write(str(ws.stage(rel)), data)
+        maybe_die("meta")
+        _publish(ws.stage(rel), target, rel)
+    shutil.rmtree(ws.root, ignore_errors=True)
+    return records
+
+
+def _publish(staged: Path, target: Path, rel: str) -> None:
+    if staged.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged, target)
+        maybe_die("published")
+    elif not target.exists():
+        raise ReshardError(
+            f"Invalid work directory: {rel!r} has a completion record but no file. Expected both."
+        )

@@ -1,0 +1,253 @@
+"""The table step of a reshard: write one output data file, one row group per episode, rows in index order.
+
+Memory stays bounded by the source's row groups: a source file is read one row group at a time
+(`EpisodeRows`), each episode's rows are sliced out of the row groups that hold them, written as one
+row group, and dropped. A row group spanning many episodes (datasets converted from v2.1) is read once
+and sliced for each of them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, closing
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cache.remote import Remote
+from reader.errors import DatasetError
+from reshard.plan import DataTask
+from reshard.source import Source, check_rows
+
+INDEX_COLUMNS = ["index", "episode_index", "frame_index"]
+T = TypeVar("T")
+
+# Gives a local path for a dataset-relative source file, valid inside the `with`.
+LocalFile = Callable[[str], AbstractContextManager[str]]
+
+
+@dataclass(frozen=True)
+class RowGroupSpan:
+    """Where one episode's row group lies in an output data file.
+
+    Attributes:
+        episode: the episode index.
+        row_group: the row group number.
+        offset: the byte offset of its first column chunk.
+        bytes: the length of the byte range covering all its column chunks.
+    """
+
+    episode: int
+    row_group: int
+    offset: int
+    bytes: int
+
+
+def row_group_ranges(metadata: pq.FileMetaData) -> list[tuple[int, int]]:
+    """`(offset, length)` of each row group: the one byte range covering all its column chunks.
+
+    A column chunk starts at its dictionary page when it has one, else at its first data page, and
+    spans `total_compressed_size` bytes; one ranged read of the union fetches the whole row group.
+    """
+    ranges = []
+    for i in range(metadata.num_row_groups):
+        group = metadata.row_group(i)
+        start, end = None, 0
+        for c in range(group.num_columns):
+            column = group.column(c)
+            first = column.data_page_offset
+            if column.has_dictionary_page and column.dictionary_page_offset:
+                first = min(first, column.dictionary_page_offset)
+            start = first if start is None else min(start, first)
+            end = max(end, first + column.total_compressed_size)
+        ranges.append((start or 0, end - (start or 0)))
+    return ranges
+
+
+def _short(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name}: {f.type}" for f in schema)
+
+
+class EpisodeRows:
+    """The rows of the episodes of one source data file, read one row group at a time.
+
+    Opening reads the file's footer and its `index`, `episode_index` and `frame_index` columns, and
+    checks them against the episode metadata (`check_rows`), so a malformed file fails before any of
+    its rows is written. Errors name the file and `episode`, the first episode wanted from it.
+    """
+
+    def __init__(
+        self, source: Source, rel: str, local_path: str, schema: pa.Schema, *, episode: int | None = None
+    ) -> None:
+        self.where = source.remote.display(rel)
+        self._file = self._read(lambda: pq.ParquetFile(local_path), episode)
+        if not self._file.schema_arrow.remove_metadata().equals(schema.remove_metadata()):
+            raise DatasetError(
+                f"Invalid schema ({_short(self._file.schema_arrow)}). Expected the schema of the first data "
+                f"file ({_short(schema)}).",
+                file=self.where,
+                episode=episode,
+            )
+        # Single-threaded reads: row groups are small, per-call thread dispatch costs more than it
+        # saves, and parallelism comes from running tasks in several processes (--workers).
+        index = self._read(lambda: self._file.read(columns=INDEX_COLUMNS, use_threads=False), episode)
+        check_rows(source, rel, index)
+        # Rows sorted by `index`: position k of `_order` is the file row holding the k-th smallest index.
+        self._index = index.column("index").to_numpy()
+        self._order = np.argsort(self._index, kind="stable")
+        self._sorted = self._index[self._order]
+        meta = self._file.metadata
+        self._starts = np.cumsum([0] + [meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
+        self._groups: dict[int, pa.Table] = {}
+
+    def _read(self, fn: Callable[[], T], episode: int | None) -> T:
+        try:
+            return fn()
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DatasetError(
+                f"not a readable parquet file ({exc})", file=self.where, episode=episode
+            ) from exc
+
+    def read(self, first_index: int, length: int, *, episode: int | None = None) -> pa.Table:
+        """The rows with `index` in `[first_index, first_index + length)`, in index order.
+
+        Only the row groups holding them are read; the ones the next episode may share are kept.
+        `episode` is named in errors.
+        """
+        lo = int(np.searchsorted(self._sorted, first_index))
+        rows = self._order[lo : lo + length]
+        first, last = int(rows.min()), int(rows.max())
+        g0 = int(np.searchsorted(self._starts, first, side="right")) - 1
+        g1 = int(np.searchsorted(self._starts, last, side="right")) - 1
+        needed = range(g0, g1 + 1)
+        self._groups = {g: t for g, t in self._groups.items() if g in needed}
+        for g in needed:
+            if g not in self._groups:
+                self._groups[g] = self._read(
+                    lambda g=g: self._file.read_row_group(g, use_threads=False), episode
+                )
+        table = pa.concat_tables([self._groups[g] for g in needed])
+        base = int(self._starts[g0])
+        if last - first + 1 == length and bool(np.all(np.diff(rows) == 1)):
+            return table.slice(first - base, length)
+        return table.take(pa.array(rows - base))
+
+    def close(self) -> None:
+        self._groups.clear()
+        self._file.close()
+
+
+def footer_bytes(remote: Remote, rel: str) -> bytes:
+    """A parquet file's footer as a parquet "file" of its own (`PAR1` + footer), in two ranged reads.
+
+    pyarrow and DuckDB read the metadata of such a stub as if it were the whole file, so the footers
+    of a remote dataset can be inspected without downloading it.
+
+    Raises:
+        DatasetError: the file is too short or has no parquet footer.
+    """
+    size = remote.size(rel)
+    where = remote.display(rel)
+    tail = remote.cat_range(rel, size - 8, size) if size >= 12 else b""
+    if tail[4:] != b"PAR1":
+        raise DatasetError(f"not a readable parquet file ({size} bytes, no parquet footer)", file=where)
+    length = int.from_bytes(tail[:4], "little")
+    if length + 12 > size:
+        raise DatasetError(f"not a readable parquet file (footer of {length} bytes in {size})", file=where)
+    return b"PAR1" + remote.cat_range(rel, size - 8 - length, size)
+
+
+def read_footer(remote: Remote, rel: str) -> pq.FileMetaData:
+    """The parquet metadata of a dataset file, without reading its row groups.
+
+    Raises:
+        DatasetError: the file is not parquet or its footer is corrupt.
+    """
+    try:
+        return pq.ParquetFile(pa.BufferReader(footer_bytes(remote, rel))).metadata
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DatasetError(f"not a readable parquet file ({exc})", file=remote.display(rel)) from exc
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The columns worth dictionary encoding: flat non-float ones (indices, task ids, strings).
+
+    Float columns (states, actions, timestamps) are nearly all distinct: a dictionary costs time to
+    build and is then dropped or makes the file bigger, so they are written plain.
+    """
+    return [
+        f.name
+        for f in schema
+        if not pa.types.is_floating(f.type)
+        and not pa.types.is_nested(f.type)
+        and not pa.types.is_binary(f.type)
+    ]
+
+
+def write_data_file(
+    task: DataTask,
+    source: Source,
+    local: LocalFile,
+    out_path: str,
+    *,
+    schema: pa.Schema,
+    compression: str,
+    on_episode: Callable[[int], None] | None = None,
+) -> list[RowGroupSpan]:
+    """Write the output data file of `task` to `out_path`: one row group per episode, in index order.
+
+    Args:
+        task: which episodes, from which source files.
+        source: the opened source.
+        local: gives a local path for a source file (fetched if remote) for the time of a `with`.
+        out_path: the local file to write (a temp path; the caller publishes it).
+        schema: the output schema, with the source's schema metadata (the `huggingface` key).
+        compression: the parquet codec.
+        on_episode: called with 1 after each episode is written (progress).
+
+    Returns:
+        The byte range of each episode's row group, in episode order.
+
+    Raises:
+        DatasetError: a source file is unreadable, has another schema, or its rows disagree with the
+            episode metadata (naming the file and the episode).
+    """
+    options = {
+        "compression": compression,
+        "write_statistics": True,
+        "write_page_index": True,
+        "use_dictionary": dictionary_columns(schema),
+    }
+    with (
+        pq.ParquetWriter(out_path, schema, **options) as writer,
+        closing(_episodes_rows(task, source, local, schema)) as episodes,
+    ):
+        for rows in episodes:
+            writer.write_table(rows.replace_schema_metadata(schema.metadata), row_group_size=rows.num_rows)
+            if on_episode is not None:
+                on_episode(1)
+    ranges = row_group_ranges(pq.read_metadata(out_path))
+    return [
+        RowGroupSpan(episode=e, row_group=i, offset=ranges[i][0], bytes=ranges[i][1])
+        for i, e in enumerate(task.episodes)
+    ]
+
+
+def _episodes_rows(task: DataTask, source: Source, local: LocalFile, schema: pa.Schema) -> Iterator[pa.Table]:
+    """The rows of each episode of the task, in order; one source file open at a time."""
+    by_file = itertools.groupby(task.episodes, key=lambda i: source.data_file(source.episodes[i]))
+    for rel, indices in by_file:
+        episodes = [source.episodes[i] for i in indices]
+        with local(rel) as path:
+            reader = EpisodeRows(source, rel, path, schema, episode=episodes[0].episode_index)
+            try:
+                for episode in episodes:
+                    yield reader.read(
+                        episode.dataset_from_index, episode.length, episode=episode.episode_index
+                    )
+            finally:
+                reader.close()

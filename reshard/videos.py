@@ -1,0 +1,538 @@
+"""Per-episode video files: a lossless split of packed v3 MP4s, or a re-encode to H.265 / H.264.
+
+A v3 video file holds many episodes back to back; lrs/1 wants one MP4 per (episode, camera) whose frame
+`i` is at `i / fps`. `write_episode_video` cuts one episode out of a packed file:
+
+- `copy` remuxes the episode's packets (no re-encode, decoded frames bit-identical to the source's). It
+  is only possible when the episode starts on a keyframe and its packets form one self-contained run in
+  decode order; otherwise that one episode is re-encoded with the source codec and the result says why.
+- `hevc` / `h264` decode the episode and re-encode it with x265 / x264: yuv420p, 8 bit, short closed GOP,
+  no B-frames unless asked, because the reader decodes at random frames and NVDEC has no AV1 decoder.
+
+Source frames are picked the way lerobot picks them: for output frame `i`, the source frame nearest to
+`from_timestamp + i / fps`. Outputs are written to a temp file beside the target, then `os.replace`d.
+`probe_video` and `compare_episode_video` (from `reshard.video_compare`, re-exported here) inspect a
+file and prove an output matches its source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Literal
+
+import av
+from av.video.frame import PictureType
+
+from reshard.errors import ReshardError
+from reshard.video_compare import (
+    DEFAULT_MIN_PSNR_DB,
+    EPS_S,
+    Segment,
+    VideoComparison,
+    VideoProbe,
+    VideoRef,
+    VideoStream,
+    codec_name,
+    compare_episode_video,
+    demux,
+    frame_rate,
+    frames_from,
+    keyframe_interval,
+    nearest,
+    open_video,
+    probe_video,
+    seek,
+)
+
+__all__ = [
+    "DEFAULT_CRF",
+    "DEFAULT_GOP",
+    "DEFAULT_MIN_PSNR_DB",
+    "DEFAULT_PRESET",
+    "ENCODERS",
+    "EpisodeVideo",
+    "VideoComparison",
+    "VideoMode",
+    "VideoProbe",
+    "add_video_stream",
+    "compare_episode_video",
+    "encoder_options",
+    "probe_video",
+    "write_episode_video",
+]
+
+# SVT-AV1 prints its configuration on every encoder open unless told otherwise.
+os.environ.setdefault("SVT_LOG", "1")
+
+VideoMode = Literal["copy", "hevc", "h264"]
+VIDEO_MODES: tuple[str, ...] = ("copy", "hevc", "h264")
+# Codec name (as FFmpeg's codec descriptors name it) -> the encoder used to write it.
+ENCODERS: dict[str, str] = {"av1": "libsvtav1", "hevc": "libx265", "h264": "libx264"}
+# lerobot records with g=2: every other frame is a keyframe, so a random-access decode costs at most one
+# extra frame. Re-encodes keep that unless the caller passes the source's own GOP.
+DEFAULT_GOP = 2
+# Re-encode defaults, measured with reshard.video_compare on the synthetic sample (AV1 crf 30 source, 64x96
+# and 240x320): x265 `fast` at crf 21 keeps every frame >= 35.6 dB PSNR against the decoded source (mean
+# 39 dB at 64x96, 43 dB at 240x320) in 0.8x the source's bytes; crf 23 lets the worst frames of the tiny
+# sample drop to 34 dB. With a 2-frame GOP half the frames are intra, so presets between `superfast` and
+# `medium` differ little in speed (~75 frames/s/core at 240x320) and `fast` compresses best among them.
+# x264 needs crf 18 for the same worst frame (>= 35.5 dB), at 0.9-1.2x the source's bytes.
+# AV1 only re-encodes an episode of an AV1 source that does not start on a keyframe, at the source's crf:
+# SVT-AV1 preset 8 keeps its worst frame at 33-35 dB, where lerobot's speed-first preset 12 drops inter
+# frames of this second generation to 27-31 dB (below verify's 30 dB floor) in more bytes.
+DEFAULT_CRF: dict[str, int] = {"av1": 30, "hevc": 21, "h264": 18}
+DEFAULT_PRESET: dict[str, str] = {"av1": "8", "hevc": "fast", "h264": "fast"}
+X26X_PRESETS = (
+    "ultrafast",
+    "superfast",
+    "veryfast",
+    "faster",
+    "fast",
+    "medium",
+    "slow",
+    "slower",
+    "veryslow",
+)
+# moov in front: a reader can start on the first bytes of a whole-file fetch.
+MUX_OPTIONS: dict[str, str] = {"movflags": "faststart"}
+
+# --- encoder settings --------------------------------------------------------------------------------
+
+
+def encoder_options(
+    codec: str,
+    *,
+    gop: int,
+    crf: int,
+    preset: str | int | None = None,
+    bframes: int = 0,
+    threads: int | None = None,
+) -> dict[str, str]:
+    """Encoder options for PyAV: fixed keyframe interval, no scene cuts, closed GOP, `bframes` B-frames.
+
+    Args:
+        codec: `av1`, `hevc` or `h264`.
+        gop: keyframe interval in frames.
+        crf: constant rate factor.
+        preset: encoder speed preset; None picks `DEFAULT_PRESET[codec]`.
+        bframes: consecutive B-frames allowed (x264/x265 only).
+        threads: worker threads; None leaves the encoder's default (x265: one per core).
+    """
+    if codec not in ENCODERS:
+        raise ValueError(f"Invalid codec ({codec!r}). Expected one of {sorted(ENCODERS)}.")
+    preset = DEFAULT_PRESET[codec] if preset is None else str(preset)
+    if codec == "av1":
+        return {"g": str(gop), "crf": str(crf), "preset": str(preset)}
+    params = [f"keyint={gop}", f"min-keyint={gop}", "scenecut=0", f"bframes={bframes}"]
+    if codec == "h264":
+        return {"crf": str(crf), "preset": preset, "x264-params": ":".join(params)}
+    # x265 ignores AVCodecContext.thread_count: its thread pool and frame threads are set here.
+    params += ["open-gop=0", "log-level=error"]
+    if threads:
+        params += [f"pools={threads}"] + (["frame-threads=1"] if threads == 1 else [])
+    return {"crf": str(crf), "preset": preset, "x265-params": ":".join(params)}
+
+
+def add_video_stream(
+    container: av.container.OutputContainer,
+    codec: str,
+    *,
+    fps: float | Fraction,
+    width: int,
+    height: int,
+    gop: int,
+    crf: int,
+    preset: str | int | None = None,
+    bframes: int = 0,
+    threads: int | None = None,
+    pix_fmt: str = "yuv420p",
+) -> VideoStream:
+    """Add an encoding video stream to an output container, time base `1 / fps`.
+
+    Args:
+        container: the output container.
+        codec, gop, crf, preset, bframes, threads: as `encoder_options`.
+        fps: frame rate.
+        width, height: frame size in pixels.
+        pix_fmt: the pixel format to encode.
+    """
+    rate = frame_rate(fps)
+    options = encoder_options(codec, gop=gop, crf=crf, preset=preset, bframes=bframes, threads=threads)
+    stream = container.add_stream(ENCODERS[codec], rate=rate, options=options)
+    stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
+    stream.time_base = 1 / rate
+    if codec != "av1":
+        stream.codec_context.gop_size = gop
+        stream.codec_context.max_b_frames = bframes
+    if codec == "hevc":
+        stream.codec_tag = "hvc1"  # parameter sets out of band; what Apple players and most tools expect
+    if threads is not None:
+        stream.codec_context.thread_count = threads
+    return stream
+
+
+# --- writing -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EpisodeVideo:
+    """What `write_episode_video` wrote.
+
+    Attributes:
+        path: the output file.
+        bytes: its size.
+        frames: frames in it (== the episode length).
+        codec, pix_fmt, width, height: the video stream (codec as FFmpeg names it: av1, hevc, h264).
+        gop: keyframe interval in frames: the one encoded with, or for a copy the source's as passed in
+            (estimated from the source's keyframes when not passed; None when unknown).
+        crf: the crf encoded with, or for a copy the source's as passed in.
+        reencoded: the frames were decoded and encoded again.
+        reason: why a `copy` had to re-encode; None otherwise.
+    """
+
+    path: str
+    bytes: int
+    frames: int
+    codec: str
+    pix_fmt: str
+    width: int
+    height: int
+    gop: int | None
+    crf: int | None
+    reencoded: bool
+    reason: str | None = None
+
+
+def write_episode_video(
+    src_path: str,
+    out_path: str,
+    *,
+    from_timestamp: float,
+    length: int,
+    fps: float,
+    mode: VideoMode = "copy",
+    gop: int | None = None,
+    crf: int | None = None,
+    preset: str | None = None,
+    bframes: int = 0,
+    threads: int | None = None,
+    episode: int | None = None,
+    camera: str | None = None,
+) -> EpisodeVideo:
+    """Write one episode of a packed source MP4 to its own MP4, frame `i` at `i / fps`, atomically.
+
+    Args:
+        src_path: the source video file (local).
+        out_path: the file to write; its directory is created; replaced only once complete.
+        from_timestamp: the episode's start in the source, in seconds (v3 `from_timestamp`).
+        length: the episode's number of frames.
+        fps: the dataset's frame rate.
+        mode: `copy` (lossless remux, falling back to a re-encode with the source codec for an episode
+            that does not start on a keyframe), `hevc` or `h264` (re-encode).
+        gop: keyframe interval of a re-encode (default `DEFAULT_GOP`); in `copy` mode, the source's
+            (lerobot's `video.g`), used by a fallback re-encode.
+        crf: quality of a re-encode (default `DEFAULT_CRF[codec]`); in `copy` mode, the source's
+            (lerobot's `video.crf`), used by a fallback re-encode.
+        preset: encoder preset of a re-encode (default `DEFAULT_PRESET[codec]`); in `copy` mode, used by
+            a fallback re-encode if it is one of the source encoder's presets (x264/x265 names, SVT-AV1
+            numbers), else that encoder's default.
+        bframes: B-frames allowed in a re-encode (0: none, so decode order is presentation order).
+        threads: decoder and encoder threads (default 1: callers parallelise across processes).
+        episode, camera: named in error messages.
+
+    Returns:
+        What was written.
+
+    Raises:
+        ValueError: an argument is out of range.
+        DatasetError: the source is missing, corrupt or truncated, or lacks frames of the episode.
+        ReshardError: a `copy` needs a re-encode but the source codec has no encoder here.
+    """
+    _check_args(
+        from_timestamp=from_timestamp,
+        length=length,
+        fps=fps,
+        mode=mode,
+        gop=gop,
+        crf=crf,
+        preset=preset,
+        bframes=bframes,
+        threads=threads,
+    )
+    ref = VideoRef(src_path, episode, camera)
+    segment = Segment(from_timestamp, length, frame_rate(fps))
+    threads = 1 if threads is None else threads
+    if mode == "copy":
+        return _copy_episode(ref, out_path, segment, gop=gop, crf=crf, preset=preset, threads=threads)
+    encode = _Encode(
+        codec=mode,
+        pix_fmt="yuv420p",
+        gop=DEFAULT_GOP if gop is None else gop,
+        crf=DEFAULT_CRF[mode] if crf is None else crf,
+        preset=preset,
+        bframes=bframes,
+        threads=threads,
+    )
+    return _reencode(ref, out_path, segment, encode)
+
+
+def _check_args(
+    *,
+    from_timestamp: float,
+    length: int,
+    fps: float,
+    mode: str,
+    gop: int | None,
+    crf: int | None,
+    preset: str | None,
+    bframes: int,
+    threads: int | None,
+) -> None:
+    checks = [
+        (mode in VIDEO_MODES, "mode", mode, f"one of {', '.join(VIDEO_MODES)}"),
+        (math.isfinite(from_timestamp) and from_timestamp >= 0, "from_timestamp", from_timestamp, ">= 0"),
+        (length >= 1, "length", length, ">= 1"),
+        (math.isfinite(fps) and fps > 0, "fps", fps, "> 0"),
+        (gop is None or gop >= 1, "gop", gop, ">= 1"),
+        (crf is None or 0 <= crf <= 63, "crf", crf, "in [0, 63]"),
+        (bframes >= 0, "bframes", bframes, ">= 0"),
+        (
+            mode == "copy" or preset is None or preset in X26X_PRESETS,
+            "preset",
+            preset,
+            f"one of {X26X_PRESETS}",
+        ),
+        (threads is None or threads >= 0, "threads", threads, ">= 0 (0: the codec's own choice)"),
+    ]
+    for ok, name, value, expected in checks:
+        if not ok:
+            raise ValueError(f"Invalid {name} ({value!r}). Expected {expected}.")
+
+
+@contextlib.contextmanager
+def atomic_path(out_path: str) -> Iterator[str]:
+    """Yield a temp path beside `out_path`; on success `os.replace` it onto `out_path`, else delete it."""
+    directory = os.path.dirname(os.path.abspath(out_path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(out_path)}.", suffix=".part", dir=directory)
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, out_path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def mux(container: av.container.OutputContainer, packets: Iterable[av.Packet]) -> None:
+    """Mux packets (one function, so that tests can interrupt a write midway)."""
+    for packet in packets:
+        container.mux(packet)
+
+
+@dataclass(frozen=True)
+class _Encode:
+    codec: str
+    pix_fmt: str
+    gop: int
+    crf: int
+    preset: str | None
+    bframes: int
+    threads: int
+
+
+def _reencode(
+    ref: VideoRef, out_path: str, segment: Segment, encode: _Encode, reason: str | None = None
+) -> EpisodeVideo:
+    tb = 1 / segment.rate
+    with open_video(ref, encode.threads) as (container, stream):
+        width, height = stream.codec_context.width, stream.codec_context.height
+        frames = nearest(frames_from(container, stream, segment.from_timestamp, ref), segment, ref)
+        with atomic_path(out_path) as tmp, av.open(tmp, mode="w", format="mp4", options=MUX_OPTIONS) as out:
+            ostream = add_video_stream(
+                out,
+                encode.codec,
+                fps=segment.rate,
+                width=width,
+                height=height,
+                gop=encode.gop,
+                crf=encode.crf,
+                preset=encode.preset,
+                bframes=encode.bframes,
+                threads=encode.threads,
+                pix_fmt=encode.pix_fmt,
+            )
+            for i, frame in frames:
+                if frame.format.name != encode.pix_fmt:
+                    frame = frame.reformat(format=encode.pix_fmt)
+                frame.pts, frame.time_base = i, tb
+                # A decoded keyframe would otherwise force a keyframe here and break the GOP pattern.
+                frame.pict_type = PictureType.NONE
+                mux(out, ostream.encode(frame))
+            mux(out, ostream.encode(None))
+    return EpisodeVideo(
+        path=out_path,
+        bytes=os.path.getsize(out_path),
+        frames=segment.length,
+        codec=encode.codec,
+        pix_fmt=encode.pix_fmt,
+        width=width,
+        height=height,
+        gop=encode.gop,
+        crf=encode.crf,
+        reencoded=True,
+        reason=reason,
+    )
+
+
+@dataclass(frozen=True)
+class _Demuxed:
+    time: float  # pts in seconds
+    order: int  # position in decode order
+    packet: av.Packet = field(repr=False)
+
+
+def _copy_episode(
+    ref: VideoRef,
+    out_path: str,
+    segment: Segment,
+    *,
+    gop: int | None,
+    crf: int | None,
+    preset: str | None,
+    threads: int,
+) -> EpisodeVideo:
+    with open_video(ref, threads) as (container, stream):
+        codec, pix_fmt = codec_name(stream), stream.codec_context.pix_fmt
+        width, height = stream.codec_context.width, stream.codec_context.height
+        packets = _demux_window(container, stream, segment, ref)
+        plan = _copy_plan(packets, segment, ref)
+        source_gop = (
+            gop
+            if gop is not None
+            else keyframe_interval([p.time for p in packets], [p.packet.is_keyframe for p in packets])
+        )
+        if isinstance(plan, list):
+            _write_copy(stream, plan, out_path, segment)
+            return EpisodeVideo(
+                path=out_path,
+                bytes=os.path.getsize(out_path),
+                frames=segment.length,
+                codec=codec,
+                pix_fmt=pix_fmt,
+                width=width,
+                height=height,
+                gop=source_gop,
+                crf=crf,
+                reencoded=False,
+            )
+    if codec not in ENCODERS:
+        raise ReshardError(
+            f"{ref.error(plan)} Invalid source codec for a re-encode ({codec!r}). Expected one of "
+            f"{sorted(ENCODERS)}; reshard this dataset with a re-encoding video mode (hevc, h264)."
+        )
+    encode = _Encode(
+        codec=codec,
+        pix_fmt=pix_fmt,
+        gop=source_gop or DEFAULT_GOP,
+        crf=DEFAULT_CRF[codec] if crf is None else crf,
+        preset=preset if _preset_fits(codec, preset) else None,
+        bframes=0,
+        threads=threads,
+    )
+    return _reencode(ref, out_path, segment, encode, reason=plan)
+
+
+def _preset_fits(codec: str, preset: str | None) -> bool:
+    """`preset` names a preset of `codec`'s encoder (x264/x265 names; SVT-AV1 numbers)."""
+    if preset is None:
+        return False
+    return str(preset).lstrip("-").isdigit() if codec == "av1" else preset in X26X_PRESETS
+
+
+def _demux_window(container: Any, stream: VideoStream, segment: Segment, ref: VideoRef) -> list[_Demuxed]:
+    """Packets in decode order from the keyframe at or before the episode until none can be in it.
+
+    If the demuxer's seek lands past the episode's start, the packets are read from the file's start.
+    """
+    packets = _demux_until(container, stream, segment, segment.from_timestamp, ref)
+    if segment.from_timestamp > 0 and not (
+        packets and min(p.time for p in packets) <= segment.from_timestamp + EPS_S
+    ):
+        packets = _demux_until(container, stream, segment, None, ref)
+    return packets
+
+
+def _demux_until(
+    container: Any,
+    stream: VideoStream,
+    segment: Segment,
+    seek_to: float | None,
+    ref: VideoRef,
+) -> list[_Demuxed]:
+    end = segment.window[1]
+    tb = stream.time_base
+    seek(container, stream, seek_to, ref)
+    packets: list[_Demuxed] = []
+    for packet in demux(container, stream, ref):
+        if packet.dts is None or packet.pts is None:
+            continue
+        if float(packet.dts * tb) >= end:
+            break  # pts >= dts: neither this packet nor any later one shows in the window
+        packets.append(_Demuxed(float(packet.pts * tb), len(packets), packet))
+    return packets
+
+
+def _copy_plan(packets: list[_Demuxed], segment: Segment, ref: VideoRef) -> list[tuple[_Demuxed, int]] | str:
+    """The episode's packets in decode order with their output frame index, or why they cannot be copied."""
+    start, end = segment.window
+    window = [p for p in packets if start <= p.time < end]
+    by_time = sorted(window, key=lambda p: p.time)
+    picked = [p for _, p in nearest(((p.time, p) for p in by_time), segment, ref)]
+    if len(window) != len(picked):
+        return (
+            f"the source has {len(window)} frames in the episode's time range, {segment.length} "
+            "expected at from_timestamp + i / fps; copying would keep the extra frames"
+        )
+    first = window[0]
+    if not first.packet.is_keyframe or first is not by_time[0]:
+        before = [p.time for p in packets if p.packet.is_keyframe and p.time <= by_time[0].time + EPS_S]
+        previous = f"{before[-1]:.4f} s" if before else "none"
+        return (
+            f"the episode does not start on a keyframe (first frame at {by_time[0].time:.4f} s, "
+            f"previous keyframe at {previous}), so it cannot be cut without re-encoding"
+        )
+    if window[-1].order - first.order + 1 != len(window):
+        return (
+            "the episode's frames are interleaved in decode order with frames outside it "
+            "(B-frames referencing across the episode boundary), so it cannot be cut losslessly"
+        )
+    rank = {id(p): i for i, p in enumerate(by_time)}
+    return [(p, rank[id(p)]) for p in window]
+
+
+def _write_copy(
+    stream: VideoStream, plan: list[tuple[_Demuxed, int]], out_path: str, segment: Segment
+) -> None:
+    """Remux, retimed: presentation rank k -> pts k / fps; decode position j -> dts (j - delay) / fps."""
+    tb = 1 / segment.rate
+    # The smallest decode delay that keeps dts <= pts for every packet (0 without B-frames).
+    delay = max(0, max(j - k for j, (_, k) in enumerate(plan)))
+    with atomic_path(out_path) as tmp, av.open(tmp, mode="w", format="mp4", options=MUX_OPTIONS) as out:
+        ostream = out.add_stream_from_template(stream, opaque=True)
+        ostream.time_base = tb
+        packets = []
+        for j, (item, k) in enumerate(plan):
+            packet = item.packet
+            packet.stream = ostream
+            packet.time_base = tb
+            packet.pts, packet.dts, packet.duration = k, j - delay, 1
+            packets.append(packet)
+        mux(out, packets)

@@ -1,0 +1,63 @@
+"""Shared session fixtures: small generated v3 datasets, read-only (copy one before mutating it).
+
+- `sample_ds`: lerobot-like, 8 episodes, 2 AV1 cameras, 3 episodes per data and video file.
+- `sample_converted_ds`: the same episodes, data row groups spanning several episodes (v2.1 conversions).
+- `sample_unaligned_ds`: video files encoded as one stream (GOP 4): some episodes start between keyframes.
+- `sample_chunked_ds`: 7 camera-less episodes, one per data file, 2 files per chunk directory.
+- `sample_resharded_ds`: `sample_ds` resharded into lrs/1 with the default options.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from reshard.sample import write_sample
+
+
+@pytest.fixture(scope="session")
+def sample_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_sample(tmp_path_factory.mktemp("sample") / "ds")
+
+
+@pytest.fixture(scope="session")
+def sample_converted_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_sample(tmp_path_factory.mktemp("converted") / "ds", converted=True)
+
+
+@pytest.fixture(scope="session")
+def sample_unaligned_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_sample(tmp_path_factory.mktemp("unaligned") / "ds", keyframe_aligned=False, gop=4)
+
+
+@pytest.fixture(scope="session")
+def sample_chunked_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_sample(
+        tmp_path_factory.mktemp("chunked") / "ds",
+        episodes=7,
+        cameras=0,
+        episodes_per_data_file=1,
+        chunks_size=2,
+    )
+
+
+@pytest.fixture(scope="session")
+def sample_resharded_ds(sample_ds: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from reshard.run import reshard
+
+    out = tmp_path_factory.mktemp("resharded") / "out"
+    reshard(str(sample_ds), out, quiet=True)
+    return out
+
+
+@pytest.fixture
+def copy_ds(tmp_path: Path) -> Callable[[Path], Path]:
+    """Copy a session dataset into this test's tmp_path, to mutate it."""
+
+    def copy(src: Path, name: str = "copy") -> Path:
+        return Path(shutil.copytree(src, tmp_path / name))
+
+    return copy

@@ -1,0 +1,125 @@
+"""Kill `lrs reshard` with SIGKILL at any point, rerun it: the result is the uninterrupted run's, byte for byte.
+
+A subprocess SIGKILLs itself at the n-th time it reaches a point of the protocol (`LRS_TEST_KILL_AT`):
+after an output is staged but before its completion record, after a record, in the middle of
+publishing, with meta staged but not published, after `layout.json` but before cleanup. Another test
+kills the whole process group (a parent with two pool workers) from outside, mid-download. At the
+moment of the kill nothing under --out may be half-written; after the rerun every file finished
+before the kill must still be the same inode with the same mtime (never rewritten).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reader.index import FILES_INDEX, LAYOUT_JSON
+from reshard.execute import KILL_ENV
+from reshard.run import default_work_dir, reshard
+from tests.servers import RangeServer
+
+RESHARD = "from reshard.cli import main; main()"
+
+
+def files_of(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def finished_files(out: Path) -> dict[str, tuple[int, int]]:
+    """(inode, mtime) of every output that has a completion record, wherever it is (staged or published)."""
+    work = default_work_dir(out)
+    found = {}
+    for record in (work / "done").rglob("*.json"):
+        rel = str(record.relative_to(work / "done"))[: -len(".json")]
+        path = work / "stage" / rel if (work / "stage" / rel).exists() else out / rel
+        found[rel] = (path.stat().st_ino, path.stat().st_mtime_ns)
+    return found
+
+
+def assert_nothing_half_written(
+    out: Path, expected: dict[str, bytes], ignore: set[str] = frozenset()
+) -> None:
+    if not out.exists():
+        return
+    for rel, data in files_of(out).items():
+        if rel not in ignore:
+            assert expected.get(rel) == data, f"{rel} is visible under --out but not complete"
+
+
+@pytest.mark.parametrize(
+    "point",
+    ["staged:1", "recorded:1", "recorded:9", "published:3", "meta:1", "published:21", "published:24"],
+    ids=lambda p: p.replace(":", "-"),
+)
+def test_sigkill_then_rerun_gives_identical_bytes(
+    point: str, sample_ds: Path, sample_resharded_ds: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    expected = files_of(sample_resharded_ds)
+    killed = subprocess.run(
+        [sys.executable, "-c", RESHARD, "reshard", str(sample_ds), "--out", str(out), "--quiet"],
+        env={**os.environ, KILL_ENV: point},
+        capture_output=True,
+        timeout=120,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    assert_nothing_half_written(out, expected)
+    finished = finished_files(out)
+    assert finished or point in ("staged:1", "published:24")
+
+    monkeypatch.delenv(KILL_ENV, raising=False)
+    reshard(str(sample_ds), out, quiet=True)
+    assert files_of(out) == expected
+    for rel, (inode, mtime) in finished.items():
+        assert ((out / rel).stat().st_ino, (out / rel).stat().st_mtime_ns) == (inode, mtime), rel
+    assert not default_work_dir(out).exists()
+
+
+@pytest.mark.slow
+def test_sigkill_of_parent_and_workers_mid_download(
+    sample_ds: Path, sample_resharded_ds: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    expected = files_of(sample_resharded_ds)
+    with RangeServer(sample_ds) as server:
+        job = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                RESHARD,
+                "reshard",
+                server.url,
+                "--out",
+                str(out),
+                "--quiet",
+                "--workers",
+                "2",
+            ],
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            # Kill once the workers have downloaded a few source videos: tasks are then in flight.
+            server.wait_for(
+                lambda s: (
+                    sum(1 for r in s.requests if r.path.startswith("videos/") and r.byte_range is None) >= 9
+                ),
+                timeout_s=60,
+            )
+        finally:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=30)
+        # The URL differs from the local reference's: layout.json and files.parquet record it.
+        assert_nothing_half_written(out, expected, ignore={LAYOUT_JSON, FILES_INDEX})
+        finished = finished_files(out)
+        reshard(server.url, out, workers=2, quiet=True)
+    got = files_of(out)
+    assert {rel for rel in expected if got.get(rel) != expected[rel]} == {LAYOUT_JSON, FILES_INDEX}
+    for rel, (inode, mtime) in finished.items():
+        assert ((out / rel).stat().st_ino, (out / rel).stat().st_mtime_ns) == (inode, mtime), rel

@@ -1,0 +1,268 @@
+"""`lrs verify`: every class of violation is caught and reported first-class-first, with file and episode.
+
+Each corruption is applied to a copy of a good lrs/1 output, then the index is made consistent again
+(`reindex`: sizes, hashes and row-group ranges recomputed) so that the earlier check classes pass and
+the check under test is the one that must fail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from reader.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON, FileEntry, files_to_table, kind_of
+from reshard import commands  # noqa: F401 - registers the commands
+from reshard.cli import cli
+from reshard.sample import draw_frame, encode_frames
+from reshard.tables import row_group_ranges
+from reshard.verify import verify
+
+DATA = "data/chunk-000/file-000.parquet"
+CAM0 = "observation.images.cam0"
+
+
+def video(episode: int, key: str = CAM0) -> str:
+    return f"videos/{key}/chunk-000/file-{episode:03d}.mp4"
+
+
+def reindex(root: Path) -> None:
+    """Recompute files.parquet and the episodes index's sizes and row-group ranges from the files on disk."""
+    index = pq.read_table(root / EPISODES_INDEX)
+    columns = {name: index.column(name).to_pylist() for name in index.column_names}
+    for row, path in enumerate(columns["data_path"]):
+        ranges = row_group_ranges(pq.read_metadata(root / path))
+        if columns["row_group"][row] < len(ranges):
+            offset, size = ranges[columns["row_group"][row]]
+            columns["row_group_offset"][row], columns["row_group_bytes"][row] = offset, size
+    for name in [n for n in columns if n.endswith("/path")]:
+        sizes = name[: -len("path")] + "bytes"
+        columns[sizes] = [(root / p).stat().st_size for p in columns[name]]
+    pq.write_table(pa.table(columns, schema=index.schema), root / EPISODES_INDEX)
+    entries = [
+        FileEntry(rel, len(data), hashlib.sha256(data).hexdigest(), kind_of(rel))
+        for rel, data in ((str(p.relative_to(root)), p.read_bytes()) for p in root.rglob("*") if p.is_file())
+        if rel != FILES_INDEX
+    ]
+    pq.write_table(files_to_table(entries), root / FILES_INDEX)
+
+
+def rewrite_data(root: Path, fn: Callable[[list[pa.Table]], list[pa.Table]], **writer: object) -> None:
+    """Rewrite the data file from its row groups, transformed by `fn`, one written row group per table."""
+    file = pq.ParquetFile(root / DATA)
+    groups = fn([file.read_row_group(i) for i in range(file.num_row_groups)])
+    options = {"write_page_index": True, **writer}
+    with pq.ParquetWriter(root / DATA, file.schema_arrow, **options) as out:
+        for table in groups:
+            out.write_table(table, row_group_size=table.num_rows)
+
+
+def edit_episodes_meta(root: Path, column: str, episode: int, delta: float) -> None:
+    path = root / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    values = table.column(column).to_pylist()
+    values[episode] += delta
+    table = table.set_column(
+        table.schema.get_field_index(column), column, pa.array(values, table.schema.field(column).type)
+    )
+    pq.write_table(table, path)
+
+
+def bump_action(groups: list[pa.Table]) -> list[pa.Table]:
+    table = groups[3]
+    action = table.column("action").combine_chunks()
+    values = pc.add(action.flatten(), pa.scalar(1.0, pa.float32()))
+    bumped = pa.FixedSizeListArray.from_arrays(values, action.type.list_size)
+    groups[3] = table.set_column(table.schema.get_field_index("action"), "action", bumped)
+    return groups
+
+
+def merge_pairs(groups: list[pa.Table]) -> list[pa.Table]:
+    return [pa.concat_tables(groups[i : i + 2]) for i in range(0, len(groups), 2)]
+
+
+def swap_videos(root: Path) -> None:
+    a, b = root / video(0), root / video(1)
+    tmp = a.with_suffix(".tmp")
+    a.rename(tmp)
+    b.rename(a)
+    tmp.rename(b)
+
+
+def other_pixels(root: Path, source: Path) -> None:
+    """Episode 2's video encoded like the source (AV1, GOP 2) from frames drawn with another seed."""
+    length = pq.read_table(source / "meta/episodes/chunk-000/file-000.parquet").column("length")[2].as_py()
+    frames = (draw_frame(2, i, 0, height=64, width=96, seed=99) for i in range(length))
+    encode_frames(frames, str(root / video(2)), codec="av1", fps=30, gop=2, crf=30, height=64, width=96)
+
+
+# (check class, message pattern, corruption of the output root given the source root, reindex after)
+CORRUPTIONS: dict[str, tuple[str, str, Callable[[Path, Path], None], bool]] = {
+    "no-layout-json": (
+        "layout",
+        r"layout\.json: missing: not an lrs/1",
+        lambda r, s: (r / LAYOUT_JSON).unlink(),
+        False,
+    ),
+    "info-totals": (
+        "layout",
+        r"Invalid totals \(8 episodes, 1 frames\)",
+        lambda r, s: (r / "meta/info.json").write_text(
+            json.dumps({**json.loads((r / "meta/info.json").read_text()), "total_frames": 1})
+        ),
+        False,
+    ),
+    "flipped-byte": (
+        "files",
+        rf"{video(4)}: Invalid sha256",
+        lambda r, s: (r / video(4)).write_bytes(
+            bytes([(r / video(4)).read_bytes()[0] ^ 1]) + (r / video(4)).read_bytes()[1:]
+        ),
+        False,
+    ),
+    "unlisted-file": (
+        "files",
+        r"data/extra\.bin: not listed",
+        lambda r, s: (r / "data/extra.bin").write_bytes(b"x"),
+        False,
+    ),
+    "missing-video": ("files", rf"{video(5)}: missing", lambda r, s: (r / video(5)).unlink(), False),
+    "episodes-share-row-groups": (
+        "tables",
+        r"Invalid row groups \(4\)\. Expected 8, one per episode",
+        lambda r, s: rewrite_data(r, merge_pairs),
+        True,
+    ),
+    "no-page-index": (
+        "tables",
+        rf"{DATA}, episode 0: Invalid page index",
+        lambda r, s: rewrite_data(r, lambda g: g, write_page_index=False),
+        True,
+    ),
+    "rows-out-of-order": (
+        "tables",
+        rf"{DATA}, episode 6: Invalid index column",
+        lambda r, s: rewrite_data(
+            r, lambda g: [*g[:6], g[6].take(pa.array(range(g[6].num_rows - 1, -1, -1))), g[7]]
+        ),
+        True,
+    ),
+    "shifted-video-timestamps": (
+        "pointers",
+        r"meta/episodes, episode 2: Invalid video time range \(0\.5, ",
+        lambda r, s: [
+            edit_episodes_meta(r, f"videos/{CAM0}/{f}", 2, 0.5) for f in ("from_timestamp", "to_timestamp")
+        ],
+        True,
+    ),
+    "swapped-videos": (
+        "videos",
+        rf"{video(0)}, episode 0: Invalid frame count",
+        lambda r, s: swap_videos(r),
+        True,
+    ),
+    "changed-value": (
+        "source-tables",
+        rf"{DATA}, episode 3: Invalid rows\. Expected every value equal",
+        lambda r, s: rewrite_data(r, bump_action),
+        True,
+    ),
+    "other-pixels": (
+        "source-videos",
+        rf"{video(2)}, episode 2: Invalid frames \(PSNR min [\d.]+ dB\)\. Expected frames identical",
+        other_pixels,
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CORRUPTIONS))
+def test_each_violation_is_caught_in_its_class(
+    name: str, sample_resharded_ds: Path, sample_ds: Path, copy_ds: Callable[[Path], Path]
+) -> None:
+    check, pattern, corrupt, needs_reindex = CORRUPTIONS[name]
+    root = copy_ds(sample_resharded_ds)
+    corrupt(root, sample_ds)
+    if needs_reindex:
+        reindex(root)
+    report = verify(str(root), against=str(sample_ds))
+    assert not report.ok
+    assert report.failed_check == check, report.describe()
+    order = ["layout", "files", "tables", "pointers", "videos", "source-tables", "source-videos"]
+    assert report.passed == tuple(order[: order.index(check)])
+    assert any(re.search(pattern, str(v)) for v in report.violations), report.describe()
+
+    result = CliRunner().invoke(cli, ["verify", str(root), "--against", str(sample_ds)])
+    assert result.exit_code == 1
+    assert f"FAIL  {check}" in result.output
+
+
+def test_reindex_alone_keeps_a_good_output_good(
+    sample_resharded_ds: Path, sample_ds: Path, copy_ds: Callable[[Path], Path]
+) -> None:
+    root = copy_ds(sample_resharded_ds)
+    reindex(root)
+    assert verify(str(root), against=str(sample_ds)).ok
+
+
+def test_good_output_passes_every_check_and_exits_zero(sample_resharded_ds: Path, sample_ds: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["verify", str(sample_resharded_ds), "--against", str(sample_ds), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["ok"] and doc["violations"] == []
+    assert doc["passed"] == [
+        "layout",
+        "files",
+        "tables",
+        "pointers",
+        "videos",
+        "source-tables",
+        "source-videos",
+    ]
+    assert all(v["identical"] and v["psnr_min_db"] is None for v in doc["videos"])
+    # Without a source, the layout's own invariants only.
+    assert verify(str(sample_resharded_ds)).passed[-1] == "videos"
+
+
+def test_psnr_floor_applies_to_reencoded_outputs(sample_ds: Path, tmp_path: Path) -> None:
+    from reshard.execute import ReshardOptions
+    from reshard.run import reshard
+
+    reshard(str(sample_ds), tmp_path / "out", options=ReshardOptions(video="h264"), quiet=True)
+    assert verify(str(tmp_path / "out"), against=str(sample_ds), min_psnr=25).ok
+    report = verify(str(tmp_path / "out"), against=str(sample_ds), min_psnr=99)
+    assert report.failed_check == "source-videos"
+    assert "Expected every frame >= 99 dB" in str(report.violations[0])
+    assert len(report.violations) == 16
+
+
+def test_plain_v3_dataset_is_not_lrs(sample_ds: Path) -> None:
+    result = CliRunner().invoke(cli, ["verify", str(sample_ds)])
+    assert result.exit_code == 1
+    assert "FAIL  layout" in result.output and "not an lrs/1 dataset" in result.output
+
+
+def test_unreadable_source_is_an_input_error(sample_resharded_ds: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["verify", str(sample_resharded_ds), "--against", str(tmp_path / "nope")]
+    )
+    assert result.exit_code == 3
+    assert "meta/info.json: missing" in result.output
+
+
+def test_verify_over_http(sample_resharded_ds: Path, sample_ds: Path) -> None:
+    from tests.servers import RangeServer
+
+    with RangeServer(sample_resharded_ds) as server:
+        report = verify(server.url, against=str(sample_ds))
+    assert report.ok, report.describe()
