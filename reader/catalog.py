@@ -1,0 +1,269 @@
+"""What the reader needs to know about a dataset, for lrs/1 and plain v3 alike: episodes, files, tasks.
+
+`Catalog.open(url)` reads metadata only: for lrs/1 the `meta/lrs/` index (`reader.layout.Layout`), for
+plain v3 `meta/episodes/` (enumerated from the v3 path template, so that sources that cannot list
+directories, like plain HTTP, work too), plus `meta/tasks.parquet`. The fingerprint names the dataset
+in the node cache and in resume states; it is derived from the index (lrs/1: every file's size and
+sha256) or from `meta/info.json` and `meta/episodes/` (v3), so any change of content changes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cache.remote import Remote, resolve
+from reader.errors import DatasetError
+from reader.index import LAYOUT_JSON
+from reader.layout import Layout
+from reader.v3 import (
+    DEFAULT_EPISODES_PATH,
+    EPISODES_DIR,
+    INFO_PATH,
+    TASKS_PATH,
+    EpisodeInfo,
+    Info,
+    episode_columns,
+    parse_episodes,
+    parse_tasks,
+)
+
+LayoutKind = Literal["lrs/1", "v3"]
+
+
+@dataclass(frozen=True)
+class VideoRef:
+    """Where one camera of one episode is, and the time its first frame has in that file."""
+
+    key: str
+    path: str
+    from_timestamp: float
+    bytes: int | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class EpisodeRef:
+    """Where one episode's rows and videos are.
+
+    Attributes:
+        episode_index: the episode.
+        length: its number of frames.
+        dataset_from_index: the `index` of its first row.
+        data_path: the data file holding its rows.
+        first_row: plain v3: position of its first row inside `data_path` (-1 for lrs/1, read by row group).
+        row_group: lrs/1 only: the row group holding exactly its rows.
+        byte_range: lrs/1 only: `[start, end)` of that row group in `data_path`.
+        videos: one per camera, in `info.json` feature order.
+    """
+
+    episode_index: int
+    length: int
+    dataset_from_index: int
+    data_path: str
+    first_row: int
+    row_group: int | None = None
+    byte_range: tuple[int, int] | None = None
+    videos: tuple[VideoRef, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"EpisodeRef({self.episode_index}, length={self.length}, {self.data_path}, cameras={len(self.videos)})"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """A dataset as the reader sees it.
+
+    Attributes:
+        remote: where the files are.
+        info: `meta/info.json`.
+        kind: "lrs/1" when the dataset carries the lrs index, else "v3".
+        episodes: every episode, by episode index.
+        tasks: task strings by task index.
+        fingerprint: content identity (see the module docstring).
+        file_sizes: sizes of the files the index lists (lrs/1; empty for v3).
+    """
+
+    remote: Remote
+    info: Info = field(repr=False)
+    kind: LayoutKind
+    episodes: tuple[EpisodeRef, ...] = field(repr=False)
+    tasks: tuple[str, ...] = field(repr=False)
+    fingerprint: str
+    file_sizes: Mapping[str, int] = field(default_factory=dict, repr=False)
+
+    def __repr__(self) -> str:
+        return f"Catalog({self.remote.url!r}, {self.kind}, episodes={len(self.episodes)})"
+
+    @classmethod
+    def open(cls, source: str | Remote, *, storage_options: dict[str, Any] | None = None) -> Catalog:
+        """Read the metadata of the dataset at `source` (lrs/1 when it has `meta/lrs/layout.json`).
+
+        Raises:
+            DatasetError: metadata missing or malformed (LayoutError for a broken lrs/1 index).
+            FetchError: a metadata file could not be read.
+        """
+        try:
+            remote = (
+                source if isinstance(source, Remote) else resolve(source, storage_options=storage_options)
+            )
+        except ValueError as exc:
+            raise DatasetError(str(exc)) from exc
+        try:
+            remote.cat(LAYOUT_JSON)
+        except FileNotFoundError:
+            return _open_v3(remote)
+        return _open_lrs(remote)
+
+    @property
+    def video_keys(self) -> list[str]:
+        return self.info.video_keys
+
+    @property
+    def fps(self) -> float:
+        return self.info.fps
+
+    @property
+    def column_order(self) -> list[str]:
+        """Data columns in the order lerobot's items list them (`info.json` features, cameras excluded)."""
+        return [k for k, f in self.info.features.items() if f.get("dtype") != "video"]
+
+
+def _read_table(remote: Remote, rel: str) -> tuple[pa.Table, bytes]:
+    data = remote.cat(rel)
+    try:
+        return pq.read_table(pa.BufferReader(data)), data
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DatasetError(f"not a readable parquet file ({exc})", file=remote.display(rel)) from exc
+
+
+def _tasks(remote: Remote) -> tuple[str, ...]:
+    try:
+        table, _ = _read_table(remote, TASKS_PATH)
+    except FileNotFoundError as exc:
+        raise DatasetError("missing", file=remote.display(TASKS_PATH)) from exc
+    return tuple(parse_tasks(table, file=remote.display(TASKS_PATH)))
+
+
+def _check_images(info: Info, remote: Remote) -> None:
+    if info.image_keys:
+        raise DatasetError(
+            f"Invalid features ({info.image_keys} stored as images). Expected cameras stored as video: "
+            "EpisodeStream reads video datasets.",
+            file=remote.display(INFO_PATH),
+        )
+
+
+def _open_lrs(remote: Remote) -> Catalog:
+    layout = Layout.load(remote)
+    _check_images(layout.info, remote)
+    episodes = tuple(
+        EpisodeRef(
+            episode_index=e.episode_index,
+            length=e.length,
+            dataset_from_index=e.dataset_from_index,
+            data_path=e.data_path,
+            first_row=-1,
+            row_group=e.row_group,
+            byte_range=(e.row_group_offset, e.row_group_offset + e.row_group_bytes),
+            videos=tuple(
+                VideoRef(v.key, v.path, v.from_timestamp, v.bytes, layout.files[v.path].sha256)
+                for v in e.videos
+            ),
+        )
+        for e in layout.episodes
+    )
+    digest = hashlib.sha256()
+    for path in sorted(layout.files):
+        entry = layout.files[path]
+        digest.update(f"{entry.path}\0{entry.bytes}\0{entry.sha256}\n".encode())
+    return Catalog(
+        remote=remote,
+        info=layout.info,
+        kind="lrs/1",
+        episodes=episodes,
+        tasks=_tasks(remote),
+        fingerprint=f"lrs1-{digest.hexdigest()[:20]}",
+        file_sizes={path: entry.bytes for path, entry in layout.files.items()},
+    )
+
+
+def _open_v3(remote: Remote) -> Catalog:
+    try:
+        info_bytes = remote.cat(INFO_PATH)
+    except FileNotFoundError as exc:
+        raise DatasetError("missing: not a LeRobot v3 dataset root", file=remote.display(INFO_PATH)) from exc
+    info = Info.parse(info_bytes, file=remote.display(INFO_PATH))
+    _check_images(info, remote)
+    digest = hashlib.sha256(info_bytes)
+    tables = []
+    for _, table, data in _episode_tables(remote, info):
+        digest.update(data)
+        tables.append(table.select([c for c in episode_columns(info.video_keys) if c in table.column_names]))
+    try:
+        table = pa.concat_tables(tables, promote_options="permissive")
+    except pa.ArrowInvalid as exc:
+        raise DatasetError(
+            f"files disagree on their schema ({exc})", file=remote.display(EPISODES_DIR)
+        ) from exc
+    infos = parse_episodes(table, info.video_keys, file=remote.display(EPISODES_DIR))
+    return Catalog(
+        remote=remote,
+        info=info,
+        kind="v3",
+        episodes=_v3_refs(info, infos),
+        tasks=_tasks(remote),
+        fingerprint=f"v3-{digest.hexdigest()[:20]}",
+    )
+
+
+def _episode_tables(remote: Remote, info: Info) -> list[tuple[str, pa.Table, bytes]]:
+    """The `meta/episodes/` files, found by walking the v3 template until every episode is counted."""
+    chunks_size = int(info.raw.get("chunks_size", 1000))
+    found: list[tuple[str, pa.Table, bytes]] = []
+    counted = 0
+    while counted < info.total_episodes or not found:
+        chunk, index = divmod(len(found), chunks_size)
+        rel = DEFAULT_EPISODES_PATH.format(chunk_index=chunk, file_index=index)
+        try:
+            table, data = _read_table(remote, rel)
+        except FileNotFoundError as exc:
+            raise DatasetError(
+                f"missing: {counted} of total_episodes={info.total_episodes} episodes found before it",
+                file=remote.display(rel),
+            ) from exc
+        counted += table.num_rows
+        found.append((rel, table, data))
+    return found
+
+
+def _v3_refs(info: Info, infos: list[EpisodeInfo]) -> tuple[EpisodeRef, ...]:
+    by_file: dict[str, list[EpisodeInfo]] = defaultdict(list)
+    for e in infos:
+        by_file[info.data_file(e.data_chunk_index, e.data_file_index)].append(e)
+    # v3 data files hold whole episodes in `index` order, so a file's first row is its lowest index.
+    file_start = {rel: min(e.dataset_from_index for e in group) for rel, group in by_file.items()}
+    refs = []
+    for e in infos:
+        rel = info.data_file(e.data_chunk_index, e.data_file_index)
+        videos = tuple(
+            VideoRef(s.key, info.video_file(s.key, s.chunk_index, s.file_index), s.from_timestamp)
+            for s in e.videos
+        )
+        refs.append(
+            EpisodeRef(
+                episode_index=e.episode_index,
+                length=e.length,
+                dataset_from_index=e.dataset_from_index,
+                data_path=rel,
+                first_row=e.dataset_from_index - file_start[rel],
+                videos=videos,
+            )
+        )
+    return tuple(refs)

@@ -1,0 +1,187 @@
+"""Video frames by timestamp with torchcodec, value-identical to lerobot 0.6.1's `decode_video_frames`.
+
+lerobot converts each query timestamp (seconds into the file) to a frame index with the file's average
+fps, decodes those frames, checks that each query is within `tolerance_s` of the closest loaded frame
+(distances in float32, `torch.cdist`), and returns the closest frames; uint8 `(N, 3, H, W)`, or float32
+in [0, 1] (`/ 255`). `decode_frames` does exactly that on an open decoder; `Decoders` keeps a bounded
+LRU of open decoders (one per local file), so a pool of episodes does not reopen its files per sample.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torchcodec.decoders import VideoDecoder
+
+from reader.errors import DecodeError
+
+SeekMode = Literal["exact", "approximate"]
+
+
+@dataclass(frozen=True)
+class VideoWhere:
+    """What a decode concerns, for error messages: the episode, the camera and the file."""
+
+    episode: int
+    camera: str
+    file: str
+
+    def __str__(self) -> str:
+        return f"{self.file} (episode {self.episode}, camera {self.camera!r})"
+
+
+def check_device(device: str) -> str:
+    """Validate `decode_device`: "cpu", or "cuda[:n]" where CUDA is available.
+
+    Raises:
+        ValueError: an unknown device, or CUDA asked for where it is unavailable.
+    """
+    if device == "cpu":
+        return device
+    if not isinstance(device, str) or not (device == "cuda" or device.startswith("cuda:")):
+        raise ValueError(f"Invalid decode_device ({device!r}). Expected 'cpu' or 'cuda[:<index>]'.")
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"Invalid decode_device ({device!r}): CUDA is not available here (torch {torch.__version__}). "
+            "Expected 'cpu', or a machine with a CUDA GPU and a CUDA build of torch and torchcodec."
+        )
+    return device
+
+
+class Decoders:
+    """A bounded LRU of open torchcodec decoders, keyed by local file path.
+
+    Args:
+        capacity: decoders kept open; the least recently used is closed beyond it.
+        device: "cpu" or "cuda[:n]" (passed to torchcodec).
+        num_threads: FFmpeg threads per decoder (1 per DataLoader worker is the right default: the
+            workers are the parallelism).
+        seek_mode: torchcodec's seek mode; "approximate" reads the header only (lerobot's choice).
+    """
+
+    def __init__(
+        self, capacity: int, *, device: str = "cpu", num_threads: int = 1, seek_mode: SeekMode = "approximate"
+    ) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"Invalid decoder capacity ({capacity!r}). Expected an int >= 1.")
+        if seek_mode not in ("exact", "approximate"):
+            raise ValueError(f"Invalid seek_mode ({seek_mode!r}). Expected 'exact' or 'approximate'.")
+        self.capacity = capacity
+        self.device = device
+        self.num_threads = num_threads
+        self.seek_mode: SeekMode = seek_mode
+        self._open: OrderedDict[str, VideoDecoder] = OrderedDict()
+        self.opened = 0
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def get(
+        self, key: str, where: VideoWhere, *, locate: Callable[[], AbstractContextManager[str]] | None = None
+    ) -> VideoDecoder:
+        """The open decoder of `key` (opened now if needed, evicting the least recently used).
+
+        Args:
+            key: names the video (a dataset-relative path, or the local path itself).
+            where: the episode, camera and file, for error messages.
+            locate: yields the local path while the decoder opens it (default: `key` is that path).
+
+        Raises:
+            DecodeError: the file is missing or not a video torchcodec can open.
+        """
+        decoder = self._open.get(key)
+        if decoder is not None:
+            self._open.move_to_end(key)
+            return decoder
+        with locate() if locate is not None else contextlib.nullcontext(key) as path:
+            if not os.path.isfile(path):
+                raise DecodeError(f"Invalid video {where}: missing. Expected an MP4 file at {path}.")
+            try:
+                decoder = VideoDecoder(
+                    path, seek_mode=self.seek_mode, num_ffmpeg_threads=self.num_threads, device=self.device
+                )
+            except (RuntimeError, ValueError) as exc:
+                raise DecodeError(
+                    f"Invalid video {where}: cannot open ({_first_line(exc)}). Expected an MP4."
+                ) from exc
+        self._open[key] = decoder
+        self.opened += 1
+        while len(self._open) > self.capacity:
+            self._open.popitem(last=False)
+        return decoder
+
+    def clear(self) -> None:
+        """Close every decoder."""
+        self._open.clear()
+
+
+def decode_frames(
+    decoder: VideoDecoder,
+    timestamps: Sequence[float],
+    *,
+    tolerance_s: float,
+    return_uint8: bool,
+    where: VideoWhere,
+) -> torch.Tensor:
+    """The frames shown at `timestamps` (seconds into the file), as lerobot decodes them.
+
+    Returns:
+        `(N, 3, H, W)`: uint8 when `return_uint8`, else float32 in [0, 1].
+
+    Raises:
+        DecodeError: a frame cannot be decoded, or the closest frame is `tolerance_s` or more away.
+    """
+    try:
+        fps = decoder.metadata.average_fps
+        if not fps:
+            raise DecodeError(
+                f"Invalid video {where}: no average fps in its header. Expected a video stream."
+            )
+        batch = decoder.get_frames_at(indices=[round(ts * fps) for ts in timestamps])
+    except (RuntimeError, IndexError, ValueError) as exc:
+        raise DecodeError(
+            f"Invalid video {where}: cannot decode the frames at {list(timestamps)} s ({_first_line(exc)}). "
+            "Expected frames at those times."
+        ) from exc
+    closest = _closest(timestamps, batch.pts_seconds, tolerance_s=tolerance_s, where=where)
+    frames = batch.data if closest is None else batch.data[closest]
+    if return_uint8:
+        return frames
+    return (frames / 255.0).type(torch.float32)
+
+
+def _closest(
+    timestamps: Sequence[float], pts_seconds: torch.Tensor, *, tolerance_s: float, where: VideoWhere
+) -> torch.Tensor | None:
+    """For each query, the loaded frame closest to it (lerobot: float32 `cdist`, float32 tolerance).
+
+    Returns:
+        None when query i is closest to loaded frame i for every i (the usual case), else the indices.
+    """
+    if len(timestamps) == 1:
+        # The usual case, without building tensors: the same float32 arithmetic (torch compares a float32
+        # tensor with a Python float in float32, hence the float32 tolerance).
+        gap = abs(np.float32(timestamps[0]) - np.float32(pts_seconds[0].item()))
+        if gap < np.float32(tolerance_s):
+            return None
+    query, loaded = torch.tensor(list(timestamps)), torch.tensor(pts_seconds.tolist())
+    distance, closest = torch.cdist(query[:, None], loaded[:, None], p=1).min(1)
+    if bool((distance < tolerance_s).all()):
+        return None if bool((closest == torch.arange(closest.numel())).all()) else closest
+    raise DecodeError(
+        f"Invalid frame timestamps in {where}: queried {query.tolist()} s, closest frames at "
+        f"{loaded[closest].tolist()} s. Expected within tolerance_s={tolerance_s}."
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__

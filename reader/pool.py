@@ -1,0 +1,305 @@
+"""One consumer's epoch: the schedule's emission plan turned into samples.
+
+The plan (`reader.schedule.Emission`) says which piece enters the pool before which step and which frame
+each step emits. `EpisodePool` acts on admissions: since the admission order is known in advance, it
+starts loading rows (one ranged read) and fetching videos (`NodeCache.prefetch`) `prefetch_episodes`
+pieces ahead, and on admission waits for them; a video is pinned in the cache while its decoder opens.
+`Consumer` walks the plan from a start step (a resume skips by arithmetic: nothing before it is read,
+fetched or decoded) and builds each item: rows and delta windows from memory, frames decoded on emission.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from cache import CacheStats, FetchError, IntegrityError, LrsError, NodeCache
+from reader.catalog import Catalog, EpisodeRef, VideoRef
+from reader.decode import Decoders, VideoWhere, decode_frames
+from reader.errors import DecodeError
+from reader.rows import EpisodeRows, RowGroupReader, read_episode
+from reader.schedule import Emission
+from reader.windows import Windows
+
+# Threads reading row groups ahead, per consumer: enough to cover a remote's latency at admission time.
+ROW_THREADS = 4
+
+
+@dataclass(frozen=True)
+class ReaderStats:
+    """Counters of the reader in this process (each DataLoader worker counts its own).
+
+    Attributes:
+        samples: samples emitted.
+        skipped: samples a resume skipped by arithmetic (never read, fetched or decoded).
+        episodes_admitted: pieces admitted into a pool (an episode cut between two consumers counts twice).
+        admissions_waited: admissions whose videos were not local yet when needed.
+        samples_local: samples whose videos were already local when their piece was admitted.
+        frames_decoded: video frames decoded (a window of T frames on C cameras counts T * C).
+        decode_seconds: time spent decoding.
+        decoders_opened: decoders opened (the LRU keeps them open across samples).
+        row_reads: ranged reads of parquet footers and row groups.
+        row_bytes: their bytes.
+        cache: this process's node cache counters (`cache.aggregate_stats` sums all processes).
+    """
+
+    samples: int = 0
+    skipped: int = 0
+    episodes_admitted: int = 0
+    admissions_waited: int = 0
+    samples_local: int = 0
+    frames_decoded: int = 0
+    decode_seconds: float = 0.0
+    decoders_opened: int = 0
+    row_reads: int = 0
+    row_bytes: int = 0
+    cache: CacheStats = dataclasses.field(default_factory=CacheStats)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The counters as a JSON-able dict."""
+        return dataclasses.asdict(self)
+
+
+class Counters:
+    """The mutable counters behind `ReaderStats` (incremented by the iterating thread)."""
+
+    _FIELDS = (
+        "samples",
+        "skipped",
+        "episodes_admitted",
+        "admissions_waited",
+        "samples_local",
+        "frames_decoded",
+        "decode_seconds",
+    )
+
+    def __init__(self) -> None:
+        self.values: dict[str, float] = dict.fromkeys(self._FIELDS, 0)
+
+    def add(self, **deltas: float) -> None:
+        for name, delta in deltas.items():
+            self.values[name] += delta
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a consumer reads (fixed for a stream)."""
+
+    windows: Windows
+    tolerance_s: float
+    return_uint8: bool
+    image_transforms: Callable[[torch.Tensor], torch.Tensor] | None
+    prefetch_episodes: int
+    verify_sha256: bool
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """A piece in the pool: its rows in memory, its videos in the local cache."""
+
+    ref: EpisodeRef
+    rows: EpisodeRows
+    local: bool
+
+
+class EpisodePool:
+    """The pieces one consumer holds, with rows and videos fetched ahead in admission order.
+
+    Videos are pinned in the cache only while a decoder opens them: an open decoder keeps reading its
+    file even if the cache evicts it, and a pin held for a piece's whole life would stall any other
+    process that must replace or download that file (packed v3 files are shared by many pieces).
+
+    Args:
+        refs: the episode of each piece, in admission (piece) order.
+        needed: whether each piece is emitted at all from the start step on (a resume skips the rest).
+        catalog: the dataset.
+        cache: where video files and byte ranges come from.
+        rows: the consumer's row group reader.
+        options: the stream's options.
+        counters: where admissions are counted.
+    """
+
+    def __init__(
+        self,
+        refs: Sequence[EpisodeRef],
+        needed: Sequence[bool],
+        *,
+        catalog: Catalog,
+        cache: NodeCache,
+        rows: RowGroupReader,
+        options: Options,
+        counters: Counters,
+    ) -> None:
+        self._refs, self._needed = refs, needed
+        self._catalog, self._cache, self._rows = catalog, cache, rows
+        self._options, self._counters = options, counters
+        self._executor = ThreadPoolExecutor(max_workers=ROW_THREADS, thread_name_prefix="lrs-rows")
+        self._ahead: dict[int, tuple[Future[EpisodeRows], list[Future[str]]]] = {}
+        self._next = 0
+        self._slots: dict[int, _Slot] = {}
+
+    def __getitem__(self, piece: int) -> _Slot:
+        return self._slots[piece]
+
+    def admit(self, piece: int) -> None:
+        """Make `piece` ready to emit: wait for its rows and for its videos to be local."""
+        self._prefetch_through(piece + self._options.prefetch_episodes)
+        rows, videos = self._ahead.pop(piece)
+        local = all(f.done() and f.exception() is None for f in videos)
+        ref = self._refs[piece]
+        for video, fetched in zip(ref.videos, videos, strict=True):
+            with self._video_errors(ref, video):
+                fetched.result()
+        self._slots[piece] = _Slot(ref, rows.result(), local)
+        self._counters.add(episodes_admitted=1, admissions_waited=0 if local else 1)
+
+    def release(self, piece: int) -> None:
+        """The piece has left the pool: drop its rows."""
+        del self._slots[piece]
+
+    @contextlib.contextmanager
+    def pinned(self, ref: EpisodeRef, video: VideoRef) -> Iterator[str]:
+        """The local path of a video, pinned against eviction for the block (fetched again if evicted)."""
+        with self._video_errors(ref, video), self._cache.hold(video.path, **self._expect(video)) as path:
+            yield path
+
+    def close(self) -> None:
+        """Drop every piece and stop loading rows (queued loads are cancelled)."""
+        self._slots.clear()
+        for rows, _ in self._ahead.values():
+            rows.cancel()
+        self._ahead.clear()
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def _prefetch_through(self, last: int) -> None:
+        while self._next <= min(last, len(self._refs) - 1):
+            piece, self._next = self._next, self._next + 1
+            if not self._needed[piece]:
+                continue
+            ref = self._refs[piece]
+            file = self._catalog.remote.display(ref.data_path)
+            rows = self._executor.submit(read_episode, self._rows, ref, self._catalog.column_order, file=file)
+            self._ahead[piece] = (rows, [self._prefetch(v) for v in ref.videos])
+
+    def _prefetch(self, video: VideoRef) -> Future[str]:
+        try:
+            return self._cache.prefetch(video.path, **self._expect(video))
+        except LrsError as exc:  # a local source fails at once; report it on admission, like a download
+            failed: Future[str] = Future()
+            failed.set_exception(exc)
+            return failed
+
+    def _expect(self, video: VideoRef) -> dict[str, Any]:
+        return {"size": video.bytes, "sha256": video.sha256 if self._options.verify_sha256 else None}
+
+    @contextlib.contextmanager
+    def _video_errors(self, ref: EpisodeRef, video: VideoRef) -> Iterator[None]:
+        """Turn a missing or corrupt video into a DecodeError naming the episode, camera and file."""
+        where = VideoWhere(ref.episode_index, video.key, self._catalog.remote.display(video.path))
+        try:
+            yield
+        except IntegrityError as exc:
+            raise DecodeError(
+                f"Invalid video {where}: corrupt ({exc}). Expected the file the index lists."
+            ) from exc
+        except FetchError as exc:
+            if self._catalog.remote.exists(video.path):
+                raise
+            raise DecodeError(
+                f"Invalid video {where}: missing. Expected the file meta/episodes points at."
+            ) from exc
+
+
+class Consumer:
+    """Iterates one consumer's samples from step `start` of its emission plan.
+
+    Args:
+        emission: the consumer's plan for this epoch.
+        refs: the episode of each selected position (`Piece.episode` indexes it).
+        start: samples to skip (a resume); they are neither read nor decoded.
+        catalog, cache, rows, decoders, options, counters: the process's reading context.
+    """
+
+    def __init__(
+        self,
+        emission: Emission,
+        refs: Sequence[EpisodeRef],
+        *,
+        start: int,
+        catalog: Catalog,
+        cache: NodeCache,
+        rows: RowGroupReader,
+        decoders: Decoders,
+        options: Options,
+        counters: Counters,
+    ) -> None:
+        self.emission, self.start = emission, start
+        self.position = start
+        self._refs = [refs[p.episode] for p in emission.pieces]
+        self._catalog, self._cache, self._rows, self._decoders = catalog, cache, rows, decoders
+        self._options, self._counters = options, counters
+        self._video_keys = catalog.video_keys
+        counters.add(skipped=start)
+
+    def __repr__(self) -> str:
+        return f"Consumer({self.emission!r}, position={self.position})"
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        needed = (self.emission.departure_steps >= self.start).tolist()
+        pool = EpisodePool(
+            self._refs,
+            needed,
+            catalog=self._catalog,
+            cache=self._cache,
+            rows=self._rows,
+            options=self._options,
+            counters=self._counters,
+        )
+        try:
+            for step in self.emission.steps(self.start):
+                for piece in step.admitted:
+                    pool.admit(piece)
+                slot = pool[step.piece]
+                item = self._item(pool, slot, step.frame)
+                if step.last:
+                    pool.release(step.piece)
+                self.position = step.step + 1
+                self._counters.add(samples=1, samples_local=1 if slot.local else 0)
+                yield item
+        finally:
+            pool.close()
+
+    def _item(self, pool: EpisodePool, slot: _Slot, frame: int) -> dict[str, Any]:
+        video_keys = self._video_keys
+        tabular, queries = slot.rows.sample(frame, self._options.windows, video_keys)
+        frames = {video.key: self._decode(pool, slot, video, queries[video.key]) for video in slot.ref.videos}
+        item: dict[str, Any] = {**frames, **tabular}
+        transform = self._options.image_transforms
+        if transform is not None:
+            for key in video_keys:
+                item[key] = transform(item[key])
+        item["task"] = self._catalog.tasks[int(slot.rows.columns["task_index"][frame])]
+        return item
+
+    def _decode(
+        self, pool: EpisodePool, slot: _Slot, video: VideoRef, timestamps: list[float]
+    ) -> torch.Tensor:
+        where = VideoWhere(slot.ref.episode_index, video.key, self._catalog.remote.display(video.path))
+        began = time.perf_counter()
+        decoder = self._decoders.get(video.path, where, locate=lambda: pool.pinned(slot.ref, video))
+        frames = decode_frames(
+            decoder,
+            [video.from_timestamp + t for t in timestamps],
+            tolerance_s=self._options.tolerance_s,
+            return_uint8=self._options.return_uint8,
+            where=where,
+        )
+        self._counters.add(frames_decoded=len(timestamps), decode_seconds=time.perf_counter() - began)
+        return frames.squeeze(0)

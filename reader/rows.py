@@ -1,0 +1,364 @@
+"""An episode's tabular rows: read with ranged reads through the cache, held as tensors, sliced per sample.
+
+On lrs/1 an episode is one row group whose byte range the index gives, so admission costs one ranged
+read (plus the data file's footer, read once per process and kept). On plain v3 the episode's rows are
+found from the footer's row counts and the episode's position in its file, the covering row groups are
+read (the last few decoded row groups are kept, so neighbours in a big converted row group cost one read)
+and filtered by the `index` column.
+
+Values follow lerobot's `hf_transform_to_torch`: floats become float32, integers int64, lists 1-D
+tensors (nested fixed-size lists N-D), scalars 0-d tensors; strings stay Python strings.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import torch
+
+from reader.catalog import EpisodeRef
+from reader.errors import DatasetError, LayoutError
+from reader.windows import Windows
+
+_FOOTER_GUESS = 64 * 1024
+_MAGIC = b"PAR1"
+_KEPT_ROW_GROUPS = 4
+
+
+class RangeReader(Protocol):
+    """What rows need from the cache: `NodeCache.read_range`."""
+
+    def read_range(self, rel: str, start: int, end: int) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class EpisodeRows:
+    """The data rows of one episode, in `index` order, as lerobot would return them.
+
+    Attributes:
+        episode_index: the episode.
+        columns: column name -> values of every row (a tensor, or a list for string columns), in the
+            order lerobot's items list them.
+        timestamps: the `timestamp` column as Python floats (float32 values), for video queries.
+    """
+
+    episode_index: int
+    columns: Mapping[str, torch.Tensor | list[Any]] = field(repr=False)
+    timestamps: list[float] = field(repr=False)
+
+    def __len__(self) -> int:
+        return len(self.timestamps)
+
+    def __repr__(self) -> str:
+        return f"EpisodeRows({self.episode_index}, rows={len(self)}, columns={len(self.columns)})"
+
+    def sample(
+        self, frame: int, windows: Windows, video_keys: Sequence[str]
+    ) -> tuple[dict[str, Any], dict[str, list[float]]]:
+        """The tabular part of the sample at `frame`, and the timestamps each camera must show.
+
+        Returns:
+            (row columns then `<key>_is_pad` masks, as lerobot orders them; camera key -> timestamps).
+        """
+        item: dict[str, Any] = {name: _row(values, frame) for name, values in self.columns.items()}
+        queries: dict[str, list[float]] = {}
+        for key in windows.offsets:
+            window = windows.window(key, frame, len(self))
+            item[f"{key}_is_pad"] = torch.from_numpy(window.pad)
+            if key in video_keys:
+                queries[key] = [self.timestamps[r] for r in window.rows.tolist()]
+            else:
+                item[key] = _rows(self.columns[key], window.rows)
+        for key in video_keys:
+            queries.setdefault(key, [self.timestamps[frame]])
+        return item, queries
+
+
+def _row(values: torch.Tensor | list[Any], frame: int) -> Any:
+    return values[frame].clone() if isinstance(values, torch.Tensor) else values[frame]
+
+
+def _rows(values: torch.Tensor | list[Any], rows: np.ndarray) -> Any:
+    if isinstance(values, torch.Tensor):
+        return values[torch.from_numpy(rows)]
+    return [values[r] for r in rows.tolist()]
+
+
+def rows_from_table(table: pa.Table, order: Sequence[str], *, episode: int, file: str) -> EpisodeRows:
+    """Convert an episode's rows (sorted by `index`) to tensors.
+
+    Args:
+        table: the rows.
+        order: column names in item order; columns of `table` not named come after, in table order.
+        episode: named in errors.
+        file: named in errors.
+
+    Raises:
+        DatasetError: a column holds nulls, ragged lists, or a type lerobot would not turn into a tensor.
+    """
+    names = [n for n in order if n in table.column_names]
+    names += [n for n in table.column_names if n not in names]
+    columns = {name: _to_values(table.column(name), name=name, episode=episode, file=file) for name in names}
+    if "timestamp" not in columns:
+        raise DatasetError("missing column", file=file, episode=episode, field="timestamp")
+    timestamps = table.column("timestamp").to_numpy().astype(np.float32).tolist()
+    return EpisodeRows(episode_index=episode, columns=columns, timestamps=timestamps)
+
+
+def _to_values(column: pa.ChunkedArray, *, name: str, episode: int, file: str) -> torch.Tensor | list[Any]:
+    array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        return array.to_pylist()
+    if array.null_count:
+        raise DatasetError(
+            f"Invalid values ({array.null_count} nulls). Expected none.",
+            file=file,
+            episode=episode,
+            field=name,
+        )
+    shape: list[int] = [len(array)]
+    while (
+        pa.types.is_list(array.type)
+        or pa.types.is_large_list(array.type)
+        or pa.types.is_fixed_size_list(array.type)
+    ):
+        sizes = pc.list_value_length(array).to_numpy(zero_copy_only=False)
+        if sizes.size and (sizes != sizes[0]).any():
+            raise DatasetError(
+                f"Invalid list lengths ({int(sizes.min())}..{int(sizes.max())}). Expected equal lengths.",
+                file=file, episode=episode, field=name,
+            )  # fmt: skip
+        shape.append(int(sizes[0]) if sizes.size else 0)
+        array = array.flatten()
+    kind = array.type
+    if pa.types.is_floating(kind):
+        dtype: Any = np.float32
+    elif pa.types.is_integer(kind):
+        dtype = np.int64
+    elif pa.types.is_boolean(kind):
+        dtype = np.bool_
+    else:
+        raise DatasetError(
+            f"Invalid column type ({column.type}). Expected numbers, bools or strings.",
+            file=file,
+            episode=episode,
+            field=name,
+        )
+    # A copy: Arrow buffers are read-only, and items must not alias what the pool keeps.
+    values = np.array(array.to_numpy(zero_copy_only=False), dtype=dtype).reshape(shape)
+    return torch.from_numpy(values)
+
+
+# --- ranged parquet reads ------------------------------------------------------------------------------
+
+
+class _SparseFile(io.RawIOBase):
+    """A read-only file of `size` bytes of which only some ranges are known; reading elsewhere fails.
+
+    pyarrow reads a row group through it given the footer metadata, so exactly the bytes fetched with one
+    ranged request are parsed, and a read outside them is a bug, not a silent extra request.
+    """
+
+    def __init__(self, name: str, size: int, start: int, data: bytes) -> None:
+        super().__init__()
+        self._name, self._size, self._start, self._data = name, size, start, data
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        count = min(len(buffer), max(0, self._size - self._pos))
+        low = self._pos - self._start
+        if low < 0 or low + count > len(self._data):
+            raise OSError(
+                f"Invalid read ([{self._pos}, {self._pos + count})) of {self._name}. Expected inside the fetched "
+                f"range [{self._start}, {self._start + len(self._data)})."
+            )
+        buffer[:count] = self._data[low : low + count]
+        self._pos += count
+        return count
+
+
+def row_group_span(metadata: pq.FileMetaData, row_group: int) -> tuple[int, int]:
+    """Byte range `[start, end)` of all column chunks of a row group."""
+    group = metadata.row_group(row_group)
+    starts, ends = [], []
+    for i in range(group.num_columns):
+        chunk = group.column(i)
+        start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+        starts.append(start)
+        ends.append(start + chunk.total_compressed_size)
+    return min(starts), max(ends)
+
+
+class RowGroupReader:
+    """Reads row groups of a dataset's parquet files with ranged reads, keeping footers per file.
+
+    Args:
+        files: serves byte ranges (the node cache).
+        size_of: the size of a data file in bytes (from the index, or one HEAD request).
+        display: turns a dataset-relative path into a name for messages.
+    """
+
+    def __init__(
+        self, files: RangeReader, size_of: Callable[[str], int], display: Callable[[str], str]
+    ) -> None:
+        self._files, self._size_of, self._display = files, size_of, display
+        self._lock = threading.Lock()
+        self._footers: dict[str, pq.FileMetaData] = {}
+        self._footer_locks: dict[str, threading.Lock] = {}
+        self._sizes: dict[str, int] = {}
+        self._kept: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
+        self.range_reads = 0
+        self.bytes_read = 0
+
+    def metadata(self, rel: str) -> pq.FileMetaData:
+        """The footer of `rel`, read once (one ranged read, two when the footer exceeds 64 KiB)."""
+        with self._lock:
+            cached = self._footers.get(rel)
+            file_lock = self._footer_locks.setdefault(rel, threading.Lock())
+        if cached is not None:
+            return cached
+        with file_lock:  # one read per file, however many threads admit its episodes at once
+            with self._lock:
+                cached = self._footers.get(rel)
+            if cached is None:
+                cached = self._read_metadata(rel)
+                with self._lock:
+                    self._footers[rel] = cached
+        return cached
+
+    def _read_metadata(self, rel: str) -> pq.FileMetaData:
+        size = self._size(rel)
+        tail = self._read(rel, max(0, size - _FOOTER_GUESS), size)
+        if len(tail) < 12 or tail[-4:] != _MAGIC:
+            raise DatasetError("not a parquet file (no PAR1 footer)", file=self._display(rel))
+        length = int.from_bytes(tail[-8:-4], "little")
+        if length + 8 > len(tail):
+            tail = self._read(rel, size - length - 8, size)
+        try:
+            return pq.read_metadata(pa.BufferReader(_MAGIC + tail[-(length + 8) :]))
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DatasetError(f"unreadable parquet footer ({exc})", file=self._display(rel)) from exc
+
+    def read(self, rel: str, row_group: int, span: tuple[int, int] | None = None) -> pa.Table:
+        """One row group, fetched with one ranged read of `span` (default: from the footer).
+
+        Raises:
+            LayoutError: `span` does not cover the row group's column chunks.
+            DatasetError: the file is not readable parquet.
+        """
+        metadata = self.metadata(rel)
+        if not 0 <= row_group < metadata.num_row_groups:
+            raise LayoutError(
+                f"Invalid row group ({row_group}). Expected < {metadata.num_row_groups}.",
+                file=self._display(rel),
+            )
+        needed = row_group_span(metadata, row_group)
+        start, end = span if span is not None else needed
+        if not start <= needed[0] <= needed[1] <= end:
+            raise LayoutError(
+                f"Invalid row group byte range ([{start}, {end})) of row group {row_group}. Expected it to cover "
+                f"[{needed[0]}, {needed[1]}).",
+                file=self._display(rel),
+            )
+        data = self._read(rel, start, end)
+        source = _SparseFile(self._display(rel), self._size(rel), start, data)
+        try:
+            return pq.ParquetFile(source, metadata=metadata, pre_buffer=False).read_row_group(row_group)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DatasetError(f"unreadable row group {row_group} ({exc})", file=self._display(rel)) from exc
+
+    def read_rows(self, rel: str, first_row: int, count: int) -> pa.Table:
+        """Rows `[first_row, first_row + count)` of a file: its covering row groups, concatenated and sliced.
+
+        The last few row groups read are kept, so episodes sharing a big row group cost one read.
+        """
+        metadata = self.metadata(rel)
+        bounds = np.cumsum([0] + [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)])
+        if first_row < 0 or first_row + count > bounds[-1]:
+            raise DatasetError(
+                f"Invalid rows ([{first_row}, {first_row + count})). Expected inside the file's {bounds[-1]} rows.",
+                file=self._display(rel),
+            )
+        low = int(np.searchsorted(bounds, first_row, side="right")) - 1
+        high = int(np.searchsorted(bounds, first_row + count, side="left"))
+        tables = [self._kept_group(rel, g) for g in range(low, max(high, low + 1))]
+        return pa.concat_tables(tables).slice(first_row - int(bounds[low]), count)
+
+    def _kept_group(self, rel: str, row_group: int) -> pa.Table:
+        key = (rel, row_group)
+        with self._lock:
+            table = self._kept.get(key)
+            if table is not None:
+                self._kept.move_to_end(key)
+                return table
+        table = self.read(rel, row_group)
+        with self._lock:
+            self._kept[key] = table
+            while len(self._kept) > _KEPT_ROW_GROUPS:
+                self._kept.popitem(last=False)
+        return table
+
+    def _size(self, rel: str) -> int:
+        with self._lock:
+            size = self._sizes.get(rel)
+        if size is None:
+            size = self._size_of(rel)
+            with self._lock:
+                self._sizes[rel] = size
+        return size
+
+    def _read(self, rel: str, start: int, end: int) -> bytes:
+        data = self._files.read_range(rel, start, end)
+        with self._lock:
+            self.range_reads += 1
+            self.bytes_read += len(data)
+        return data
+
+
+def read_episode(reader: RowGroupReader, ref: EpisodeRef, order: Sequence[str], *, file: str) -> EpisodeRows:
+    """The rows of one episode: its row group (lrs/1, one ranged read) or its slice of the covering
+    row groups (v3), checked to be exactly the episode's `index` range.
+
+    Raises:
+        DatasetError: the rows found are not the episode's (the index or the file disagrees with meta).
+    """
+    if ref.row_group is not None:
+        table = reader.read(ref.data_path, ref.row_group, ref.byte_range)
+    else:
+        table = reader.read_rows(ref.data_path, ref.first_row, ref.length)
+    if "index" not in table.column_names:
+        raise DatasetError("missing column", file=file, episode=ref.episode_index, field="index")
+    index = table.column("index").to_numpy()
+    expected = np.arange(ref.dataset_from_index, ref.dataset_from_index + ref.length)
+    if index.shape != expected.shape or not np.array_equal(index, expected):
+        got = f"{index[0]}..{index[-1]}, {index.size} rows" if index.size else "no rows"
+        raise DatasetError(
+            f"Invalid rows ({got}). Expected index {expected[0]}..{expected[-1]} in order, as meta/episodes says.",
+            file=file,
+            episode=ref.episode_index,
+            field="index",
+        )
+    return rows_from_table(table, order, episode=ref.episode_index, file=file)

@@ -1,0 +1,424 @@
+"""`EpisodeStream`: the training-time IterableDataset over an lrs/1 (or plain v3) dataset.
+
+The class only wires things together: `reader.catalog` reads the metadata, `reader.schedule` decides the
+order, `reader.state` the resume arithmetic, and `reader.pool` reads, fetches and decodes. Everything a
+process needs at run time (cache threads, open decoders, parquet footers) is created lazily in the
+process that iterates, so the stream pickles and forks cleanly into DataLoader workers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from cache import NodeCache, Remote
+from reader.catalog import Catalog
+from reader.decode import Decoders, SeekMode, check_device
+from reader.errors import StateError
+from reader.loader_math import batches_per_epoch
+from reader.pool import Consumer, Counters, Options, ReaderStats
+from reader.rows import RowGroupReader
+from reader.schedule import Schedule
+from reader.state import Identity, Resume, parse_state, selection_digest
+from reader.windows import Windows, delta_indices
+
+DEFAULT_POOL_SIZE = 16
+DEFAULT_PREFETCH_EPISODES = 8
+# Downloads in flight per process: the first batch needs the whole pool's videos at once.
+FETCH_THREADS = 8
+
+
+class EpisodeStream(IterableDataset):
+    """Every frame of the selected episodes once per epoch, value-identical to lerobot's `LeRobotDataset`.
+
+    Each consumer (rank x DataLoader worker) holds a pool of `episode_pool_size` episodes' rows and emits
+    random frames across them; video is fetched ahead into the node cache and decoded on emission.
+
+    Args:
+        source: the dataset (a path or URL, see `cache.remote.resolve`), lrs/1 or plain v3.
+        delta_timestamps: seconds relative to each sample, per key (lerobot's windows).
+        episodes: episode indices to read (default: all), read in ascending order.
+        episode_pool_size: episodes each consumer holds and mixes frames from (K).
+        shuffle: shuffle episodes and frames; False reads sequentially.
+        seed: the run's seed; the order is a pure function of it, the epoch and the topology.
+        rank, world_size: default from torch.distributed when initialized, else the RANK and WORLD_SIZE
+            environment variables, else 0 and 1.
+        cache_dir: the node cache directory (shared by every process on the node). None: local sources
+            are read in place, remote ones through a temporary directory removed at exit.
+        cache_max_bytes: the cache's byte budget; leave room for the videos of the pool and of the
+            prefetched episodes, or evicted files are fetched again.
+        prefetch_episodes: how many episodes ahead of admission rows and videos are fetched.
+        decode_device: "cpu", or "cuda[:n]" (torchcodec decodes on the GPU; use num_workers=0 then).
+        return_uint8: return frames as uint8 instead of float32 in [0, 1].
+        image_transforms: applied to each camera's tensor.
+        tolerance_s: the largest distance between a frame's timestamp and the one asked for.
+        storage_options: passed to the fsspec filesystem.
+        decoder_cache_size: open decoders kept per process (default: pool size x cameras).
+        seek_mode: torchcodec's seek mode ("approximate" is lerobot's, and value-identical here).
+
+    Raises:
+        ValueError: a bad argument (the message names it).
+        DatasetError: the dataset's metadata is missing or malformed.
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | Remote,
+        *,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        episodes: Sequence[int] | None = None,
+        episode_pool_size: int = DEFAULT_POOL_SIZE,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_max_bytes: int | None = None,
+        prefetch_episodes: int = DEFAULT_PREFETCH_EPISODES,
+        decode_device: str = "cpu",
+        return_uint8: bool = False,
+        image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        tolerance_s: float = 1e-4,
+        storage_options: dict[str, Any] | None = None,
+        decoder_cache_size: int | None = None,
+        seek_mode: SeekMode = "approximate",
+    ) -> None:
+        super().__init__()
+        _check_int("episode_pool_size", episode_pool_size, 1)
+        _check_int("prefetch_episodes", prefetch_episodes, 0)
+        if image_transforms is not None and not callable(image_transforms):
+            raise ValueError(f"Invalid image_transforms ({image_transforms!r}). Expected a callable or None.")
+        self.catalog = Catalog.open(
+            source if isinstance(source, Remote) else os.fspath(source), storage_options=storage_options
+        )
+        self.episodes = _selection(episodes, len(self.catalog.episodes))
+        self.rank, self.world_size = _topology(rank, world_size)
+        self.episode_pool_size, self.shuffle, self.seed, self.epoch = (
+            episode_pool_size,
+            bool(shuffle),
+            seed,
+            0,
+        )
+        Schedule(self.lengths, seed=seed, pool_size=episode_pool_size)  # validates the seed early
+        keys = [*self.catalog.column_order, *self.catalog.video_keys]
+        windows = Windows(
+            delta_indices(delta_timestamps, fps=self.catalog.fps, tolerance_s=tolerance_s, keys=keys)
+        )
+        self.options = Options(
+            windows=windows,
+            tolerance_s=tolerance_s,
+            return_uint8=bool(return_uint8),
+            image_transforms=image_transforms,
+            prefetch_episodes=prefetch_episodes,
+            verify_sha256=not self.catalog.remote.is_local,
+        )
+        self._cleanup: weakref.finalize | None = None
+        self._decoding = (
+            decoder_cache_size or episode_pool_size * max(1, len(self.catalog.video_keys)),
+            check_device(decode_device),
+            seek_mode,
+        )
+        self.cache = NodeCache(
+            cache_dir if cache_dir is not None else self._temporary_cache_dir(),
+            self.catalog.remote,
+            fingerprint=self.catalog.fingerprint,
+            max_bytes=cache_max_bytes,
+            max_workers=FETCH_THREADS,
+        )
+        self.identity = Identity(
+            fingerprint=self.catalog.fingerprint,
+            episodes=selection_digest(self.episodes),
+            episode_pool_size=episode_pool_size,
+            world_size=self.world_size,
+            shuffle=self.shuffle,
+        )
+        self._resume: Resume | None = None
+        self._process: _Process | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"EpisodeStream({self.catalog.remote.url!r}, {self.catalog.kind}, episodes={len(self.episodes)}, "
+            f"rank={self.rank}/{self.world_size}, pool={self.episode_pool_size}, seed={self.seed}, epoch={self.epoch})"
+        )
+
+    @property
+    def lengths(self) -> list[int]:
+        """Frames of each selected episode, in selection order."""
+        return [self.catalog.episodes[e].length for e in self.episodes]
+
+    def __len__(self) -> int:
+        """Samples this rank yields per epoch (across its DataLoader workers)."""
+        return self.schedule(0).samples_per_rank
+
+    def schedule(self, num_workers: int) -> Schedule:
+        """The order of this run for a DataLoader with `num_workers` workers (0: the main process)."""
+        return Schedule(
+            self.lengths,
+            seed=self.seed,
+            shuffle=self.shuffle,
+            world_size=self.world_size,
+            num_workers=num_workers,
+            pool_size=self.episode_pool_size,
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch the next iteration streams (a new order per epoch). Call it in the main process
+        before creating the DataLoader iterator (with `persistent_workers=False`, the default).
+
+        A loaded resume state stays pending until the epoch moves away from the one it names.
+        """
+        self.epoch = _check_int("epoch", epoch, 0)
+        if self._resume is not None and self._resume.epoch != self.epoch:
+            self._resume = None
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = get_worker_info()
+        num_workers, physical = (info.num_workers, info.id) if info is not None else (0, 0)
+        schedule = self.schedule(num_workers)
+        logical, start = physical, 0
+        if self._resume is not None and self._resume.epoch == self.epoch:
+            logical, start = self._resume.start(
+                schedule.worker_samples(), num_workers=num_workers, physical=physical
+            )
+        process = self._runtime()
+        if logical is None:
+            process.cursor = None
+            return iter(())
+        consumer = Consumer(
+            schedule.emission(self.epoch, self.rank, logical),
+            [self.catalog.episodes[e] for e in self.episodes],
+            start=start,
+            catalog=self.catalog,
+            cache=self.cache,
+            rows=process.rows,
+            decoders=process.decoders,
+            options=self.options,
+            counters=process.counters,
+        )
+        process.cursor = _Cursor(consumer, self.epoch, logical, num_workers)
+        return iter(consumer)
+
+    def state_dict(
+        self,
+        batches_consumed: int | None = None,
+        batch_size: int | None = None,
+        num_workers: int | None = None,
+    ) -> dict[str, Any]:
+        """A small JSON-able resume state.
+
+        With `batches_consumed`, `batch_size` and `num_workers` (what a trainer driving a standard DataLoader
+        knows, see `ResumableLoader`): the state after that many batches of the current epoch. Without
+        them, inside the process iterating (a DataLoader worker, or the main process with num_workers=0,
+        as torchdata's StatefulDataLoader calls it): the position of that iteration.
+
+        Raises:
+            StateError: no arguments and no iteration running in this process.
+        """
+        given = [v is not None for v in (batches_consumed, batch_size, num_workers)]
+        if all(given):
+            state = self.identity.header(seed=self.seed, epoch=self.epoch)
+            state.update(batches_consumed=batches_consumed, batch_size=batch_size, num_workers=num_workers)
+            parse_state(state, self.identity, epoch=self.epoch)
+            return state
+        if any(given):
+            raise ValueError(
+                "Invalid state_dict arguments. Expected batches_consumed, batch_size and num_workers together."
+            )
+        cursor = (
+            self._process.cursor if self._process is not None and self._process.pid == os.getpid() else None
+        )
+        if cursor is None:
+            raise StateError(
+                "Invalid state_dict() call: no iteration runs in this process. Expected "
+                "state_dict(batches_consumed=k, batch_size=B, num_workers=W) from the trainer (see ResumableLoader)."
+            )
+        state = self.identity.header(seed=self.seed, epoch=cursor.epoch)
+        state.update(worker=cursor.logical, num_workers=cursor.num_workers, samples=cursor.consumer.position)
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume at the exact next sample when the stream next iterates the state's epoch.
+
+        Accepts what `state_dict` returns, or a trainer's `{"batches_consumed": k, "batch_size": B,
+        "num_workers": W}` (optionally with "epoch" and "seed"). Sets the epoch (and seed) it names.
+
+        Raises:
+            StateError: the state is malformed or was made for another dataset, episode selection, pool
+                size, world size or shuffle (another num_workers is refused when iterating).
+        """
+        resume, seed = parse_state(state, self.identity, epoch=self.epoch)
+        if seed is not None:
+            Schedule(self.lengths, seed=seed)  # validates it
+            self.seed = seed
+        self.epoch = resume.epoch
+        self._resume = resume
+
+    def pending_batches(self) -> int:
+        """Batches a pending trainer state says were consumed in the current epoch (0 if none)."""
+        resume = self._resume
+        if resume is None or resume.epoch != self.epoch or resume.batches is None:
+            return 0
+        return resume.batches[0]
+
+    def stats(self) -> ReaderStats:
+        """This process's counters (each DataLoader worker has its own; see `cache.aggregate_stats`)."""
+        process = self._runtime()
+        rows = process.rows
+        return replace(
+            ReaderStats(**process.counters.values),
+            decoders_opened=process.decoders.opened,
+            row_reads=rows.range_reads,
+            row_bytes=rows.bytes_read,
+            cache=self.cache.stats(),
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_process"] = None
+        state["_cleanup"] = None  # the creating process alone removes a temporary cache directory
+        return state
+
+    def _temporary_cache_dir(self) -> str:
+        """A cache directory removed when this stream goes or the process exits; DataLoader workers share
+        it (they inherit the path), and only the creating process removes it."""
+        path = tempfile.mkdtemp(prefix="lrs-cache-")
+        self._cleanup = weakref.finalize(self, _remove_dir, path, os.getpid())
+        return path
+
+    def _runtime(self) -> _Process:
+        process = self._process
+        if process is None or process.pid != os.getpid():
+            capacity, device, seek_mode = self._decoding
+            process = self._process = _Process(
+                pid=os.getpid(),
+                rows=RowGroupReader(self.cache, self._data_file_size, self.catalog.remote.display),
+                decoders=Decoders(capacity, device=device, seek_mode=seek_mode),
+            )
+        return process
+
+    def _data_file_size(self, rel: str) -> int:
+        size = self.catalog.file_sizes.get(rel)
+        if size is not None:
+            return size
+        # Plain v3 lists no sizes, and a remote's size query cannot always tell a transient failure from a
+        # missing file (fsspec's HTTP `info`), so v3 data files are fetched whole into the cache (once per
+        # node; local sources are read in place) and their row groups read from there.
+        return os.path.getsize(self.cache.fetch(rel))
+
+
+@dataclass
+class _Cursor:
+    consumer: Consumer
+    epoch: int
+    logical: int
+    num_workers: int
+
+
+@dataclass
+class _Process:
+    """What one process owns while reading: footers, decoders, counters, the running iteration."""
+
+    pid: int
+    rows: RowGroupReader
+    decoders: Decoders
+    counters: Counters = field(default_factory=Counters)
+    cursor: _Cursor | None = None
+
+
+class ResumableLoader:
+    """Wraps a DataLoader over an `EpisodeStream`, counting the batches the trainer consumes.
+
+    Iterate it like the loader; `state_dict()` is then the stream's state after the batches consumed in
+    this epoch (a batch counts once it has been handed to the trainer). `load_state_dict(state)` on a fresh
+    wrapper (fresh stream, fresh DataLoader, same settings) resumes at the exact next batch.
+
+    Raises:
+        ValueError: the loader's dataset is not an EpisodeStream, or it drops last batches (each worker
+            would drop its own partial batch, which the resume arithmetic does not model).
+    """
+
+    def __init__(self, loader: DataLoader) -> None:
+        if not isinstance(loader.dataset, EpisodeStream):
+            raise ValueError(
+                f"Invalid loader dataset ({type(loader.dataset).__name__}). Expected an EpisodeStream."
+            )
+        if loader.drop_last:
+            raise ValueError(
+                "Invalid loader (drop_last=True). Expected drop_last=False with an EpisodeStream."
+            )
+        self.loader, self.stream, self.batches = loader, loader.dataset, 0
+
+    def __iter__(self) -> Iterator[Any]:
+        self.batches = self.stream.pending_batches()
+        for batch in self.loader:
+            self.batches += 1
+            yield batch
+
+    def __len__(self) -> int:
+        """Batches per epoch (exact: each worker's last batch may be partial)."""
+        worker_samples = self.stream.schedule(self.loader.num_workers).worker_samples()
+        return batches_per_epoch(worker_samples, self.loader.batch_size or 1)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stream's state after the batches consumed so far in this epoch."""
+        return self.stream.state_dict(
+            batches_consumed=self.batches,
+            batch_size=self.loader.batch_size or 1,
+            num_workers=self.loader.num_workers,
+        )
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Load a state into the stream (see `EpisodeStream.load_state_dict`)."""
+        self.stream.load_state_dict(state)
+        self.batches = self.stream.pending_batches()
+
+
+def _check_int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"Invalid {name} ({value!r}). Expected an integer >= {low}.")
+    return value
+
+
+def _selection(episodes: Sequence[int] | None, total: int) -> list[int]:
+    if episodes is None:
+        return list(range(total))
+    chosen = sorted(episodes)
+    for e in chosen:
+        _check_int("episode index", e, 0)
+        if e >= total:
+            raise ValueError(f"Invalid episode index ({e}). Expected < {total}, the dataset's episodes.")
+    if len(set(chosen)) != len(chosen):
+        raise ValueError(f"Invalid episodes ({list(episodes)}). Expected each episode index once.")
+    if not chosen:
+        raise ValueError("Invalid episodes ([]). Expected at least one episode index.")
+    return chosen
+
+
+def _topology(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """(rank, world_size): given, else torch.distributed when initialized, else RANK/WORLD_SIZE, else 0/1."""
+    if rank is None or world_size is None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            found = (dist.get_rank(), dist.get_world_size())
+        else:
+            found = (int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")))
+        rank = found[0] if rank is None else rank
+        world_size = found[1] if world_size is None else world_size
+    _check_int("world_size", world_size, 1)
+    _check_int("rank", rank, 0)
+    if rank >= world_size:
+        raise ValueError(f"Invalid rank ({rank}). Expected < world_size ({world_size}).")
+    return rank, world_size
+
+
+def _remove_dir(path: str, pid: int) -> None:
+    if os.getpid() == pid:
+        shutil.rmtree(path, ignore_errors=True)
