@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from reader.errors import DatasetError, FetchError, LayoutError, LrsError
 
-__all__ = ["DatasetError", "FetchError", "LayoutError", "LrsError", "PushError", "ReshardError", "VerifyError"]
+__all__ = [
+    "DatasetError",
+    "FetchError",
+    "LayoutError",
+    "LrsError",
+    "PushError",
+    "ReshardError",
+    "VerifyError",
+]
 
 
 class ReshardError(LrsError):

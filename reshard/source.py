@@ -113,7 +113,9 @@ def _read_parquet(remote: Remote, rel: str, columns: list[str] | None = None) ->
         raise DatasetError(f"not a readable parquet file ({exc})", file=remote.display(rel)) from exc
 
 
-def open_source(url: str, *, storage_options: dict[str, Any] | None = None, check_files: bool = True) -> Source:
+def open_source(
+    url: str, *, storage_options: dict[str, Any] | None = None, check_files: bool = True
+) -> Source:
     """Open a v3.0 dataset and validate its metadata.
 
     Args:
@@ -138,12 +140,16 @@ def open_source(url: str, *, storage_options: dict[str, Any] | None = None, chec
         ) from exc
     episode_files = _episode_files(remote, info)
     if not episode_files:
-        raise DatasetError("no episodes: meta/episodes/ holds no parquet file", file=remote.display(EPISODES_DIR))
+        raise DatasetError(
+            "no episodes: meta/episodes/ holds no parquet file", file=remote.display(EPISODES_DIR)
+        )
     tables = [_read_parquet(remote, f) for f in episode_files]
     try:
         table = pa.concat_tables(tables, promote_options="permissive")
     except pa.ArrowInvalid as exc:
-        raise DatasetError(f"files disagree on their schema ({exc})", file=remote.display(EPISODES_DIR)) from exc
+        raise DatasetError(
+            f"files disagree on their schema ({exc})", file=remote.display(EPISODES_DIR)
+        ) from exc
     table = table.take(pa.compute.sort_indices(table, [("episode_index", "ascending")]))
     episodes = parse_episodes(table, info.video_keys, file=remote.display(EPISODES_DIR))
     if not episodes:
@@ -202,30 +208,43 @@ def check_pointers(source: Source) -> None:
             raise DatasetError(
                 f"Invalid dataset_from_index ({episode.dataset_from_index}). Expected {expected_from} "
                 "(episodes must tile the index range in order).",
-                file=where, episode=episode.episode_index, field="dataset_from_index",
+                file=where,
+                episode=episode.episode_index,
+                field="dataset_from_index",
             )
         expected_from = episode.dataset_to_index
         if episode.length < 1:
-            raise DatasetError("Invalid length (0). Expected >= 1.", file=where, episode=episode.episode_index,
-                               field="length")
+            raise DatasetError(
+                "Invalid length (0). Expected >= 1.",
+                file=where,
+                episode=episode.episode_index,
+                field="length",
+            )
         for seg in episode.videos:
             span = seg.to_timestamp - seg.from_timestamp
             if abs(span - episode.length / fps) > 1.5 / fps:
                 raise DatasetError(
                     f"Invalid video span ({span:.4f} s). Expected length / fps = {episode.length / fps:.4f} s.",
-                    file=where, episode=episode.episode_index, field=f"videos/{seg.key}/to_timestamp",
+                    file=where,
+                    episode=episode.episode_index,
+                    field=f"videos/{seg.key}/to_timestamp",
                 )
     total = source.info.total_frames
     if total and total != expected_from:
         raise DatasetError(
             f"Invalid total_frames ({total}). Expected {expected_from}, the sum of episode lengths.",
-            file=source.remote.display(INFO_PATH), field="total_frames",
+            file=source.remote.display(INFO_PATH),
+            field="total_frames",
         )
     for episode in source.episodes:
         for task in episode.tasks:
             if task not in source.tasks:
-                raise DatasetError(f"Invalid task ({task!r}). Expected one of meta/tasks.parquet.",
-                                   file=where, episode=episode.episode_index, field="tasks")
+                raise DatasetError(
+                    f"Invalid task ({task!r}). Expected one of meta/tasks.parquet.",
+                    file=where,
+                    episode=episode.episode_index,
+                    field="tasks",
+                )
 
 
 def check_files_exist(source: Source) -> None:
@@ -249,7 +268,9 @@ def check_files_exist(source: Source) -> None:
         for rel, field_name in needed:
             if rel not in present:
                 raise DatasetError(
-                    f"missing file {rel!r}", file=source.remote.display(rel), episode=episode.episode_index,
+                    f"missing file {rel!r}",
+                    file=source.remote.display(rel),
+                    episode=episode.episode_index,
                     field=f"{field_name}/file_index",
                 )
 
@@ -281,24 +302,33 @@ def check_rows(source: Source, data_file: str, table: pa.Table | None = None) ->
             raise DatasetError(
                 f"Invalid rows ({rows} rows with index in [{episode.dataset_from_index}, "
                 f"{episode.dataset_to_index})). Expected {episode.length}, each index once.",
-                file=where, episode=episode.episode_index, field="index",
+                file=where,
+                episode=episode.episode_index,
+                field="index",
             )
         if not (ep_col[lo:hi] == episode.episode_index).all():
-            raise DatasetError("rows of another episode inside its index range", file=where,
-                               episode=episode.episode_index, field="episode_index")
+            raise DatasetError(
+                "rows of another episode inside its index range",
+                file=where,
+                episode=episode.episode_index,
+                field="episode_index",
+            )
         if not np.array_equal(frame[lo:hi], np.arange(episode.length)):
             bad = frame[lo:hi]
             dup = len(bad) - len(np.unique(bad))
             raise DatasetError(
                 f"Invalid frame_index ({dup} duplicated, {episode.length - len(np.unique(bad))} missing or "
                 f"out of order). Expected 0..{episode.length - 1} in order.",
-                file=where, episode=episode.episode_index, field="frame_index",
+                file=where,
+                episode=episode.episode_index,
+                field="frame_index",
             )
     covered = sum(e.length for e in episodes)
     if covered != len(index):
         raise DatasetError(
             f"Invalid row count ({len(index)}). Expected {covered}, the rows of the episodes pointing here.",
-            file=where, field="index",
+            file=where,
+            field="index",
         )
 
 
@@ -339,7 +369,8 @@ def check_videos(source: Source, video_files: Iterable[str] | None = None) -> No
                     raise DatasetError(
                         f"Invalid to_timestamp ({seg.to_timestamp:.4f} s). Expected <= the file's duration "
                         f"({duration:.4f} s).",
-                        file=source.remote.display(rel), episode=episode.episode_index,
+                        file=source.remote.display(rel),
+                        episode=episode.episode_index,
                         field=f"videos/{key}/to_timestamp",
                     )
 

@@ -48,16 +48,26 @@ def test_layout_packs_episodes_like_lerobot(sample: Path) -> None:
 
 
 def test_converted_mode_spans_episodes(tmp_path: Path) -> None:
-    root = write_sample(tmp_path / "conv", episodes=6, cameras=0, converted=True, episodes_per_data_file=6,
-                        min_length=10, max_length=12)
+    root = write_sample(
+        tmp_path / "conv",
+        episodes=6,
+        cameras=0,
+        converted=True,
+        episodes_per_data_file=6,
+        min_length=10,
+        max_length=12,
+    )
     pf = pq.ParquetFile(root / "data/chunk-000/file-000.parquet")
     assert pf.num_row_groups < 6
     first = pf.read_row_group(0, columns=["episode_index"]).column(0).to_pylist()
     assert len(set(first)) > 1
 
 
-@pytest.mark.parametrize("episode,frame,camera", [(0, 0, 0), (5, 17, 1), (1234, 4321, 3), (65535, 1, 2)],
-                         ids=["zeros", "small", "large", "max-episode"])
+@pytest.mark.parametrize(
+    "episode,frame,camera",
+    [(0, 0, 0), (5, 17, 1), (1234, 4321, 3), (65535, 1, 2)],
+    ids=["zeros", "small", "large", "max-episode"],
+)
 def test_frame_id_roundtrip_raw(episode: int, frame: int, camera: int) -> None:
     img = draw_frame(episode, frame, camera, height=64, width=96)
     assert read_frame_id(img) == (episode, frame, camera)
@@ -86,8 +96,11 @@ def test_episode_starts_are_keyframes(sample: Path) -> None:
     for rel, episodes in source.episodes_by_video_file(key).items():
         with av.open(str(sample / rel)) as container:
             stream = container.streams.video[0]
-            keyframes = {round(float(p.pts * stream.time_base), 4) for p in container.demux(stream)
-                         if p.pts is not None and p.is_keyframe}
+            keyframes = {
+                round(float(p.pts * stream.time_base), 4)
+                for p in container.demux(stream)
+                if p.pts is not None and p.is_keyframe
+            }
         for episode in episodes:
             assert round(episode.video(key).from_timestamp, 4) in keyframes
 
@@ -95,20 +108,34 @@ def test_episode_starts_are_keyframes(sample: Path) -> None:
 def test_unaligned_mode_has_mid_gop_starts(tmp_path: Path) -> None:
     import av
 
-    root = write_sample(tmp_path / "u", episodes=4, cameras=1, keyframe_aligned=False, gop=4,
-                       episodes_per_video_file=4, min_length=9, max_length=11)
+    root = write_sample(
+        tmp_path / "u",
+        episodes=4,
+        cameras=1,
+        keyframe_aligned=False,
+        gop=4,
+        episodes_per_video_file=4,
+        min_length=9,
+        max_length=11,
+    )
     source = open_source(str(root))
     rel = source.video_files()[0]
     with av.open(str(root / rel)) as container:
         stream = container.streams.video[0]
-        keyframes = {round(float(p.pts * stream.time_base), 4) for p in container.demux(stream)
-                     if p.pts is not None and p.is_keyframe}
+        keyframes = {
+            round(float(p.pts * stream.time_base), 4)
+            for p in container.demux(stream)
+            if p.pts is not None and p.is_keyframe
+        }
     starts = {round(e.video(source.video_keys[0]).from_timestamp, 4) for e in source.episodes}
     assert starts - keyframes, "some episode should start between keyframes"
 
 
-@pytest.mark.parametrize("field,value", [("width", 62), ("height", 47), ("codec", "vp9"), ("min_length", 0)],
-                         ids=["narrow", "odd-height", "codec", "zero-length"])
+@pytest.mark.parametrize(
+    "field,value",
+    [("width", 62), ("height", 47), ("codec", "vp9"), ("min_length", 0)],
+    ids=["narrow", "odd-height", "codec", "zero-length"],
+)
 def test_spec_validation(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=rf"Invalid {field}"):
         SampleSpec(**{field: value})

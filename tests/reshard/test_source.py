@@ -41,7 +41,10 @@ def test_open_local_exposes_everything(pristine: Path) -> None:
     assert "observation.state" in source.stats
     ep = source.episodes[4]
     assert source.data_file(ep) == "data/chunk-000/file-001.parquet"
-    assert source.video_file(ep, "observation.images.cam1") == "videos/observation.images.cam1/chunk-000/file-001.mp4"
+    assert (
+        source.video_file(ep, "observation.images.cam1")
+        == "videos/observation.images.cam1/chunk-000/file-001.mp4"
+    )
     assert ep.tasks == (source.tasks[4 % 3],)
     assert source.episodes_table.num_rows == 6
     assert "stats/action/mean" in source.episodes_table.column_names
@@ -72,7 +75,9 @@ def _edit_episodes(root: Path, fn: Callable[[pa.Table], pa.Table]) -> None:
 def _set_column(table: pa.Table, name: str, row: int, value: object) -> pa.Table:
     values = table.column(name).to_pylist()
     values[row] = value
-    return table.set_column(table.column_names.index(name), name, pa.array(values, table.schema.field(name).type))
+    return table.set_column(
+        table.column_names.index(name), name, pa.array(values, table.schema.field(name).type)
+    )
 
 
 def _edit_info(root: Path, **changes: object) -> None:
@@ -84,7 +89,9 @@ def _edit_info(root: Path, **changes: object) -> None:
 
 def test_v2_dataset_says_how_to_convert(ds: Path) -> None:
     _edit_info(ds, codebase_version="v2.1")
-    with pytest.raises(DatasetError, match=r"meta/info.json.*codebase_version.*'v2.1'.*convert_dataset_v21_to_v30"):
+    with pytest.raises(
+        DatasetError, match=r"meta/info.json.*codebase_version.*'v2.1'.*convert_dataset_v21_to_v30"
+    ):
         open_source(str(ds))
 
 
@@ -95,8 +102,11 @@ def test_not_a_dataset(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "template",
-    ["../outside/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet", "/etc/chunk-{chunk_index}.parquet",
-     "data/../../x/{chunk_index}-{file_index}.parquet"],
+    [
+        "../outside/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+        "/etc/chunk-{chunk_index}.parquet",
+        "data/../../x/{chunk_index}-{file_index}.parquet",
+    ],
     ids=["dotdot", "absolute", "nested-dotdot"],
 )
 def test_escaping_templates_are_refused(ds: Path, template: str) -> None:
@@ -113,7 +123,10 @@ def test_missing_data_file_names_file_and_episode(ds: Path) -> None:
 
 def test_missing_video_names_camera(ds: Path) -> None:
     (ds / "videos/observation.images.cam1/chunk-000/file-000.mp4").unlink()
-    with pytest.raises(DatasetError, match=r"cam1/chunk-000/file-000.mp4, episode 0, field 'videos/observation.images.cam1/file_index'"):
+    with pytest.raises(
+        DatasetError,
+        match=r"cam1/chunk-000/file-000.mp4, episode 0, field 'videos/observation.images.cam1/file_index'",
+    ):
         open_source(str(ds))
 
 
@@ -129,7 +142,9 @@ def test_ranges_must_tile(ds: Path) -> None:
         return _set_column(t, "length", 3, t.column("length")[3].as_py() - 1)
 
     _edit_episodes(ds, shift)
-    with pytest.raises(DatasetError, match=r"episode 3, field 'dataset_from_index'.*Invalid dataset_from_index"):
+    with pytest.raises(
+        DatasetError, match=r"episode 3, field 'dataset_from_index'.*Invalid dataset_from_index"
+    ):
         open_source(str(ds))
 
 
@@ -144,7 +159,9 @@ def test_duplicated_frame_index(ds: Path) -> None:
     table = pq.read_table(path)
     frames = table.column("frame_index").to_pylist()
     frames[5] = frames[4]
-    table = table.set_column(table.column_names.index("frame_index"), "frame_index", pa.array(frames, pa.int64()))
+    table = table.set_column(
+        table.column_names.index("frame_index"), "frame_index", pa.array(frames, pa.int64())
+    )
     pq.write_table(table, path)
     source = open_source(str(ds))
     with pytest.raises(DatasetError, match=r"file-000.parquet, episode 0, field 'frame_index'.*1 duplicated"):
@@ -170,7 +187,9 @@ def test_video_timestamps_outside_file(ds: Path) -> None:
 
     _edit_episodes(ds, push_out)
     source = open_source(str(ds))
-    with pytest.raises(DatasetError, match=rf"cam0/chunk-000/file-000.mp4, episode 2, field 'videos/{key}/to_timestamp'"):
+    with pytest.raises(
+        DatasetError, match=rf"cam0/chunk-000/file-000.mp4, episode 2, field 'videos/{key}/to_timestamp'"
+    ):
         check_videos(source)
 
 
