@@ -99,7 +99,11 @@ def http_status(exc: BaseException) -> int | None:
 
 def is_transient(exc: BaseException) -> bool:
     """Whether retrying the same request may succeed."""
-    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
+    if isinstance(exc, FileNotFoundError):
+        # fsspec's HTTP `info` reports any failure, a 500 included, as FileNotFoundError raised from it.
+        cause = exc.__cause__
+        return cause is not None and cause is not exc and is_transient(cause)
+    if isinstance(exc, (PermissionError, IsADirectoryError, NotADirectoryError)):
         return False
     name = type(exc).__name__
     # aiohttp and botocore keep their connection errors outside the builtin hierarchy. Checked before
@@ -158,9 +162,9 @@ def with_retries(
     for attempt in range(policy.attempts):
         try:
             return fn()
-        except FileNotFoundError:
-            raise
         except Exception as exc:  # noqa: BLE001 - classified right below
+            if isinstance(exc, FileNotFoundError) and not is_transient(exc):
+                raise
             if not is_transient(exc):
                 raise FetchError(f"{verb} {what} failed: {_describe(exc)}") from exc
             if attempt + 1 == policy.attempts:
@@ -224,8 +228,19 @@ class Remote:
         return self.path(rel) if self.is_local else None
 
     def exists(self, rel: str) -> bool:
-        """Whether `rel` exists (retried)."""
-        return with_retries(lambda: self.fs.exists(self.path(rel)), what=self.display(rel), policy=self.retry)
+        """Whether `rel` exists (retried). A transient failure is retried, never taken for absence
+        (fsspec's `exists` answers False to any error, a 500 included, so this asks `info`)."""
+
+        def probe() -> bool:
+            try:
+                self.fs.info(self.path(rel))
+            except FileNotFoundError as exc:
+                if is_transient(exc):
+                    raise
+                return False
+            return True
+
+        return with_retries(probe, what=self.display(rel), policy=self.retry)
 
     def size(self, rel: str) -> int:
         """The size of `rel` in bytes (retried). Raises FileNotFoundError when missing."""

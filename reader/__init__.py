@@ -2,9 +2,34 @@
 
 `from reader import EpisodeStream` streams an lrs/1 (or plain v3) dataset as a torch IterableDataset;
 `ResumableLoader` counts the batches a trainer consumes so that `state_dict()` can resume exactly.
+
+The stream's names are imported on first use (PEP 562): the contract modules (`reader.v3`,
+`reader.index`, `reader.layout`) stay importable without loading torch and torchcodec, which keeps
+the `lrs` command line quick to start.
 """
 
-from reader.pool import ReaderStats
-from reader.stream import EpisodeStream, ResumableLoader
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from reader.pool import ReaderStats
+    from reader.stream import EpisodeStream, ResumableLoader
 
 __all__ = ["EpisodeStream", "ReaderStats", "ResumableLoader"]
+
+_LAZY = {"EpisodeStream": "reader.stream", "ResumableLoader": "reader.stream", "ReaderStats": "reader.pool"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'reader' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

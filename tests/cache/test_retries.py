@@ -1,12 +1,16 @@
-"""How the cache's reads classify a body cut short: transient (retried), whatever aiohttp says it means."""
+"""How the cache's reads classify failures: a body cut short and a 500 behind fsspec's FileNotFoundError are
+transient (retried); a real 404 is not."""
 
 from __future__ import annotations
 
 import pytest
-from aiohttp import ClientPayloadError
+from aiohttp import ClientPayloadError, ClientResponseError, RequestInfo
 from aiohttp.http_exceptions import ContentLengthError
+from yarl import URL
 
 from cache.remote import is_transient
+from tests.cache.helpers import fast_remote
+from tests.servers import Faults
 
 
 def _payload_error() -> ClientPayloadError:
@@ -27,3 +31,36 @@ def _payload_error() -> ClientPayloadError:
 def test_truncated_body_is_transient(make):
     # ContentLengthError carries code 400 (a status aiohttp's parser would answer with), not the server's.
     assert is_transient(make())
+
+
+def _not_found_from(cause: BaseException) -> FileNotFoundError:
+    try:
+        raise FileNotFoundError("http://127.0.0.1/x") from cause
+    except FileNotFoundError as exc:
+        return exc
+
+
+@pytest.mark.parametrize(
+    ("cause", "transient"),
+    [
+        (None, False),
+        (FileNotFoundError("404"), False),
+        (ClientResponseError(RequestInfo(URL("http://h/x"), "HEAD", {}), (), status=500), True),
+        (ClientResponseError(RequestInfo(URL("http://h/x"), "HEAD", {}), (), status=403), False),
+    ],
+    ids=["plain", "from-404", "from-500", "from-403"],
+)
+def test_not_found_is_transient_only_when_caused_by_a_transient_error(cause, transient):
+    # fsspec's HTTP `info` raises FileNotFoundError from whatever failed, a 500 included.
+    exc = FileNotFoundError("x") if cause is None else _not_found_from(cause)
+    assert is_transient(exc) is transient
+
+
+def test_exists_and_size_survive_server_errors(source, serve):
+    root, files = source
+    server = serve(root, Faults(seed=3, fail_rate=0.5))
+    remote = fast_remote(server.url)
+    for rel, spec in files.items():
+        assert remote.exists(rel), rel
+        assert remote.size(rel) == spec.size, rel
+    assert not remote.exists("no/such/file.bin")
