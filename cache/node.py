@@ -48,7 +48,8 @@ class NodeCache:
         fingerprint: names the dataset's directory in the cache; the reader derives it from the index.
         max_bytes: budget over the whole cache directory, enforced by LRU eviction; None for none.
         max_workers: threads downloading in the background (`prefetch`).
-        local_fast_path: serve a local remote's files in place when no sha256 is asked for.
+        local_fast_path: serve a local path's files in place when no sha256 is asked for (not a
+            `file://` URL's: see `Remote.reads_in_place`).
         integrity_attempts: downloads of a file before a wrong size or sha256 raises IntegrityError.
 
     Raises:
@@ -88,7 +89,7 @@ class NodeCache:
             "integrity_attempts": integrity_attempts,
         }
         self._budget = Budget(root, max_bytes) if max_bytes is not None else None
-        self._fast = local_fast_path and remote.is_local
+        self._fast = local_fast_path and remote.reads_in_place
         self._owner_pid = os.getpid()
         self._proc = ProcessLocal(self._make_state)
         os.makedirs(os.path.join(root, fingerprint), exist_ok=True)

@@ -215,6 +215,14 @@ class Remote:
         """Whether files can be opened in place (no copy needed)."""
         return isinstance(self.fs, LocalFileSystem)
 
+    @property
+    def reads_in_place(self) -> bool:
+        """Whether readers should use the files where they are rather than copy them into a cache: a
+        local path does; a `file://` URL is treated as remote storage (a network filesystem whose random
+        reads are slow, or a bucket stand-in), so its files are copied into the node cache like a
+        bucket's."""
+        return self.is_local and not self.url.startswith("file://")
+
     def path(self, rel: str) -> str:
         """The full path of a dataset-relative path inside `fs`."""
         return f"{self.root}/{rel}" if self.root else rel

@@ -118,7 +118,7 @@ class EpisodeStream(IterableDataset):
             return_uint8=bool(return_uint8),
             image_transforms=image_transforms,
             prefetch_episodes=prefetch_episodes,
-            verify_sha256=not self.catalog.remote.is_local,
+            verify_sha256=not self.catalog.remote.reads_in_place,
         )
         self._cleanup: weakref.finalize | None = None
         self._decoding = (

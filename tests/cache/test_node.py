@@ -344,16 +344,17 @@ def test_local_source_is_served_in_place(source, cache_dir):
 
 
 @pytest.mark.parametrize(
-    ("fast_path", "with_sha256"),
-    [(True, True), (False, False)],
-    ids=["sha256-asked", "fast-path-off"],
+    ("fast_path", "with_sha256", "file_url"),
+    [(True, True, False), (False, False, False), (True, False, True)],
+    ids=["sha256-asked", "fast-path-off", "file-url"],
 )
-def test_local_source_is_copied_when_needed(source, cache_dir, fast_path, with_sha256):
+def test_local_source_is_copied_when_needed(source, cache_dir, fast_path, with_sha256, file_url):
+    # A file:// URL stands for remote storage (a network filesystem, a bucket stand-in): copied, not
+    # read in place.
     root, files = source
     kwargs = {"sha256": files["a.bin"].sha256} if with_sha256 else {}
-    with NodeCache(
-        cache_dir, resolve(str(root)), fingerprint=FINGERPRINT, local_fast_path=fast_path
-    ) as cache:
+    url = f"file://{root}" if file_url else str(root)
+    with NodeCache(cache_dir, resolve(url), fingerprint=FINGERPRINT, local_fast_path=fast_path) as cache:
         path = cache.fetch("a.bin", **kwargs)
         assert path == cache.path("a.bin") != str(root / "a.bin")
         assert read(path) == read(root / "a.bin")
