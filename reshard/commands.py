@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from reshard import (
+    cmd_prewarm,  # noqa: F401
     cmd_push,  # noqa: F401
     cmd_reshard,  # noqa: F401
     cmd_sample,  # noqa: F401

@@ -1,0 +1,212 @@
+"""Fetch an ordered list of files into a node cache: the runner behind `lrs prewarm`.
+
+The caller decides what and in which order (`reader.prewarm` plans it from the reader's schedule); this
+module only fetches. Downloads run on the cache's own threads (`NodeCache.prefetch`); submissions follow
+the list and stay at most `ahead` files in front of the oldest unfinished one, so the files needed first
+land first and an interrupted run has fetched a prefix. Files already cached count as hits and are not
+downloaded again, which is what makes a rerun resume.
+
+When the run is over, the fetched files are marked used in reverse list order: under a byte budget the
+cache evicts the least recently used file first, so a training run that must make room evicts the file
+needed last, not the one it is about to read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass
+
+from tqdm import tqdm
+
+from cache.errors import CacheError, LrsError
+from cache.node import NodeCache
+from cache.stats import CacheStats
+from cache.store import open_fd, touch
+
+DEFAULT_AHEAD = 16
+
+
+@dataclass(frozen=True)
+class FileRequest:
+    """A dataset file to fetch, with what it must be (as the reader will ask for it).
+
+    Attributes:
+        path: dataset-relative path.
+        bytes: its size, when known (checked, and reserved under a budget).
+        sha256: its hash, when it must be checked.
+    """
+
+    path: str
+    bytes: int | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class FetchSummary:
+    """What a run did.
+
+    Attributes:
+        files: files requested.
+        bytes: their bytes (the known sizes).
+        files_fetched: files this run downloaded.
+        bytes_fetched: bytes received from the remote (failed integrity attempts included).
+        files_cached: files that were already there (or that another process downloaded meanwhile).
+        seconds: wall time of the run.
+    """
+
+    files: int
+    bytes: int
+    files_fetched: int
+    bytes_fetched: int
+    files_cached: int
+    seconds: float
+
+
+def fetch_in_order(
+    cache: NodeCache,
+    files: Sequence[FileRequest],
+    *,
+    ahead: int = DEFAULT_AHEAD,
+    progress: bool = True,
+    desc: str = "prewarm",
+) -> FetchSummary:
+    """Fetch `files` into `cache` in list order, at most `ahead` submitted past the oldest unfinished one.
+
+    Args:
+        cache: the node cache (its `max_workers` bounds the downloads running at once).
+        files: what to fetch, each path once, in the order it is needed.
+        ahead: files submitted but not finished at most.
+        progress: show a tqdm bar in bytes (rate and ETA) on stderr.
+        desc: the bar's label.
+
+    Returns:
+        Counts of files and bytes planned, fetched and found cached.
+
+    Raises:
+        ValueError: `ahead` < 1, or a path is listed twice.
+        FetchError, IntegrityError: a file could not be fetched (the message names it); the files
+            submitted before it are finished first, later ones are not started.
+        CacheError: a file could not be written to the cache directory.
+    """
+    if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 1:
+        raise ValueError(f"Invalid ahead ({ahead!r}). Expected an int >= 1.")
+    _check_unique(files)
+    started, before = time.monotonic(), cache.stats()
+    present = [_present(cache, f) for f in files]
+    # Files already there finish at once: leaving them out of the bar keeps its rate and ETA honest.
+    total = sum(f.bytes or 0 for f, here in zip(files, present, strict=True) if not here)
+    with tqdm(
+        total=total,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=desc,
+        disable=not progress,
+        dynamic_ncols=True,
+    ) as bar:
+        _run(cache, files, present, ahead, bar)
+    mark_need_order(cache, files)
+    done = _delta(cache.stats(), before)
+    return FetchSummary(
+        files=len(files),
+        bytes=sum(f.bytes or 0 for f in files),
+        files_fetched=done.misses,
+        bytes_fetched=done.bytes_fetched,
+        files_cached=len(files) - done.misses,
+        seconds=time.monotonic() - started,
+    )
+
+
+def mark_need_order(cache: NodeCache, files: Sequence[FileRequest]) -> None:
+    """Mark the cached copies of `files` used, last file first, so the first one is the most recent.
+
+    Files not in the cache directory (evicted meanwhile, or served in place from a local source) are
+    skipped.
+    """
+    for request in reversed(files):
+        with contextlib.suppress(FileNotFoundError), open_fd(cache.path(request.path)) as fd:
+            touch(fd, os.fstat(fd))
+
+
+def _run(
+    cache: NodeCache, files: Sequence[FileRequest], present: Sequence[bool], ahead: int, bar: tqdm
+) -> None:
+    in_flight: dict[Future[str], int] = {}
+    failure: list[tuple[FileRequest, BaseException]] = []
+    finished = 0
+
+    def drain(until: int) -> None:
+        nonlocal finished
+        while len(in_flight) > until:
+            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for future in done:
+                index = in_flight.pop(future)
+                error = future.exception()
+                if error is not None:
+                    failure.append((files[index], error))
+                    continue
+                finished += 1
+                if not present[index]:
+                    bar.update(_size(files[index], future.result()))
+                bar.set_postfix_str(f"{finished}/{len(files)} files", refresh=False)
+
+    try:
+        for index, request in enumerate(files):
+            drain(ahead - 1)
+            if failure:
+                break
+            in_flight[cache.prefetch(request.path, size=request.bytes, sha256=request.sha256)] = index
+        drain(0)
+    finally:
+        # On an interrupt: queued downloads are dropped, running ones finish (they publish atomically).
+        for future in in_flight:
+            future.cancel()
+    if failure:
+        _raise(cache, *failure[0])
+
+
+def _raise(cache: NodeCache, request: FileRequest, error: BaseException) -> None:
+    if isinstance(error, LrsError):
+        raise error  # the cache's errors name the file already
+    if isinstance(error, OSError):
+        raise CacheError(
+            f"Invalid cache write ({cache.path(request.path)}): {error}. Expected a writable cache "
+            "directory with free space."
+        ) from error
+    raise error
+
+
+def _present(cache: NodeCache, request: FileRequest) -> bool:
+    """Whether a cached copy of the right size is there (a guess for the bar: the cache checks again)."""
+    try:
+        size = os.stat(cache.path(request.path)).st_size
+    except FileNotFoundError:
+        return False
+    return request.bytes is None or size == request.bytes
+
+
+def _size(request: FileRequest, local: str) -> int:
+    if request.bytes is not None:
+        return request.bytes
+    try:
+        return os.path.getsize(local)
+    except FileNotFoundError:  # evicted by another process since: it counts, its size is unknown
+        return 0
+
+
+def _check_unique(files: Sequence[FileRequest]) -> None:
+    seen: set[str] = set()
+    for request in files:
+        if request.path in seen:
+            raise ValueError(f"Invalid file list: {request.path} is listed twice. Expected each path once.")
+        seen.add(request.path)
+
+
+def _delta(after: CacheStats, before: CacheStats) -> CacheStats:
+    return CacheStats(
+        **{name: value - getattr(before, name) for name, value in after.to_dict().items()}  # type: ignore[arg-type]
+    )

@@ -1,0 +1,336 @@
+"""What a node's ranks will read first, in the order they will need it: the plan `lrs prewarm` fetches.
+
+A consumer (rank x DataLoader worker) admits its pieces in `Emission.pieces` order, and for each piece
+`reader.pool.EpisodePool` asks the cache for its data file (the row group is a ranged read, served from
+the cached copy of the file once it is there), then for each camera's video in `info.json` order. A
+consumer's files, each at its first need, in that order, are therefore exactly what its reader asks the
+cache for, in the order it asks. (The pool asks `prefetch_episodes` pieces before it admits them: that
+moves when it asks, not in which order.)
+
+A node runs its consumers side by side, each emitting about one sample per step, so their lists are
+merged by the step before which each piece is admitted; ties go to the lower rank, then the lower
+worker, then the earlier admission. A file shared by several pieces (plain v3 packs many episodes per
+file, an lrs/1 data file holds many row groups) is planned once, at its first need.
+
+Limits cut the merged list: the first N admissions of each consumer, then a byte limit that stops before
+the first file that would exceed it. The cache's own budget is such a limit: a plan larger than the
+cache would evict its first files to make room for its last ones.
+
+Everything here is pure: the schedule and the catalog (or an `EpisodeStream`, which holds both) in, a
+plan out. `reshard.prewarm` does the I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from cache.prewarm import FileRequest
+from reader.catalog import EpisodeRef
+from reader.schedule import Emission, Schedule
+
+if TYPE_CHECKING:
+    from reader.stream import EpisodeStream
+
+FileKind = Literal["data", "video"]
+LimitName = Literal["max_bytes", "cache_max_bytes"]
+
+
+@dataclass(frozen=True)
+class Need:
+    """A file and the first moment one consumer needs it.
+
+    Attributes:
+        path: dataset-relative path.
+        kind: "data" (parquet rows) or "video".
+        step: the consumer's step before which the piece needing it is admitted.
+        rank, worker: the consumer.
+        piece: the piece's position in the consumer's admission order.
+        episode_index: the piece's episode.
+    """
+
+    path: str
+    kind: FileKind
+    step: int
+    rank: int
+    worker: int
+    piece: int
+    episode_index: int
+
+    @property
+    def order(self) -> tuple[int, int, int, int]:
+        """The merge key: (step, rank, worker, piece)."""
+        return self.step, self.rank, self.worker, self.piece
+
+
+@dataclass(frozen=True)
+class PieceFiles:
+    """One admission of a consumer and the files it needs."""
+
+    rank: int
+    worker: int
+    piece: int
+    episode_index: int
+    paths: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a node's consumers need, before any byte limit.
+
+    Attributes:
+        files: every needed file once, at its first need, in merged order.
+        pieces: every admission counted (each consumer's first N with a per-consumer limit).
+        consumers: the (rank, worker) pairs, in merge tie order.
+    """
+
+    files: tuple[Need, ...]
+    pieces: tuple[PieceFiles, ...]
+    consumers: tuple[tuple[int, int], ...]
+
+    def __repr__(self) -> str:
+        return f"Needs(files={len(self.files)}, pieces={len(self.pieces)}, consumers={len(self.consumers)})"
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """A file to fetch (`request`) and why it comes where it does (`need`)."""
+
+    need: Need
+    request: FileRequest
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The files to fetch, in order, and what they cover.
+
+    Attributes:
+        files: the files, in the order the consumers will first need them.
+        consumers: the (rank, worker) pairs planned for.
+        pieces: admissions whose files are all planned.
+        episodes: distinct episodes among those admissions.
+        needed_files: files needed before the byte limits cut the list.
+        needed_bytes: their bytes.
+        limited_by: the byte limit that cut the list, if one did.
+    """
+
+    files: tuple[PlannedFile, ...]
+    consumers: tuple[tuple[int, int], ...]
+    pieces: int
+    episodes: int
+    needed_files: int
+    needed_bytes: int
+    limited_by: LimitName | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Plan(files={len(self.files)}, bytes={self.bytes}, consumers={len(self.consumers)}, "
+            f"pieces={self.pieces}, limited_by={self.limited_by})"
+        )
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of the planned files."""
+        return sum(f.request.bytes or 0 for f in self.files)
+
+    def requests(self) -> list[FileRequest]:
+        """The planned files as the cache runner takes them (`cache.prewarm.fetch_in_order`)."""
+        return [f.request for f in self.files]
+
+
+def piece_files(ref: EpisodeRef) -> tuple[tuple[FileKind, str], ...]:
+    """The files the reader asks the cache for when it admits a piece of `ref`, in the order it asks."""
+    return (("data", ref.data_path), *(("video", v.path) for v in ref.videos))
+
+
+def consumer_needs(
+    emission: Emission,
+    refs: Sequence[EpisodeRef],
+    *,
+    rank: int,
+    worker: int,
+    limit: int | None = None,
+) -> list[Need]:
+    """One consumer's files, each at its first need, in the order its reader asks the cache for them.
+
+    Args:
+        emission: the consumer's plan (`Schedule.emission`).
+        refs: the selected episodes, in selection order (`Piece.episode` indexes it).
+        rank, worker: the consumer, recorded in each `Need`.
+        limit: only the first `limit` admissions (None: all).
+    """
+    return _consumer(emission, refs, rank=rank, worker=worker, limit=limit)[0]
+
+
+def node_needs(
+    schedule: Schedule,
+    refs: Sequence[EpisodeRef],
+    *,
+    epoch: int,
+    ranks: Sequence[int],
+    episodes_per_consumer: int | None = None,
+) -> Needs:
+    """What the consumers of `ranks` (every worker of each) need in `epoch`, merged in need order.
+
+    Args:
+        schedule: the training run's schedule (`EpisodeStream.schedule(num_workers)`).
+        refs: the selected episodes, in selection order.
+        epoch: the epoch the run starts with.
+        ranks: this node's ranks.
+        episodes_per_consumer: only each consumer's first N admissions (None: the whole epoch).
+
+    Raises:
+        ValueError: ranks empty, repeated or outside the world; a limit < 1; refs that do not match the
+            schedule's episode lengths.
+    """
+    ranks = check_ranks(ranks, schedule.world_size)
+    if episodes_per_consumer is not None:
+        _check_positive("episodes_per_consumer", episodes_per_consumer)
+    lengths = tuple(ref.length for ref in refs)
+    if lengths != schedule.lengths:
+        raise ValueError(
+            f"Invalid episode refs ({len(refs)} episodes). Expected the schedule's {len(schedule.lengths)} "
+            "selected episodes, with the same lengths, in selection order."
+        )
+    needs: list[Need] = []
+    pieces: list[PieceFiles] = []
+    consumers = [(rank, worker) for rank in ranks for worker in range(max(1, schedule.num_workers))]
+    for rank, worker in consumers:
+        emission = schedule.emission(epoch, rank, worker)
+        found, admitted = _consumer(emission, refs, rank=rank, worker=worker, limit=episodes_per_consumer)
+        needs += found
+        pieces += admitted
+    return Needs(files=tuple(_first_needs(needs)), pieces=tuple(pieces), consumers=tuple(consumers))
+
+
+def stream_needs(
+    stream: EpisodeStream,
+    *,
+    num_workers: int,
+    ranks: Sequence[int] | None = None,
+    epoch: int | None = None,
+    episodes_per_consumer: int | None = None,
+) -> Needs:
+    """`node_needs` of a training run that iterates `stream` through DataLoaders of `num_workers` workers.
+
+    The schedule, the episode selection and the episode refs are the stream's own, so the plan and the
+    training run cannot disagree on them.
+
+    Args:
+        stream: the training run's dataset (its rank is ignored; its world size is used).
+        num_workers: DataLoader workers per rank (0: the main process).
+        ranks: this node's ranks (None: every rank of the world).
+        epoch: the epoch the run starts with (None: the stream's).
+        episodes_per_consumer: only each consumer's first N admissions (None: the whole epoch).
+    """
+    refs = [stream.catalog.episodes[e] for e in stream.episodes]
+    return node_needs(
+        stream.schedule(num_workers),
+        refs,
+        epoch=stream.epoch if epoch is None else epoch,
+        ranks=range(stream.world_size) if ranks is None else ranks,
+        episodes_per_consumer=episodes_per_consumer,
+    )
+
+
+def plan_prewarm(
+    needs: Needs,
+    files: Mapping[str, FileRequest],
+    *,
+    max_bytes: int | None = None,
+    cache_max_bytes: int | None = None,
+) -> Plan:
+    """Cut `needs` to the byte limits and attach what each file must be.
+
+    Args:
+        needs: the node's needs (`node_needs`).
+        files: path -> the request to fetch it with (size and sha256, as the reader asks); sizes are
+            required to apply the limits.
+        max_bytes: plan at most this many bytes.
+        cache_max_bytes: the cache's budget: plan no more than it holds.
+
+    Raises:
+        ValueError: a limit < 1, or a needed file without a request or a size.
+    """
+    limits: list[tuple[int, LimitName]] = []
+    for value, name in ((max_bytes, "max_bytes"), (cache_max_bytes, "cache_max_bytes")):
+        if value is not None:
+            limits.append((_check_positive(name, value), name))  # type: ignore[arg-type]
+    planned = [PlannedFile(need, _request(files, need.path)) for need in needs.files]
+    needed_bytes = sum(f.request.bytes or 0 for f in planned)
+    cap, cap_name = min(limits) if limits else (None, None)
+    kept, total = 0, 0
+    for item in planned:
+        size = item.request.bytes or 0
+        if cap is not None and total + size > cap:
+            break
+        kept, total = kept + 1, total + size
+    chosen = tuple(planned[:kept])
+    paths = {f.need.path for f in chosen}
+    covered = [p for p in needs.pieces if paths.issuperset(p.paths)]
+    return Plan(
+        files=chosen,
+        consumers=needs.consumers,
+        pieces=len(covered),
+        episodes=len({p.episode_index for p in covered}),
+        needed_files=len(planned),
+        needed_bytes=needed_bytes,
+        limited_by=cap_name if kept < len(planned) else None,
+    )
+
+
+def check_ranks(ranks: Sequence[int], world_size: int) -> tuple[int, ...]:
+    """`ranks` sorted, if they are distinct ranks of a world of `world_size`; else ValueError."""
+    chosen = list(ranks)
+    bad = [r for r in chosen if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < world_size]
+    if bad or not chosen or len(set(chosen)) != len(chosen):
+        raise ValueError(
+            f"Invalid ranks ({chosen}). Expected distinct ranks in [0, {world_size}) (world_size {world_size})."
+        )
+    return tuple(sorted(chosen))
+
+
+def _consumer(
+    emission: Emission, refs: Sequence[EpisodeRef], *, rank: int, worker: int, limit: int | None
+) -> tuple[list[Need], list[PieceFiles]]:
+    pieces = emission.pieces if limit is None else emission.pieces[:limit]
+    steps = emission.admission_steps[: len(pieces)].tolist()
+    seen: set[str] = set()
+    needs: list[Need] = []
+    admitted: list[PieceFiles] = []
+    for index, (piece, step) in enumerate(zip(pieces, steps, strict=True)):
+        ref = refs[piece.episode]
+        files = piece_files(ref)
+        admitted.append(PieceFiles(rank, worker, index, ref.episode_index, tuple(p for _, p in files)))
+        for kind, path in files:
+            if path not in seen:
+                seen.add(path)
+                needs.append(Need(path, kind, step, rank, worker, index, ref.episode_index))
+    return needs, admitted
+
+
+def _first_needs(needs: list[Need]) -> list[Need]:
+    """Needs sorted by their merge key (stable: a piece's files keep their order), each path once."""
+    seen: set[str] = set()
+    first = []
+    for need in sorted(needs, key=lambda n: n.order):
+        if need.path not in seen:
+            seen.add(need.path)
+            first.append(need)
+    return first
+
+
+def _request(files: Mapping[str, FileRequest], path: str) -> FileRequest:
+    request = files.get(path)
+    if request is None or request.bytes is None:
+        raise ValueError(f"Invalid file requests: no size for {path}. Expected one for every needed file.")
+    if request.path != path:
+        raise ValueError(f"Invalid file requests: {path} maps to {request.path}. Expected the same path.")
+    return request
+
+
+def _check_positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"Invalid {name} ({value!r}). Expected an integer >= 1.")
+    return value

@@ -1,0 +1,292 @@
+"""`lrs prewarm URL --cache-dir DIR`: the click layer over `reshard.prewarm.prewarm`.
+
+The library (and torch, which the reader needs) is imported when the command runs, so `lrs --help`
+stays quick.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from reshard.cli import cli, handle_errors
+
+if TYPE_CHECKING:
+    from reader.prewarm import Plan
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
+_SHOWN_FILES = 10
+
+
+class ByteSize(click.ParamType):
+    """A byte count: `1048576`, `500M`, `50G`, `1.5TiB` (K, M, G, T, P are powers of 1024)."""
+
+    name = "SIZE"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            count = value
+        else:
+            match = _SIZE.match(str(value))
+            count = int(float(match[1]) * 1024 ** _UNITS[match[2].lower()]) if match else 0
+        if count < 1:
+            self.fail(f"Invalid size ({value}). Expected a positive byte count like 500M, 50G or 1048576.")
+        return count
+
+
+class IndexList(click.ParamType):
+    """Episode indices: `0,3,7` or ranges `0-99,120`."""
+
+    name = "LIST"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[int, ...]:
+        if isinstance(value, tuple):
+            return value  # type: ignore[return-value]
+        chosen: list[int] = []
+        for part in str(value).split(","):
+            low, dash, high = part.strip().partition("-")
+            if not low.isdigit() or (dash and not high.isdigit()) or (dash and int(high) < int(low)):
+                self.fail(f"Invalid list ({value}). Expected integers and ranges like 0,3,7 or 0-99,120.")
+            chosen += range(int(low), int(high) + 1) if dash else [int(low)]
+        return tuple(chosen)
+
+
+@dataclass(frozen=True)
+class NodeRanks:
+    """The training job's world size and this node's ranks (None: every rank)."""
+
+    world_size: int
+    ranks: tuple[int, ...] | None
+
+
+def node_ranks(
+    world_size: int | None,
+    ranks: tuple[int, ...] | None,
+    node_rank: int | None,
+    nnodes: int | None,
+    nproc_per_node: int | None,
+) -> NodeRanks:
+    """Resolve the topology options (torchrun's names, or explicit ranks) to a world size and ranks.
+
+    Raises:
+        click.UsageError: the options contradict each other or do not name this node's ranks.
+    """
+    if nnodes is not None and nproc_per_node is not None:
+        if world_size is not None and world_size != nnodes * nproc_per_node:
+            raise click.UsageError(
+                f"Invalid --world-size ({world_size}). Expected --nnodes x --nproc-per-node "
+                f"({nnodes} x {nproc_per_node} = {nnodes * nproc_per_node})."
+            )
+        world_size = nnodes * nproc_per_node
+    world_size = 1 if world_size is None else world_size
+    if ranks is not None:
+        if node_rank is not None:
+            raise click.UsageError("Invalid options: --ranks and --node-rank. Expected one of them.")
+        return NodeRanks(world_size, ranks)
+    if nnodes is None and nproc_per_node is None:
+        if node_rank is not None:
+            raise click.UsageError(
+                "Invalid --node-rank without --nproc-per-node. Expected --nproc-per-node (or --nnodes)."
+            )
+        return NodeRanks(world_size, None)
+    return NodeRanks(world_size, _node_block(world_size, node_rank, nnodes, nproc_per_node))
+
+
+def _node_block(
+    world_size: int, node_rank: int | None, nnodes: int | None, nproc_per_node: int | None
+) -> tuple[int, ...]:
+    """The ranks of node `node_rank` (torchrun: `node_rank * nproc_per_node` onwards)."""
+    for name, divisor in (("--nnodes", nnodes), ("--nproc-per-node", nproc_per_node)):
+        if divisor is not None and world_size % divisor:
+            raise click.UsageError(
+                f"Invalid {name} ({divisor}). Expected a divisor of the world size ({world_size})."
+            )
+    per_node = nproc_per_node if nproc_per_node is not None else world_size // (nnodes or 1)
+    nodes = world_size // per_node
+    if node_rank is None:
+        if nodes > 1:
+            raise click.UsageError(
+                f"Missing --node-rank: the job has {nodes} nodes of {per_node} ranks. "
+                "Expected this node's --node-rank (or --ranks)."
+            )
+        node_rank = 0
+    if node_rank >= nodes:
+        raise click.UsageError(
+            f"Invalid --node-rank ({node_rank}). Expected < {nodes}, the nodes of a world of {world_size} "
+            f"ranks with {per_node} per node."
+        )
+    return tuple(range(node_rank * per_node, (node_rank + 1) * per_node))
+
+
+@cli.command("prewarm")
+@click.argument("url")
+@click.option(
+    "--cache-dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The node cache directory; train with EpisodeStream(..., cache_dir=DIR).",
+)
+@click.option(
+    "--world-size",
+    type=click.IntRange(1),
+    envvar="WORLD_SIZE",
+    show_envvar=True,
+    help="Ranks in the training job [default: --nnodes x --nproc-per-node, else 1].",
+)
+@click.option("--nnodes", type=click.IntRange(1), help="Nodes in the job (torchrun's --nnodes).")
+@click.option(
+    "--nproc-per-node", type=click.IntRange(1), help="Ranks per node (torchrun's --nproc-per-node)."
+)
+@click.option(
+    "--node-rank",
+    type=click.IntRange(0),
+    help="This node (torchrun's --node-rank): its ranks are node_rank x nproc_per_node onwards.",
+)
+@click.option(
+    "--ranks", type=IndexList(), help="This node's ranks, explicitly: 0,1,2,3 or 0-3 [default: every rank]."
+)
+@click.option(
+    "--num-workers",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="DataLoader workers per rank; must equal training's (0: the main process reads).",
+)
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="EpisodeStream seed.")
+@click.option(
+    "--epoch", type=click.IntRange(0), default=0, show_default=True, help="The epoch training starts with."
+)
+@click.option(
+    "--pool-size",
+    type=click.IntRange(1),
+    help="EpisodeStream episode_pool_size [default: EpisodeStream's].",
+)
+@click.option("--shuffle/--no-shuffle", default=True, show_default=True, help="EpisodeStream shuffle.")
+@click.option(
+    "--episode-indices",
+    type=IndexList(),
+    help="EpisodeStream episodes: the episode indices training reads, 0-99,120 [default: all].",
+)
+@click.option(
+    "--episodes",
+    "episodes_per_consumer",
+    type=click.IntRange(1),
+    help="Fetch only the first N episodes each consumer (rank x worker) admits [default: the epoch].",
+)
+@click.option(
+    "--max-bytes",
+    type=ByteSize(),
+    help="Fetch at most this much, e.g. 50G (stops before the first file that would exceed it).",
+)
+@click.option(
+    "--cache-max-bytes",
+    type=ByteSize(),
+    help="The cache budget, as EpisodeStream's cache_max_bytes; the plan never exceeds it.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    default=False,
+    show_default=True,
+    help="Print the plan (consumers, episodes, files, bytes, the first files); fetch nothing.",
+)
+@click.option("--quiet", is_flag=True, default=False, show_default=True, help="No progress bar.")
+@handle_errors
+def prewarm_command(
+    url: str,
+    cache_dir: Path,
+    world_size: int | None,
+    nnodes: int | None,
+    nproc_per_node: int | None,
+    node_rank: int | None,
+    ranks: tuple[int, ...] | None,
+    num_workers: int,
+    seed: int,
+    epoch: int,
+    pool_size: int | None,
+    shuffle: bool,
+    episode_indices: tuple[int, ...] | None,
+    episodes_per_consumer: int | None,
+    max_bytes: int | None,
+    cache_max_bytes: int | None,
+    dry_run: bool,
+    quiet: bool,
+) -> None:
+    """Fill a node's cache with what its ranks will read first, in the order they will read it.
+
+    URL is the dataset as training opens it (lrs/1 or plain v3). The plan is the reader's own schedule,
+    so every option that shapes it must match the training run: EpisodeStream(URL, episodes=,
+    episode_pool_size=, shuffle=, seed=, world_size=, cache_dir=DIR, cache_max_bytes=), its set_epoch(),
+    and the DataLoader's num_workers. Run it on each node with that node's --node-rank (or --ranks).
+
+    Without --episodes or --max-bytes it fetches everything the node reads in one epoch, within the
+    cache budget. Files already cached are skipped, so a rerun resumes an interrupted prewarm.
+    """
+    from reader.stream import DEFAULT_POOL_SIZE
+    from reshard.prewarm import prewarm
+
+    topology = node_ranks(world_size, ranks, node_rank, nnodes, nproc_per_node)
+    pool = DEFAULT_POOL_SIZE if pool_size is None else pool_size
+    try:
+        summary = prewarm(
+            url,
+            str(cache_dir),
+            world_size=topology.world_size,
+            ranks=topology.ranks,
+            num_workers=num_workers,
+            seed=seed,
+            epoch=epoch,
+            episode_pool_size=pool,
+            episodes=episode_indices,
+            episodes_per_consumer=episodes_per_consumer,
+            max_bytes=max_bytes,
+            cache_max_bytes=cache_max_bytes,
+            dry_run=dry_run,
+            progress=not quiet,
+            shuffle=shuffle,
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if dry_run and summary.plan is not None:
+        _echo_plan(summary.plan, world_size=topology.world_size, num_workers=num_workers, pool=pool)
+    click.echo(summary.describe())
+
+
+def _echo_plan(plan: Plan, *, world_size: int, num_workers: int, pool: int) -> None:
+    from reshard.prewarm import human_bytes
+
+    ranks = sorted({rank for rank, _ in plan.consumers})
+    click.echo(
+        f"consumers: {len(plan.consumers)} = ranks {_ranges(ranks)} (world size {world_size}) x "
+        f"{max(1, num_workers)} worker(s) each; episode pool {pool}"
+    )
+    click.echo(f"admissions: {plan.pieces} ({plan.episodes} episodes) with every file planned")
+    click.echo(
+        f"files: {len(plan.files)} ({human_bytes(plan.bytes)}) of {plan.needed_files} needed "
+        f"({human_bytes(plan.needed_bytes)})"
+    )
+    for number, item in enumerate(plan.files[:_SHOWN_FILES], start=1):
+        need = item.need
+        click.echo(
+            f"  {number:>4}. {need.path}  {human_bytes(item.request.bytes or 0)}  (rank {need.rank}, "
+            f"worker {need.worker}, step {need.step}, episode {need.episode_index})"
+        )
+    if len(plan.files) > _SHOWN_FILES:
+        click.echo(f"  ... {len(plan.files) - _SHOWN_FILES} more")
+
+
+def _ranges(values: list[int]) -> str:
+    """`[0, 1, 2, 5]` -> `0-2,5`."""
+    parts = []
+    for _, group in itertools.groupby(enumerate(values), key=lambda pair: pair[1] - pair[0]):
+        run = [value for _, value in group]
+        parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ",".join(parts)

@@ -1,0 +1,295 @@
+"""`lrs prewarm`: fill a node's cache with what its ranks will read first, in the order they will read it.
+
+The plan comes from the training run's own `EpisodeStream` (same source, episode selection, pool size,
+shuffle, seed and world size; `reader.prewarm` turns its schedule into files), and the files land in
+the very cache the stream reads through (`EpisodeStream(..., cache_dir=DIR)`: same directory, same
+dataset fingerprint, same size and sha256 expectations). A training run started afterwards with the
+same parameters finds them there. Reruns skip what is cached, so an interrupted prewarm resumes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cache import FetchError, Remote
+from cache.prewarm import FetchSummary, FileRequest, fetch_in_order
+from reader.catalog import Catalog
+from reader.errors import LayoutError
+from reader.index import FILES_INDEX, files_from_table
+from reader.prewarm import Needs, Plan, check_ranks, plan_prewarm, stream_needs
+from reader.stream import DEFAULT_POOL_SIZE, EpisodeStream
+
+__all__ = ["PrewarmSummary", "human_bytes", "prewarm"]
+
+# HEAD requests in flight when a plain v3 source lists no file sizes.
+_SIZE_THREADS = 8
+
+
+@dataclass(frozen=True)
+class PrewarmSummary:
+    """What a prewarm planned and did.
+
+    Attributes:
+        files: files planned.
+        bytes: their bytes.
+        files_fetched: files downloaded by this run.
+        bytes_fetched: bytes received from the remote.
+        files_cached: planned files that were already in the cache (or served in place, local source).
+        seconds: wall time, planning included.
+        consumers: (rank, worker) pairs planned for.
+        pieces: admissions whose files are all planned.
+        episodes: distinct episodes among them.
+        needed_files: files this node needs (in its first `episodes_per_consumer` admissions, or the
+            whole epoch) before the byte limits.
+        needed_bytes: their bytes.
+        limited_by: "max_bytes" or "cache_max_bytes" when that limit cut the plan, else None.
+        dry_run: nothing was fetched.
+        in_place: the source is a local path: the reader reads its files where they are (the cache's
+            fast path), nothing is copied.
+        plan: the plan itself.
+    """
+
+    files: int
+    bytes: int
+    files_fetched: int
+    bytes_fetched: int
+    files_cached: int
+    seconds: float
+    consumers: int = 0
+    pieces: int = 0
+    episodes: int = 0
+    needed_files: int = 0
+    needed_bytes: int = 0
+    limited_by: str | None = None
+    dry_run: bool = False
+    in_place: bool = False
+    plan: Plan | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def of(
+        cls, fetched: FetchSummary, plan: Plan, *, seconds: float, dry_run: bool, in_place: bool
+    ) -> PrewarmSummary:
+        """The summary of a run of `plan` that did `fetched`."""
+        return cls(
+            files=fetched.files,
+            bytes=fetched.bytes,
+            files_fetched=fetched.files_fetched,
+            bytes_fetched=fetched.bytes_fetched,
+            files_cached=fetched.files_cached,
+            seconds=seconds,
+            consumers=len(plan.consumers),
+            pieces=plan.pieces,
+            episodes=plan.episodes,
+            needed_files=plan.needed_files,
+            needed_bytes=plan.needed_bytes,
+            limited_by=plan.limited_by,
+            dry_run=dry_run,
+            in_place=in_place,
+            plan=plan,
+        )
+
+    def describe(self) -> str:
+        """One line for the end of a run."""
+        scope = (
+            f"{self.files} files, {human_bytes(self.bytes)} for {self.consumers} consumers "
+            f"({self.pieces} admissions, {self.episodes} episodes)"
+        )
+        if self.dry_run:
+            text = f"prewarm dry run: would fetch {scope}; nothing fetched"
+        else:
+            text = (
+                f"prewarm: {scope}: {self.files_fetched} fetched ({human_bytes(self.bytes_fetched)}), "
+                f"{self.files_cached} already cached, in {self.seconds:.1f} s"
+            )
+            if self.files_fetched and self.seconds > 0:
+                text += f" ({human_bytes(self.bytes_fetched / self.seconds)}/s)"
+        if self.limited_by is not None:
+            limit = "--max-bytes" if self.limited_by == "max_bytes" else "the cache budget"
+            text += (
+                f"; cut by {limit} at {self.files} of {self.needed_files} needed files "
+                f"({human_bytes(self.needed_bytes)})"
+            )
+        if self.in_place:
+            text += "; local source: the reader reads it in place, nothing to copy"
+        return text + "."
+
+
+def prewarm(
+    source: str,
+    cache_dir: str,
+    *,
+    world_size: int = 1,
+    ranks: Sequence[int] | None = None,
+    num_workers: int = 0,
+    seed: int = 0,
+    epoch: int = 0,
+    episode_pool_size: int = DEFAULT_POOL_SIZE,
+    episodes: Sequence[int] | None = None,
+    episodes_per_consumer: int | None = None,
+    max_bytes: int | None = None,
+    cache_max_bytes: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    dry_run: bool = False,
+    progress: bool = True,
+    shuffle: bool = True,
+) -> PrewarmSummary:
+    """Fetch into the node cache `cache_dir` the files this node's ranks will read first, in that order.
+
+    Every parameter that shapes the order must equal the training run's: `EpisodeStream(source,
+    episodes=, episode_pool_size=, shuffle=, seed=, world_size=, cache_dir=, cache_max_bytes=)`, its
+    epoch (`set_epoch`) and its DataLoader's `num_workers`.
+
+    Args:
+        source: the dataset (path or URL), lrs/1 or plain v3.
+        cache_dir: the node cache directory the training run will use.
+        world_size: ranks in the training job.
+        ranks: this node's ranks (None: every rank, a single-node job).
+        num_workers: DataLoader workers per rank (0: the main process).
+        seed, epoch, episode_pool_size, episodes, shuffle: as the training run's `EpisodeStream`.
+        episodes_per_consumer: only each consumer's first N admissions (None: the whole epoch).
+        max_bytes: fetch at most this many bytes (stops before the first file that would exceed it).
+        cache_max_bytes: the cache's byte budget, as the training run sets it; the plan never exceeds it.
+        storage_options: passed to the source's fsspec filesystem.
+        dry_run: plan only: fetch nothing and leave `cache_dir` alone.
+        progress: show a progress bar (bytes, rate, ETA) on stderr.
+
+    Returns:
+        The counts, and the plan (`summary.plan`).
+
+    Raises:
+        ValueError: an argument is out of range.
+        DatasetError: the source's metadata is missing or malformed.
+        FetchError, IntegrityError: a file could not be fetched (the message names it).
+        CacheError: the cache directory cannot be written.
+    """
+    started = time.monotonic()
+    _check_arguments(world_size, ranks, num_workers, episodes_per_consumer, max_bytes, cache_max_bytes)
+    stream = EpisodeStream(
+        source,
+        episodes=episodes,
+        episode_pool_size=episode_pool_size,
+        shuffle=shuffle,
+        seed=seed,
+        rank=0,
+        world_size=world_size,
+        # A dry run must not touch the node cache: the stream then reads through a temporary one.
+        cache_dir=None if dry_run else os.fspath(cache_dir),
+        cache_max_bytes=cache_max_bytes,
+        storage_options=storage_options,
+    )
+    try:
+        stream.set_epoch(epoch)
+        needs = stream_needs(
+            stream, num_workers=num_workers, ranks=ranks, episodes_per_consumer=episodes_per_consumer
+        )
+        plan = plan_prewarm(
+            needs,
+            file_requests(stream, needs),
+            max_bytes=max_bytes,
+            cache_max_bytes=cache_max_bytes,
+        )
+        if dry_run:
+            fetched = FetchSummary(len(plan.files), plan.bytes, 0, 0, 0, 0.0)
+        else:
+            fetched = fetch_in_order(stream.cache, plan.requests(), progress=progress)
+    finally:
+        stream.cache.close()
+    return PrewarmSummary.of(
+        fetched,
+        plan,
+        seconds=time.monotonic() - started,
+        dry_run=dry_run,
+        in_place=stream.catalog.remote.reads_in_place,
+    )
+
+
+def file_requests(stream: EpisodeStream, needs: Needs) -> dict[str, FileRequest]:
+    """Each needed file with its size and, where the reader checks hashes, its sha256.
+
+    lrs/1 lists both in `meta/lrs/files.parquet`; a plain v3 source lists neither, so sizes are asked
+    of the remote (one HEAD per file; v3 packs many episodes per file, so there are few).
+
+    Raises:
+        LayoutError: a needed file is not in the lrs/1 index.
+        FetchError: a plain v3 file is missing or its size cannot be read.
+    """
+    catalog = stream.catalog
+    paths = [n.path for n in needs.files]
+    if catalog.kind != "lrs/1":
+        sizes = _remote_sizes(catalog.remote, paths)
+        return {p: FileRequest(p, sizes[p]) for p in paths}
+    entries = _index_files(catalog) if stream.options.verify_sha256 else {}
+    requests = {}
+    for path in paths:
+        size = catalog.file_sizes.get(path)
+        if size is None:
+            raise LayoutError(
+                f"Invalid index: {path} is not listed. Expected every data and video file listed.",
+                file=catalog.remote.display(FILES_INDEX),
+            )
+        requests[path] = FileRequest(path, size, entries.get(path))
+    return requests
+
+
+def human_bytes(count: float) -> str:
+    """A byte count for people: `512 B`, `23.8 KiB`, `1.5 GiB`."""
+    value, unit = float(count), "B"
+    for bigger in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{int(count)} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
+def _index_files(catalog: Catalog) -> dict[str, str]:
+    """path -> sha256 from `meta/lrs/files.parquet`."""
+    remote, display = catalog.remote, catalog.remote.display(FILES_INDEX)
+    try:
+        table = pq.read_table(pa.BufferReader(remote.cat(FILES_INDEX)))
+    except FileNotFoundError as exc:
+        raise LayoutError("missing", file=display) from exc
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise LayoutError(f"not a readable parquet file ({exc})", file=display) from exc
+    return {entry.path: entry.sha256 for entry in files_from_table(table, file=display)}
+
+
+def _remote_sizes(remote: Remote, paths: list[str]) -> dict[str, int]:
+    def size(rel: str) -> int:
+        try:
+            return remote.size(rel)
+        except FileNotFoundError as exc:
+            raise FetchError(
+                f"Invalid dataset path ({remote.display(rel)}): no such file. Expected the file "
+                "meta/episodes points at."
+            ) from exc
+
+    with ThreadPoolExecutor(_SIZE_THREADS, thread_name_prefix="lrs-size") as pool:
+        return dict(zip(paths, pool.map(size, paths), strict=True))
+
+
+def _check_arguments(
+    world_size: int,
+    ranks: Sequence[int] | None,
+    num_workers: int,
+    episodes_per_consumer: int | None,
+    max_bytes: int | None,
+    cache_max_bytes: int | None,
+) -> None:
+    """Check the cheap arguments before the source is opened."""
+    optional = {"episodes_per_consumer": episodes_per_consumer, "max_bytes": max_bytes}
+    optional["cache_max_bytes"] = cache_max_bytes
+    checks = [("world_size", world_size, 1), ("num_workers", num_workers, 0)]
+    checks += [(name, value, 1) for name, value in optional.items() if value is not None]
+    for name, value, low in checks:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"Invalid {name} ({value!r}). Expected an integer >= {low}.")
+    if ranks is not None:
+        check_ranks(ranks, world_size)

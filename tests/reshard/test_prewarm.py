@@ -1,0 +1,353 @@
+"""`lrs prewarm`: a prewarmed node cache serves the training run without a download; limits, resume,
+dry run, the topology options and the errors of the command line."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+from torch.utils.data import DataLoader
+
+import reshard.cmd_prewarm  # noqa: F401 - registers `lrs prewarm`
+from cache import CacheStats, aggregate_stats
+from reader.prewarm import piece_files
+from reader.stream import EpisodeStream
+from reshard.cli import cli
+from reshard.cmd_prewarm import ByteSize, NodeRanks, node_ranks
+from reshard.prewarm import PrewarmSummary, human_bytes, prewarm
+from tests.servers import RangeServer
+
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+
+# The training run every test prewarms for: one rank, two DataLoader workers.
+RUN = {"episode_pool_size": 3, "seed": 5}
+
+
+def delta(after: CacheStats, before: CacheStats) -> CacheStats:
+    return CacheStats(**{k: v - getattr(before, k) for k, v in after.to_dict().items()})  # type: ignore[arg-type]
+
+
+def downloads(server: RangeServer) -> list[str]:
+    """Data and video files the server sent (whole or ranged), in order."""
+    return [r.path for r in server.requests if r.method == "GET" and r.path.startswith(("data/", "videos/"))]
+
+
+def train(url: str, cache_dir: Path, **options: object) -> int:
+    """One epoch of the training run through a DataLoader with 2 workers; the samples it yielded."""
+    stream = EpisodeStream(url, cache_dir=cache_dir, **{**RUN, **options})
+    return sum(len(b["index"]) for b in DataLoader(stream, batch_size=8, num_workers=2))
+
+
+@pytest.fixture(params=["lrs", "v3"])
+def root(request: pytest.FixtureRequest, sample_ds: Path, sample_resharded_ds: Path) -> Path:
+    return sample_resharded_ds if request.param == "lrs" else sample_ds
+
+
+def test_training_after_prewarm_downloads_nothing(root: Path, tmp_path: Path) -> None:
+    cache_dir = tmp_path / "cache"
+    with RangeServer(root) as server:
+        summary = prewarm(server.url, str(cache_dir), num_workers=2, progress=False, **RUN)
+        prewarmed = downloads(server)
+        before = aggregate_stats(cache_dir)
+        assert train(server.url, cache_dir) == 244
+        reader = delta(aggregate_stats(cache_dir), before)
+        assert downloads(server) == prewarmed  # the training run sent no data or video request
+    assert summary.files == summary.files_fetched == len(prewarmed) > 0
+    assert summary.bytes == summary.bytes_fetched > 0 and summary.files_cached == 0
+    assert summary.needed_files == summary.files and summary.limited_by is None
+    assert (reader.misses, reader.bytes_fetched, reader.range_reads) == (0, 0, 0)
+    assert reader.hits > 0
+
+
+def test_training_downloads_only_what_a_limited_prewarm_left(
+    sample_resharded_ds: Path, tmp_path: Path
+) -> None:
+    cache_dir = tmp_path / "cache"
+    with RangeServer(sample_resharded_ds) as server:
+        summary = prewarm(
+            server.url, str(cache_dir), num_workers=2, episodes_per_consumer=1, progress=False, **RUN
+        )
+        prewarmed = set(downloads(server))
+        train(server.url, cache_dir)
+        trained = downloads(server)[len(prewarmed) :]
+    stream = EpisodeStream(sample_resharded_ds, **RUN)
+    firsts = [stream.schedule(2).emission(0, 0, w).pieces[0] for w in range(2)]
+    expected = {p for piece in firsts for _, p in piece_files(stream.catalog.episodes[piece.episode])}
+    assert prewarmed == {f.request.path for f in summary.plan.files} == expected
+    assert (summary.pieces, summary.consumers) == (2, 2)
+    videos = [p for p in trained if p.startswith("videos/")]
+    assert not prewarmed.intersection(videos) and len(videos) == len(set(videos)) == 16 - 4
+
+
+def full_plan(url: str) -> list[str]:
+    summary = prewarm(url, "unused", num_workers=2, dry_run=True, progress=False, **RUN)
+    return [f.request.path for f in summary.plan.files]
+
+
+@pytest.mark.parametrize("limit", ["max_bytes", "cache_max_bytes"])
+def test_byte_limits_fetch_a_prefix_of_the_plan(
+    sample_resharded_ds: Path, tmp_path: Path, limit: str
+) -> None:
+    cache_dir = tmp_path / "cache"
+    with RangeServer(sample_resharded_ds) as server:
+        everything = full_plan(server.url)
+        summary = prewarm(
+            server.url, str(cache_dir), num_workers=2, progress=False, **{limit: 100_000}, **RUN
+        )
+    fetched = [f.request.path for f in summary.plan.files]
+    sizes = EpisodeStream(sample_resharded_ds).catalog.file_sizes
+    assert fetched == everything[: len(fetched)] and 0 < len(fetched) < len(everything)
+    assert summary.bytes <= 100_000 < summary.bytes + sizes[everything[len(fetched)]]
+    assert summary.limited_by == limit and summary.files_fetched == len(fetched)
+    assert aggregate_stats(cache_dir).evictions == 0
+
+
+def test_rerun_resumes_and_then_fetches_nothing(sample_resharded_ds: Path, tmp_path: Path) -> None:
+    cache_dir = str(tmp_path / "cache")
+    with RangeServer(sample_resharded_ds) as server:
+        part = prewarm(server.url, cache_dir, num_workers=2, max_bytes=60_000, progress=False, **RUN)
+        rest = prewarm(server.url, cache_dir, num_workers=2, progress=False, **RUN)
+        again = prewarm(server.url, cache_dir, num_workers=2, progress=False, **RUN)
+        assert sorted(downloads(server)) == sorted(set(downloads(server)))  # each file sent once
+    assert part.files_fetched == part.files > 0
+    assert (rest.files_cached, rest.files_fetched) == (part.files, rest.files - part.files)
+    assert rest.bytes_fetched == rest.bytes - part.bytes
+    assert (again.files_fetched, again.bytes_fetched, again.files_cached) == (0, 0, again.files)
+
+
+@pytest.mark.parametrize("as_url", [False, True], ids=["path", "file-url"])
+def test_a_local_path_is_read_in_place_a_file_url_is_copied(
+    sample_resharded_ds: Path, tmp_path: Path, as_url: bool
+) -> None:
+    source = f"file://{sample_resharded_ds}" if as_url else str(sample_resharded_ds)
+    summary = prewarm(source, str(tmp_path / "cache"), progress=False)
+    assert summary.files > 0 and summary.in_place is not as_url
+    assert summary.files_fetched == (summary.files if as_url else 0)
+    assert ("local source: the reader reads it in place" in summary.describe()) is not as_url
+
+
+def test_dry_run_fetches_nothing_and_leaves_the_cache_alone(
+    sample_resharded_ds: Path, tmp_path: Path
+) -> None:
+    cache_dir = tmp_path / "cache"
+    with RangeServer(sample_resharded_ds) as server:
+        summary = prewarm(server.url, str(cache_dir), dry_run=True, progress=False, **RUN)
+        assert downloads(server) == []
+    assert not cache_dir.exists()
+    assert summary.dry_run and summary.files == len(summary.plan.files) > 0 and summary.files_fetched == 0
+    assert summary.describe().startswith(f"prewarm dry run: would fetch {summary.files} files")
+
+
+def test_summary_describes_the_run() -> None:
+    summary = PrewarmSummary(
+        files=3, bytes=3072, files_fetched=2, bytes_fetched=2048, files_cached=1, seconds=2.0,
+        consumers=2, pieces=2, episodes=2, needed_files=9, needed_bytes=9 * 1024**2, limited_by="max_bytes",
+    )  # fmt: skip
+    assert summary.describe() == (
+        "prewarm: 3 files, 3.0 KiB for 2 consumers (2 admissions, 2 episodes): 2 fetched (2.0 KiB), "
+        "1 already cached, in 2.0 s (1.0 KiB/s); cut by --max-bytes at 3 of 9 needed files (9.0 MiB)."
+    )
+    assert dataclasses.replace(summary, limited_by=None, files_fetched=0).describe().endswith("in 2.0 s.")
+    assert [human_bytes(n) for n in (0, 1023, 1024, 1536 * 1024**3)] == [
+        "0 B",
+        "1023 B",
+        "1.0 KiB",
+        "1.5 TiB",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"world_size": 0}, r"Invalid world_size \(0\)\. Expected an integer >= 1\."),
+        ({"num_workers": -1}, r"Invalid num_workers \(-1\)"),
+        ({"world_size": 2, "ranks": [2]}, r"Invalid ranks \(\[2\]\)\. Expected distinct ranks in \[0, 2\)"),
+        ({"max_bytes": 0}, r"Invalid max_bytes \(0\)"),
+        ({"episodes_per_consumer": 0}, r"Invalid episodes_per_consumer \(0\)"),
+        ({"episode_pool_size": 0}, r"Invalid episode_pool_size \(0\)"),
+        ({"episodes": [99]}, r"Invalid episode index \(99\)"),
+        ({"epoch": -1}, r"Invalid epoch \(-1\)"),
+    ],
+    ids=["world", "workers", "ranks", "max-bytes", "episodes", "pool", "selection", "epoch"],
+)
+def test_invalid_arguments_raise(
+    sample_resharded_ds: Path, tmp_path: Path, kwargs: dict, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        prewarm(str(sample_resharded_ds), str(tmp_path / "cache"), progress=False, **kwargs)
+
+
+# --- command line ---------------------------------------------------------------------------------------
+
+
+def lrs(*args: str) -> click.testing.Result:
+    return CliRunner().invoke(cli, list(args))
+
+
+@pytest.fixture(autouse=True)
+def no_world_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+
+
+def test_cli_prewarms_and_prints_a_summary(sample_resharded_ds: Path, tmp_path: Path) -> None:
+    cache_dir = tmp_path / "cache"
+    with RangeServer(sample_resharded_ds) as server:
+        result = lrs("prewarm", server.url, "--cache-dir", str(cache_dir), "--num-workers", "2",
+                     "--pool-size", "3", "--seed", "5", "--episodes", "1", "--quiet")  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert len(downloads(server)) == 5  # one shared data file, two episodes of two cameras
+    assert result.output.startswith("prewarm: 5 files, ") and "for 2 consumers (2 admissions" in result.output
+
+
+def test_cli_dry_run_prints_the_plan(sample_resharded_ds: Path, tmp_path: Path) -> None:
+    with RangeServer(sample_resharded_ds) as server:
+        result = lrs("prewarm", server.url, "--cache-dir", str(tmp_path / "cache"), "--dry-run",
+                     "--num-workers", "2", "--pool-size", "3", "--seed", "5", "--max-bytes", "60K")  # fmt: skip
+        assert downloads(server) == []
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    plan = prewarm(
+        str(sample_resharded_ds), "unused", num_workers=2, max_bytes=60 * 1024, dry_run=True, **RUN
+    ).plan
+    assert lines[0] == "consumers: 2 = ranks 0 (world size 1) x 2 worker(s) each; episode pool 3"
+    assert lines[2].startswith(f"files: {len(plan.files)} (") and f"of {plan.needed_files} needed" in lines[2]
+    assert [line.split()[1] for line in lines[3 : 3 + len(plan.files)]] == [
+        f.request.path for f in plan.files
+    ]
+    assert "cut by --max-bytes" in lines[-1] and "nothing fetched" in lines[-1]
+    assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "consumers"),
+    [
+        ([], None, "consumers: 1 = ranks 0 (world size 1)"),
+        ([], "3", "consumers: 3 = ranks 0-2 (world size 3)"),
+        (["--world-size", "4", "--ranks", "1,3"], None, "consumers: 2 = ranks 1,3 (world size 4)"),
+        (
+            ["--nnodes", "2", "--nproc-per-node", "2", "--node-rank", "1"],
+            None,
+            "consumers: 2 = ranks 2-3 (world size 4)",
+        ),
+        (
+            ["--world-size", "6", "--nnodes", "3", "--node-rank", "2"],
+            None,
+            "consumers: 2 = ranks 4-5 (world size 6)",
+        ),
+        (["--world-size", "4", "--nproc-per-node", "4"], None, "consumers: 4 = ranks 0-3 (world size 4)"),
+    ],
+    ids=["default", "env", "ranks", "torchrun", "nnodes", "one-node"],
+)
+def test_cli_topology_options(
+    sample_resharded_ds: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], env: str | None,
+    consumers: str,
+) -> None:  # fmt: skip
+    if env is not None:
+        monkeypatch.setenv("WORLD_SIZE", env)
+    result = lrs("prewarm", str(sample_resharded_ds), "--cache-dir", str(tmp_path / "c"), "--dry-run", *args)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].startswith(consumers + " x 1 worker(s)")
+
+
+@pytest.mark.parametrize(
+    ("world_size", "ranks", "node_rank", "nnodes", "nproc", "expected"),
+    [
+        (None, None, None, None, None, NodeRanks(1, None)),
+        (8, None, 1, 2, 4, NodeRanks(8, (4, 5, 6, 7))),
+        (None, None, 1, 2, 4, NodeRanks(8, (4, 5, 6, 7))),
+        (8, None, 0, 2, None, NodeRanks(8, (0, 1, 2, 3))),
+        (8, (0, 5), None, None, None, NodeRanks(8, (0, 5))),
+        (4, None, None, None, 4, NodeRanks(4, (0, 1, 2, 3))),
+    ],
+    ids=["default", "torchrun", "no-world-size", "nnodes-only", "ranks", "single-node"],
+)
+def test_node_ranks(world_size, ranks, node_rank, nnodes, nproc, expected) -> None:
+    assert node_ranks(world_size, ranks, node_rank, nnodes, nproc) == expected
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            (8, None, 0, 3, 4),
+            r"Invalid --world-size \(8\)\. Expected --nnodes x --nproc-per-node \(3 x 4 = 12\)",
+        ),
+        ((8, (0,), 0, None, 4), r"Invalid options: --ranks and --node-rank\. Expected one of them\."),
+        ((8, None, 0, 3, None), r"Invalid --nnodes \(3\)\. Expected a divisor of the world size \(8\)\."),
+        ((8, None, 1, None, None), r"Invalid --node-rank without --nproc-per-node\."),
+        ((8, None, None, None, 4), r"Missing --node-rank: the job has 2 nodes of 4 ranks\."),
+        ((8, None, 2, None, 4), r"Invalid --node-rank \(2\)\. Expected < 2, the nodes of a world of 8 ranks"),
+        (
+            (6, None, 1, None, 4),
+            r"Invalid --nproc-per-node \(4\)\. Expected a divisor of the world size \(6\)\.",
+        ),
+    ],
+    ids=[
+        "world-mismatch",
+        "ranks-and-node",
+        "nnodes-divisor",
+        "node-alone",
+        "node-missing",
+        "node-outside",
+        "partial-node",
+    ],
+)
+def test_node_ranks_errors(args: tuple, message: str) -> None:
+    with pytest.raises(click.UsageError, match=message):
+        node_ranks(*args)
+
+
+@pytest.mark.parametrize(
+    ("text", "count"),
+    [("1048576", 1048576), ("500M", 500 * 1024**2), ("50G", 50 * 1024**3), ("1.5K", 1536), ("2GiB", 2 * 1024**3),
+     ("10gb", 10 * 1024**3), (" 3 t ", 3 * 1024**4)],
+    ids=["bytes", "mega", "giga", "fraction", "gib", "lower-gb", "spaces"],
+)  # fmt: skip
+def test_byte_sizes(text: str, count: int) -> None:
+    assert ByteSize().convert(text, None, None) == count
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["0", "-1", "12X", "", "G", "0.1"],
+    ids=["zero", "negative", "unit", "empty", "no-number", "sub-byte"],
+)
+def test_bad_byte_sizes(text: str) -> None:
+    with pytest.raises(
+        click.BadParameter, match=rf"Invalid size \({text}\)\. Expected a positive byte count"
+    ):
+        ByteSize().convert(text, None, None)
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (
+            ["--world-size", "2", "--ranks", "0,2"],
+            2,
+            r"Invalid ranks \(\[0, 2\]\)\. Expected distinct ranks in \[0, 2\)",
+        ),
+        (["--max-bytes", "12X"], 2, r"Invalid size \(12X\)"),
+        (["--ranks", "1-"], 2, r"Invalid list \(1-\)"),
+        (["--node-rank", "1"], 2, r"Invalid --node-rank without --nproc-per-node"),
+        (["--episodes", "0"], 2, r"Invalid value for '--episodes'"),
+        (["--episode-indices", "0,99"], 2, r"Invalid episode index \(99\)\. Expected < 8"),
+    ],
+    ids=["ranks", "size", "list", "node-rank", "episodes", "selection"],
+)
+def test_cli_bad_options(
+    sample_resharded_ds: Path, tmp_path: Path, args: list[str], code: int, message: str
+) -> None:
+    result = lrs("prewarm", str(sample_resharded_ds), "--cache-dir", str(tmp_path / "c"), "--dry-run", *args)
+    assert result.exit_code == code
+    assert re.search(message, result.output), result.output
+
+
+def test_cli_missing_dataset_is_a_one_line_error(tmp_path: Path) -> None:
+    result = lrs("prewarm", str(tmp_path / "nope"), "--cache-dir", str(tmp_path / "c"))
+    assert result.exit_code == 3
+    assert result.output.strip().endswith("meta/info.json: missing: not a LeRobot v3 dataset root")
