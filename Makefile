@@ -14,13 +14,15 @@ demo: setup
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# Every scripts/bench_*.py takes --out FILE and writes JSON there (the reader bench also draws a PNG).
+# Every scripts/bench_*.py takes --out FILE and writes JSON there; the reader bench also draws
+# bench/reader.png (samples/s and first-batch latency per case).
 bench: setup
 	@mkdir -p bench
 	@set -e; for script in scripts/bench_*.py; do \
 	  [ -e "$$script" ] || continue; name=$$(basename $$script .py); name=$${name#bench_}; \
-	  echo "== $$script -> bench/$$name.json"; \
-	  $(PY) $$script --out bench/$$name.json; \
+	  extra=; [ "$$name" != reader ] || extra="--chart bench/reader.png"; \
+	  echo "== $$script -> bench/$$name.json $${extra#--chart }"; \
+	  $(PY) $$script --out bench/$$name.json $$extra; \
 	done
 
 lint: setup

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import click
 from tqdm import tqdm
 
-from reshard.cli import cli, handle_errors
+from reshard.cli import EXIT_CHECK_FAILED, cli, handle_errors
 from reshard.sample import ENCODERS, SampleSpec, write_sample
 from reshard.source import describe, open_source, validate
 
@@ -144,37 +143,43 @@ def describe_cmd(source: str, as_json: bool, full: bool) -> None:
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Where to put the demo's files (default: a temporary directory, removed afterwards).",
+    help="Where the demo's files go (its subdirectories there are replaced) [default: a temporary directory].",
 )
 @click.option("--episodes", type=click.IntRange(2), default=12, show_default=True, help="Sample size.")
+@click.option("--keep", is_flag=True, help="Keep the sample, output, bucket and cache afterwards.")
 @handle_errors
-def demo(workdir: Path | None, episodes: int) -> None:
-    """Run the main job on a freshly generated sample dataset and print a short summary."""
-    own = workdir is None
-    root = Path(tempfile.mkdtemp(prefix="lrs-demo-")) if own else workdir
+def demo(workdir: Path | None, episodes: int, keep: bool) -> None:
+    """Run the whole pipeline on a generated sample, check it, and print a summary table.
+
+    sample -> reshard (H.265) -> verify -> push to a local bucket -> prewarm a cache -> stream one epoch
+    with 2 DataLoader workers (every frame exactly once) -> resume mid-epoch (the same continuation).
+    Exits 1 when a check fails, keeping the files for a look.
+    """
+    from reshard.demo import DemoCheckError, DemoConfig, render_table, run_demo
+
+    root = Path(tempfile.mkdtemp(prefix="lrs-demo-")) if workdir is None else workdir
+    click.echo(f"lrs demo in {root}")
     try:
-        _run_demo(root, episodes)
-    finally:
-        if own:
-            shutil.rmtree(root, ignore_errors=True)
+        result = run_demo(root, DemoConfig(episodes=episodes), echo=click.echo)
+    except DemoCheckError as exc:
+        click.echo(f"check failed: {exc}\nfiles kept in {root}", err=True)
+        click.get_current_context().exit(EXIT_CHECK_FAILED)
+    except BaseException:
+        click.echo(f"files kept in {root}", err=True)
+        raise
+    click.echo()
+    click.echo(render_table(result))
+    if keep:
+        click.echo(f"files kept in {root}")
+    else:
+        _remove(root, own=workdir is None)
 
 
-def _run_demo(root: Path, episodes: int) -> None:
-    src_dir = root / "source"
-    if src_dir.exists():
-        shutil.rmtree(src_dir)
-    t0 = time.perf_counter()
-    write_sample(src_dir, SampleSpec(episodes=episodes, cameras=2, height=96, width=128))
-    t_sample = time.perf_counter() - t0
-    source = open_source(str(src_dir))
-    validate(source)
-    summary = describe(source)
-    click.echo(
-        f"sample    {summary['episodes']} episodes, {summary['frames']} frames, "
-        f"{len(summary['cameras'])} cameras ({', '.join(set(summary['cameras'].values()))}) "
-        f"in {t_sample:.1f} s -> {src_dir}"
-    )
-    click.echo(
-        f"source    {summary['data_files']} data files, {summary['video_files']} video files, "
-        f"episode length {summary['episode_length']['min']}..{summary['episode_length']['max']}: valid v3.0"
-    )
+def _remove(root: Path, *, own: bool) -> None:
+    """Remove the demo's files: the whole directory when the demo made it, else only its subdirectories."""
+    from reshard.demo import cleanup_workdir
+
+    if own:
+        shutil.rmtree(root, ignore_errors=True)
+    else:
+        cleanup_workdir(root)
