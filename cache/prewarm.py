@@ -1,10 +1,12 @@
 """Fetch an ordered list of files into a node cache: the runner behind `lrs prewarm`.
 
 The caller decides what and in which order (`reader.prewarm` plans it from the reader's schedule); this
-module only fetches. Downloads run on the cache's own threads (`NodeCache.prefetch`); submissions follow
-the list and stay at most `ahead` files in front of the oldest unfinished one, so the files needed first
-land first and an interrupted run has fetched a prefix. Files already cached count as hits and are not
-downloaded again, which is what makes a rerun resume.
+module only fetches. Downloads run on the cache's own threads (`NodeCache.prefetch`, which starts them in
+submission order); submissions follow the list with at most `ahead` files submitted and unfinished, so
+downloads start in need order and the files needed first tend to land first. A slow file does not hold
+back the ones after it: the bound is on files in flight, not on how far past the oldest one the run is.
+Files already cached count as hits and are not downloaded again, which is what makes a rerun resume
+an interrupted one.
 
 When the run is over, the fetched files are marked used in reverse list order: under a byte budget the
 cache evicts the least recently used file first, so a training run that must make room evicts the file
@@ -74,13 +76,14 @@ def fetch_in_order(
     progress: bool = True,
     desc: str = "prewarm",
 ) -> FetchSummary:
-    """Fetch `files` into `cache` in list order, at most `ahead` submitted past the oldest unfinished one.
+    """Fetch `files` into `cache`, submitted in list order with at most `ahead` of them in flight.
 
     Args:
         cache: the node cache (its `max_workers` bounds the downloads running at once).
         files: what to fetch, each path once, in the order it is needed.
         ahead: files submitted but not finished at most.
-        progress: show a tqdm bar in bytes (rate and ETA) on stderr.
+        progress: show a tqdm bar in bytes (rate and ETA) on stderr; files found already cached are
+            left out of it (an unknown size leaves the bar without a total).
         desc: the bar's label.
 
     Returns:
@@ -88,8 +91,9 @@ def fetch_in_order(
 
     Raises:
         ValueError: `ahead` < 1, or a path is listed twice.
-        FetchError, IntegrityError: a file could not be fetched (the message names it); the files
-            submitted before it are finished first, later ones are not started.
+        FetchError, IntegrityError: a file could not be fetched (the message names it; with several
+            failures, the one earliest in the list); the files already submitted are finished first,
+            the rest are not started.
         CacheError: a file could not be written to the cache directory.
     """
     if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 1:
@@ -98,7 +102,8 @@ def fetch_in_order(
     started, before = time.monotonic(), cache.stats()
     present = [_present(cache, f) for f in files]
     # Files already there finish at once: leaving them out of the bar keeps its rate and ETA honest.
-    total = sum(f.bytes or 0 for f, here in zip(files, present, strict=True) if not here)
+    missing = [f.bytes for f, here in zip(files, present, strict=True) if not here]
+    total = None if None in missing else sum(size or 0 for size in missing)
     with tqdm(
         total=total,
         unit="B",
@@ -136,7 +141,7 @@ def _run(
     cache: NodeCache, files: Sequence[FileRequest], present: Sequence[bool], ahead: int, bar: tqdm
 ) -> None:
     in_flight: dict[Future[str], int] = {}
-    failure: list[tuple[FileRequest, BaseException]] = []
+    failures: dict[int, BaseException] = {}
     finished = 0
 
     def drain(until: int) -> None:
@@ -147,7 +152,7 @@ def _run(
                 index = in_flight.pop(future)
                 error = future.exception()
                 if error is not None:
-                    failure.append((files[index], error))
+                    failures[index] = error
                     continue
                 finished += 1
                 if not present[index]:
@@ -157,7 +162,7 @@ def _run(
     try:
         for index, request in enumerate(files):
             drain(ahead - 1)
-            if failure:
+            if failures:
                 break
             in_flight[cache.prefetch(request.path, size=request.bytes, sha256=request.sha256)] = index
         drain(0)
@@ -165,8 +170,9 @@ def _run(
         # On an interrupt: queued downloads are dropped, running ones finish (they publish atomically).
         for future in in_flight:
             future.cancel()
-    if failure:
-        _raise(cache, *failure[0])
+    if failures:
+        first = min(failures)
+        _raise(cache, files[first], failures[first])
 
 
 def _raise(cache: NodeCache, request: FileRequest, error: BaseException) -> None:

@@ -261,7 +261,7 @@ def prewarm_command(
 
 
 def _echo_plan(plan: Plan, *, world_size: int, num_workers: int, pool: int) -> None:
-    from reshard.prewarm import human_bytes
+    from reshard.push import human_bytes
 
     ranks = sorted({rank for rank, _ in plan.consumers})
     click.echo(

@@ -35,7 +35,7 @@ from reader.stream import EpisodeStream
 from reshard.errors import VerifyError
 from reshard.execute import ReshardOptions
 from reshard.prewarm import PrewarmSummary, prewarm
-from reshard.push import push
+from reshard.push import human_bytes, push
 from reshard.run import reshard
 from reshard.sample import SampleSpec, read_frame_id, write_sample
 from reshard.source import open_source
@@ -80,16 +80,11 @@ class DemoConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name, low in (("episodes", 2), ("cameras", 1), ("batch_size", 1), ("episode_pool_size", 1)):
+        lows = {"episodes": 2, "cameras": 1, "batch_size": 1, "num_workers": 0, "episode_pool_size": 1}
+        for name, low in lows.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"Invalid {name} ({value!r}). Expected an integer >= {low}.")
-        if (
-            isinstance(self.num_workers, bool)
-            or not isinstance(self.num_workers, int)
-            or self.num_workers < 0
-        ):
-            raise ValueError(f"Invalid num_workers ({self.num_workers!r}). Expected an integer >= 0.")
         ReshardOptions(video=self.video)  # type: ignore[arg-type] - validates the mode
         self.spec()  # validates the sample's size and lengths
 
@@ -261,6 +256,7 @@ def prewarm_cache(url: str, cache_dir: Path, config: DemoConfig) -> PrewarmSumma
     return prewarm(
         url,
         str(cache_dir),
+        world_size=1,
         num_workers=config.num_workers,
         seed=config.seed,
         epoch=0,
@@ -291,17 +287,19 @@ def stream_epoch(url: str, cache_dir: Path, config: DemoConfig, *, start_batch: 
     )
     batches: list[tuple[Sample, ...]] = []
     first_at, first_samples = 0.0, 0
-    for batch in loader:
+    try:
+        for batch in loader:
+            if not batches:
+                first_at, first_samples = time.perf_counter(), len(batch["index"])
+            batches.append(tuple(_samples(batch, cameras)))
+        ended = time.perf_counter()
         if not batches:
-            first_at, first_samples = time.perf_counter(), len(batch["index"])
-        batches.append(tuple(_samples(batch, cameras)))
-    ended = time.perf_counter()
-    if not batches:
-        raise DemoCheckError(
-            f"Invalid stream ({url}, start batch {start_batch}): no batch. Expected samples."
-        )
-    stats = _collect_stats(reports, max(1, config.num_workers), url)
-    reports.close()
+            raise DemoCheckError(
+                f"Invalid stream ({url}, start batch {start_batch}): no batch. Expected samples."
+            )
+        stats = _collect_stats(reports, max(1, config.num_workers), url)
+    finally:
+        reports.close()
     total = sum(len(b) for b in batches)
     return StreamRun(
         batches=tuple(batches),
@@ -314,9 +312,14 @@ def stream_epoch(url: str, cache_dir: Path, config: DemoConfig, *, start_batch: 
 
 
 def _open_stream(url: str, cache_dir: Path, config: DemoConfig, start_batch: int) -> EpisodeStream:
-    """A fresh stream, as a (restarted) trainer builds it; `start_batch` > 0 loads the trainer's state."""
+    """A fresh stream, as a (restarted) trainer builds it; `start_batch` > 0 loads the trainer's state.
+
+    The demo is one process: rank 0 of 1, whatever RANK / WORLD_SIZE the environment holds.
+    """
     stream = EpisodeStream(
         url,
+        rank=0,
+        world_size=1,
         cache_dir=cache_dir,
         seed=config.seed,
         episode_pool_size=config.episode_pool_size,
@@ -457,14 +460,18 @@ def run_demo(workdir: Path, config: DemoConfig | None = None, *, echo: Echo | No
     lengths = expected_frames(paths["source"])
     say(
         f"sample    {config.episodes} episodes, {sum(lengths.values())} frames, {_count(config.cameras, 'camera')} "
-        f"{config.height}x{config.width} (AV1), {_size(source.bytes)} ({source.seconds:.1f} s)"
+        f"{config.height}x{config.width} (AV1), {human_bytes(source.bytes)} ({source.seconds:.1f} s)"
     )
     resharded = reshard_sample(paths["source"], paths["lrs1"], config)
-    say(f"reshard   lrs/1 with {config.video} video, {_size(resharded.bytes)} ({resharded.seconds:.1f} s)")
+    say(
+        f"reshard   lrs/1 with {config.video} video, {human_bytes(resharded.bytes)} ({resharded.seconds:.1f} s)"
+    )
     verified = verify_output(paths["lrs1"], paths["source"])
     say(f"verify    {len(verified.checks)} checks passed against the sample ({verified.seconds:.1f} s)")
     pushed = push_to_bucket(paths["lrs1"], bucket_url)
-    say(f"push      {pushed.files} files, {_size(pushed.bytes)} to {pushed.url} ({pushed.seconds:.1f} s)")
+    say(
+        f"push      {pushed.files} files, {human_bytes(pushed.bytes)} to {pushed.url} ({pushed.seconds:.1f} s)"
+    )
     prewarmed = prewarm_cache(bucket_url, paths["cache"], config)
     say(f"prewarm   {_prewarm_text(prewarmed)} ({prewarmed.seconds:.1f} s)")
     epoch, resumed = stream_and_check(bucket_url, paths["cache"], config, lengths, say)
@@ -533,10 +540,10 @@ def render_table(result: DemoResult) -> str:
     ratio = result.resharded.bytes / result.source.bytes if result.source.bytes else float("nan")
     psnr = result.verified.worst_psnr_db
     rows = [
-        ("source (v3, AV1)", f"{_size(result.source.bytes)} in {result.source.files} files"),
+        ("source (v3, AV1)", f"{human_bytes(result.source.bytes)} in {result.source.files} files"),
         (
             f"lrs/1 ({c.video})",
-            f"{_size(result.resharded.bytes)} in {result.resharded.files} files ({ratio:.2f}x the source)",
+            f"{human_bytes(result.resharded.bytes)} in {result.resharded.files} files ({ratio:.2f}x the source)",
         ),
         ("reshard time", f"{result.resharded.seconds:.1f} s"),
         (
@@ -546,14 +553,14 @@ def render_table(result: DemoResult) -> str:
         ),
         (
             "push",
-            f"{result.pushed.files} files, {_size(result.pushed.bytes)} in {result.pushed.seconds:.1f} s",
+            f"{result.pushed.files} files, {human_bytes(result.pushed.bytes)} in {result.pushed.seconds:.1f} s",
         ),
         ("prewarm", f"{_prewarm_text(result.prewarmed)} ({result.prewarmed.seconds:.1f} s)"),
         ("samples/s", f"{epoch.samples_per_s:.0f} (after the first batch)"),
         ("first-batch latency", f"{epoch.first_batch_s:.2f} s (resumed: {resumed.first_batch_s:.2f} s)"),
         (
             "cache",
-            f"{cache.hits} hits, {cache.misses} misses, {_size(cache.bytes_fetched)} fetched while streaming"
+            f"{cache.hits} hits, {cache.misses} misses, {human_bytes(cache.bytes_fetched)} fetched while streaming"
             + (" (read in place)" if result.prewarmed.in_place else ""),
         ),
         ("exactly once", f"{epoch.samples} samples = {result.frames} frames, each once"),
@@ -629,7 +636,7 @@ def _collect_stats(reports: Any, expected: int, url: str) -> ReaderStats:
 
 
 def _prewarm_text(summary: PrewarmSummary) -> str:
-    planned = f"{summary.files} files, {_size(summary.bytes)}"
+    planned = f"{summary.files} files, {human_bytes(summary.bytes)}"
     if summary.in_place:
         return f"{planned} planned; local bucket, read in place: nothing copied"
     return f"{planned}: {summary.files_fetched} fetched, {summary.files_cached} already cached"
@@ -637,14 +644,3 @@ def _prewarm_text(summary: PrewarmSummary) -> str:
 
 def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def _size(nbytes: int) -> str:
-    if nbytes < 1024:
-        return f"{nbytes} B"
-    value, unit = nbytes / 1024, "KiB"
-    for bigger in ("MiB", "GiB"):
-        if value < 1024:
-            break
-        value, unit = value / 1024, bigger
-    return f"{value:.1f} {unit}"

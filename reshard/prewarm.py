@@ -26,8 +26,9 @@ from reader.errors import LayoutError
 from reader.index import FILES_INDEX, files_from_table
 from reader.prewarm import Needs, Plan, check_ranks, plan_prewarm, stream_needs
 from reader.stream import DEFAULT_POOL_SIZE, EpisodeStream
+from reshard.push import human_bytes
 
-__all__ = ["PrewarmSummary", "human_bytes", "prewarm"]
+__all__ = ["PrewarmSummary", "prewarm"]
 
 # HEAD requests in flight when a plain v3 source lists no file sizes.
 _SIZE_THREADS = 8
@@ -43,7 +44,7 @@ class PrewarmSummary:
         files_fetched: files downloaded by this run.
         bytes_fetched: bytes received from the remote.
         files_cached: planned files that were already in the cache (or served in place, local source).
-        seconds: wall time, planning included.
+        seconds: wall time, planning included (the rate `describe` prints is over it).
         consumers: (rank, worker) pairs planned for.
         pieces: admissions whose files are all planned.
         episodes: distinct episodes among them.
@@ -104,6 +105,8 @@ class PrewarmSummary:
         )
         if self.dry_run:
             text = f"prewarm dry run: would fetch {scope}; nothing fetched"
+        elif self.in_place:
+            text = f"prewarm: {scope}: checked in {self.seconds:.1f} s"
         else:
             text = (
                 f"prewarm: {scope}: {self.files_fetched} fetched ({human_bytes(self.bytes_fetched)}), "
@@ -156,7 +159,8 @@ def prewarm(
         seed, epoch, episode_pool_size, episodes, shuffle: as the training run's `EpisodeStream`.
         episodes_per_consumer: only each consumer's first N admissions (None: the whole epoch).
         max_bytes: fetch at most this many bytes (stops before the first file that would exceed it).
-        cache_max_bytes: the cache's byte budget, as the training run sets it; the plan never exceeds it.
+        cache_max_bytes: the cache's byte budget, as the training run sets it; the plan never exceeds it
+            (a local source read in place puts nothing in the cache: the budget does not cut its plan).
         storage_options: passed to the source's fsspec filesystem.
         dry_run: plan only: fetch nothing and leave `cache_dir` alone.
         progress: show a progress bar (bytes, rate, ETA) on stderr.
@@ -185,6 +189,7 @@ def prewarm(
         cache_max_bytes=cache_max_bytes,
         storage_options=storage_options,
     )
+    in_place = stream.catalog.remote.reads_in_place
     try:
         stream.set_epoch(epoch)
         needs = stream_needs(
@@ -194,7 +199,7 @@ def prewarm(
             needs,
             file_requests(stream, needs),
             max_bytes=max_bytes,
-            cache_max_bytes=cache_max_bytes,
+            cache_max_bytes=None if in_place else cache_max_bytes,
         )
         if dry_run:
             fetched = FetchSummary(len(plan.files), plan.bytes, 0, 0, 0, 0.0)
@@ -207,7 +212,7 @@ def prewarm(
         plan,
         seconds=time.monotonic() - started,
         dry_run=dry_run,
-        in_place=stream.catalog.remote.reads_in_place,
+        in_place=in_place,
     )
 
 
@@ -237,16 +242,6 @@ def file_requests(stream: EpisodeStream, needs: Needs) -> dict[str, FileRequest]
             )
         requests[path] = FileRequest(path, size, entries.get(path))
     return requests
-
-
-def human_bytes(count: float) -> str:
-    """A byte count for people: `512 B`, `23.8 KiB`, `1.5 GiB`."""
-    value, unit = float(count), "B"
-    for bigger in ("KiB", "MiB", "GiB", "TiB", "PiB"):
-        if value < 1024:
-            break
-        value, unit = value / 1024, bigger
-    return f"{int(count)} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
 def _index_files(catalog: Catalog) -> dict[str, str]:
@@ -284,10 +279,14 @@ def _check_arguments(
     cache_max_bytes: int | None,
 ) -> None:
     """Check the cheap arguments before the source is opened."""
-    optional = {"episodes_per_consumer": episodes_per_consumer, "max_bytes": max_bytes}
-    optional["cache_max_bytes"] = cache_max_bytes
     checks = [("world_size", world_size, 1), ("num_workers", num_workers, 0)]
-    checks += [(name, value, 1) for name, value in optional.items() if value is not None]
+    for name, value in (
+        ("episodes_per_consumer", episodes_per_consumer),
+        ("max_bytes", max_bytes),
+        ("cache_max_bytes", cache_max_bytes),
+    ):
+        if value is not None:
+            checks.append((name, value, 1))
     for name, value, low in checks:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"Invalid {name} ({value!r}). Expected an integer >= {low}.")

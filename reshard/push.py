@@ -67,8 +67,8 @@ class PushSummary:
         """One line for humans."""
         verb = "Would upload" if self.dry_run else "Uploaded"
         return (
-            f"{verb} {len(self.uploaded)} files ({_human(self.uploaded_bytes)}), skipped "
-            f"{len(self.skipped)} ({_human(self.skipped_bytes)}) to {self.url} in {self.seconds:.1f} s."
+            f"{verb} {len(self.uploaded)} files ({human_bytes(self.uploaded_bytes)}), skipped "
+            f"{len(self.skipped)} ({human_bytes(self.skipped_bytes)}) to {self.url} in {self.seconds:.1f} s."
         )
 
 
@@ -350,10 +350,11 @@ def _list_target(target: Target, *, missing_ok: bool) -> dict[str, RemoteFile]:
         ) from None
 
 
-def _human(nbytes: int) -> str:
-    size, unit = float(nbytes), "B"
-    for bigger in ("KiB", "MiB", "GiB", "TiB"):
-        if size < 1024:
+def human_bytes(count: float) -> str:
+    """A byte count (or rate) for people: `512 B`, `23.8 KiB`, `1.5 GiB`; K, M, G are powers of 1024."""
+    value, unit = float(count), "B"
+    for bigger in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024:
             break
-        size, unit = size / 1024, bigger
-    return f"{nbytes} B" if unit == "B" else f"{size:.1f} {unit}"
+        value, unit = value / 1024, bigger
+    return f"{int(count)} B" if unit == "B" else f"{value:.1f} {unit}"

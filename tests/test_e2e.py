@@ -210,6 +210,16 @@ def test_a_stream_that_still_downloads_after_a_complete_prewarm_fails(limited_by
         check_prewarm_served(prewarmed, leaky)
 
 
+def test_the_demo_stream_is_one_process_whatever_the_environment_says(
+    sample_resharded_ds: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Run under torchrun (RANK=1, WORLD_SIZE=2), the demo must still stream the whole epoch as prewarmed.
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    stream = demo_module._open_stream(str(sample_resharded_ds), tmp_path / "cache", SMALL, 0)
+    assert (stream.rank, stream.world_size) == (0, 1)
+
+
 # --- the command line ---------------------------------------------------------------------------------
 
 

@@ -98,6 +98,37 @@ def test_submissions_stay_at_most_ahead_of_the_oldest_unfinished(tmp_path: Path,
     assert (summary.files, summary.bytes) == (7, 7)
 
 
+def test_a_slow_file_does_not_hold_back_the_ones_after_it(tmp_path: Path) -> None:
+    # The bound is on files in flight: while the first file is still downloading, the rest go on.
+    cache = GatedCache(tmp_path)
+    names = [f"f{i}.bin" for i in range(6)]
+    with ThreadPoolExecutor(1) as runner:
+        run = runner.submit(
+            fetch_in_order, cache, [FileRequest(n, 1) for n in names], ahead=2, progress=False
+        )
+        for index in range(1, len(names)):
+            cache.wait_submitted(index + 1)
+            cache.submitted[index][1].set_result(cache.path(names[index]))
+        cache.submitted[0][1].set_result(cache.path(names[0]))
+        run.result(timeout=10)
+    assert [rel for rel, _ in cache.submitted] == names and cache.most_pending == 2
+
+
+def test_of_several_failures_the_earliest_file_is_raised(tmp_path: Path) -> None:
+    cache = GatedCache(tmp_path)
+    names = ["f0.bin", "f1.bin", "f2.bin"]
+    with ThreadPoolExecutor(1) as runner:
+        run = runner.submit(
+            fetch_in_order, cache, [FileRequest(n, 1) for n in names], ahead=3, progress=False
+        )
+        cache.wait_submitted(3)
+        cache.submitted[2][1].set_exception(FetchError("Invalid dataset path (f2.bin)"))
+        cache.submitted[1][1].set_result(cache.path("f1.bin"))
+        cache.submitted[0][1].set_exception(FetchError("Invalid dataset path (f0.bin)"))
+        with pytest.raises(FetchError, match=r"\(f0\.bin\)"):
+            run.result(timeout=10)
+
+
 def test_missing_file_raises_naming_it_after_the_files_before_it(source, serve, open_cache) -> None:
     root, files = source
     server = serve(root)

@@ -18,7 +18,8 @@ from reader.prewarm import piece_files
 from reader.stream import EpisodeStream
 from reshard.cli import cli
 from reshard.cmd_prewarm import ByteSize, NodeRanks, node_ranks
-from reshard.prewarm import PrewarmSummary, human_bytes, prewarm
+from reshard.prewarm import PrewarmSummary, prewarm
+from reshard.push import human_bytes
 from tests.servers import RangeServer
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -128,6 +129,16 @@ def test_a_local_path_is_read_in_place_a_file_url_is_copied(
     assert summary.files > 0 and summary.in_place is not as_url
     assert summary.files_fetched == (summary.files if as_url else 0)
     assert ("local source: the reader reads it in place" in summary.describe()) is not as_url
+
+
+def test_a_source_read_in_place_is_not_cut_by_the_cache_budget(
+    sample_resharded_ds: Path, tmp_path: Path
+) -> None:
+    # Nothing of a local path lands in the cache, so its budget cannot be what limits the plan.
+    summary = prewarm(str(sample_resharded_ds), str(tmp_path / "cache"), cache_max_bytes=1, progress=False)
+    assert summary.in_place and summary.limited_by is None
+    assert summary.files == summary.needed_files > 0 and summary.files_fetched == 0
+    assert "already cached" not in summary.describe() and "cut by" not in summary.describe()
 
 
 def test_dry_run_fetches_nothing_and_leaves_the_cache_alone(
