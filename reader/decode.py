@@ -169,7 +169,7 @@ def _closest(
     if len(timestamps) == 1:
         # The usual case, without building tensors: the same float32 arithmetic (torch compares a float32
         # tensor with a Python float in float32, hence the float32 tolerance).
-        gap = abs(np.float32(timestamps[0]) - np.float32(pts_seconds[0].item()))
+        gap = abs(np.float32(timestamps[0]) - np.float32(pts_seconds.item()))
         if gap < np.float32(tolerance_s):
             return None
     query, loaded = torch.tensor(list(timestamps)), torch.tensor(pts_seconds.tolist())

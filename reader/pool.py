@@ -107,6 +107,7 @@ class _Slot:
     ref: EpisodeRef
     rows: EpisodeRows
     local: bool
+    where: tuple[VideoWhere, ...]  # per camera, for messages (made once per piece, not per sample)
 
 
 class EpisodePool:
@@ -157,7 +158,9 @@ class EpisodePool:
         for video, fetched in zip(ref.videos, videos, strict=True):
             with self._video_errors(ref, video):
                 fetched.result()
-        self._slots[piece] = _Slot(ref, rows.result(), local)
+        display = self._catalog.remote.display
+        where = tuple(VideoWhere(ref.episode_index, v.key, display(v.path)) for v in ref.videos)
+        self._slots[piece] = _Slot(ref, rows.result(), local, where)
         self._counters.add(episodes_admitted=1, admissions_waited=0 if local else 1)
 
     def release(self, piece: int) -> None:
@@ -271,7 +274,6 @@ class Consumer:
                 if step.last:
                     pool.release(step.piece)
                 self.position = step.step + 1
-                self._counters.add(samples=1, samples_local=1 if slot.local else 0)
                 yield item
         finally:
             pool.close()
@@ -279,7 +281,17 @@ class Consumer:
     def _item(self, pool: EpisodePool, slot: _Slot, frame: int) -> dict[str, Any]:
         video_keys = self._video_keys
         tabular, queries = slot.rows.sample(frame, self._options.windows, video_keys)
-        frames = {video.key: self._decode(pool, slot, video, queries[video.key]) for video in slot.ref.videos}
+        began = time.perf_counter()
+        frames = {
+            video.key: self._decode(pool, slot, video, where, queries[video.key])
+            for video, where in zip(slot.ref.videos, slot.where, strict=True)
+        }
+        self._counters.add(
+            samples=1,
+            samples_local=1 if slot.local else 0,
+            frames_decoded=sum(len(queries[video.key]) for video in slot.ref.videos),
+            decode_seconds=time.perf_counter() - began,
+        )
         item: dict[str, Any] = {**frames, **tabular}
         transform = self._options.image_transforms
         if transform is not None:
@@ -289,10 +301,8 @@ class Consumer:
         return item
 
     def _decode(
-        self, pool: EpisodePool, slot: _Slot, video: VideoRef, timestamps: list[float]
+        self, pool: EpisodePool, slot: _Slot, video: VideoRef, where: VideoWhere, timestamps: list[float]
     ) -> torch.Tensor:
-        where = VideoWhere(slot.ref.episode_index, video.key, self._catalog.remote.display(video.path))
-        began = time.perf_counter()
         decoder = self._decoders.get(video.path, where, locate=lambda: pool.pinned(slot.ref, video))
         frames = decode_frames(
             decoder,
@@ -301,5 +311,4 @@ class Consumer:
             return_uint8=self._options.return_uint8,
             where=where,
         )
-        self._counters.add(frames_decoded=len(timestamps), decode_seconds=time.perf_counter() - began)
         return frames.squeeze(0)

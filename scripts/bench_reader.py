@@ -70,6 +70,21 @@ def build_dataset(workdir: Path, args: argparse.Namespace) -> tuple[Path, Path]:
     return v3, lrs
 
 
+def build_hevc(workdir: Path, v3: Path) -> Path:
+    """An lrs/1 copy of the v3 sample re-encoded to H.265 (`lrs reshard --video hevc`, the NVDEC-ready
+    layout), reused while the v3 sample is the same."""
+    hevc = workdir / "lrs-hevc"
+    tag, spec = hevc / ".bench-spec.json", (workdir / "spec.json").read_text()
+    if not tag.exists() or tag.read_text() != spec:
+        shutil.rmtree(hevc, ignore_errors=True)
+        print("re-encoding the sample to HEVC ...", file=sys.stderr)
+        lrs_cli = Path(sys.executable).parent / "lrs"
+        command = [str(lrs_cli), "reshard", str(v3), "--out", str(hevc), "--video", "hevc", "--quiet"]
+        subprocess.run([*command, "--workers", str(min(4, os.cpu_count() or 1))], check=True)
+        tag.write_text(spec)
+    return hevc
+
+
 # --- cases (each runs in a child process) ------------------------------------------------------------
 
 
@@ -100,6 +115,7 @@ def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
             yield from self.stream
             reports.put(self.stream.stats().to_dict())
 
+    _sharing_strategy(case)
     try:
         cpu = _cpu_seconds()
         began = time.perf_counter()
@@ -126,6 +142,15 @@ def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
         if server is not None:
             server.stop()
         shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+def _sharing_strategy(case: dict[str, Any]) -> None:
+    """Apply the case's `torch.multiprocessing` sharing strategy (how DataLoader workers hand batches over)."""
+    strategy = case.get("sharing_strategy")
+    if strategy is not None:
+        import torch.multiprocessing
+
+        torch.multiprocessing.set_sharing_strategy(strategy)
 
 
 def _cpu_seconds() -> float:
@@ -199,6 +224,7 @@ def run_loader_only_case(case: dict[str, Any]) -> dict[str, Any]:
 
     from reader import EpisodeStream
 
+    _sharing_strategy(case)
     stream = EpisodeStream(case["root"], return_uint8=True, seed=0, **case["stream"])
     template = next(iter(stream))
     total = len(stream)
@@ -333,10 +359,18 @@ def run_child(command: list[str], env: dict[str, str] | None = None) -> dict[str
 
 
 def reader_case(
-    name: str, root: Path, args: argparse.Namespace, *, http: bool, kind: str = "reader", **stream: Any
+    name: str,
+    root: Path,
+    args: argparse.Namespace,
+    *,
+    http: bool,
+    kind: str = "reader",
+    sharing_strategy: str | None = None,
+    **stream: Any,
 ) -> dict[str, Any]:
     case = {
         "kind": kind,
+        "sharing_strategy": sharing_strategy,
         "root": str(root),
         "http_latency_s": args.latency_ms / 1000 if http else None,
         "workers": args.workers,
@@ -438,6 +472,9 @@ def main() -> None:
     )
     parser.add_argument("--no-lerobot", action="store_true", help="Skip the lerobot comparison case.")
     parser.add_argument(
+        "--no-hevc", action="store_true", help="Skip the cases on the HEVC re-encode (built once, ~1 min)."
+    )
+    parser.add_argument(
         "--lerobot-python",
         type=Path,
         help="Python of the lerobot 0.6.1 reference venv [default: $LEROBOT_VENV].",
@@ -459,7 +496,18 @@ def main() -> None:
         "v3-http": reader_case("v3-http", v3, args, http=True),
         "decode-only": reader_case("decode-only", lrs, args, http=False, kind="decode-only"),
         "loader-only": reader_case("loader-only", lrs, args, http=False, kind="loader-only"),
+        # torch's documented alternative to passing one file descriptor per tensor of every batch.
+        "lrs1-local-fs": reader_case("lrs1-local-fs", lrs, args, http=False, sharing_strategy="file_system"),
+        "loader-only-fs": reader_case(
+            "loader-only-fs", lrs, args, http=False, kind="loader-only", sharing_strategy="file_system"
+        ),
     }
+    if not args.no_hevc:
+        hevc = build_hevc(args.workdir, v3)
+        cases["lrs1-hevc-local"] = reader_case("lrs1-hevc-local", hevc, args, http=False)
+        cases["decode-only-hevc"] = reader_case(
+            "decode-only-hevc", hevc, args, http=False, kind="decode-only"
+        )
     if not args.no_lerobot:
         found = lerobot_case(v3, args)
         if found is not None:
@@ -495,13 +543,25 @@ def main() -> None:
         results["vs_lerobot"] = {
             n: c["samples_per_s"] / lerobot for n, c in cases.items() if n.startswith(("lrs1", "v3"))
         }
+    if "lrs1-hevc-local" in cases:
+        # The HEVC layout against the decode-only limit of the same files, and what it costs or saves on
+        # CPU decode against the AV1 files.
+        hevc_case, hevc_limit = cases["lrs1-hevc-local"], cases["decode-only-hevc"]
+        results["hevc"] = {
+            "vs_decode_only_hevc": hevc_case["samples_per_s"] / hevc_limit["samples_per_s"],
+            "vs_decode_only_hevc_cpu": hevc_limit["cpu_ms_per_sample"] / hevc_case["cpu_ms_per_sample"],
+            "decode_cpu_ms_per_sample_hevc_minus_av1": hevc_limit["cpu_ms_per_sample"]
+            - cases["decode-only"]["cpu_ms_per_sample"],
+            "reader_cpu_ms_per_sample_hevc_minus_av1": hevc_case["cpu_ms_per_sample"]
+            - cases["lrs1-local"]["cpu_ms_per_sample"],
+        }
     if args.sweep:
         results["sweep"] = sweep(lrs, args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     if args.chart:
         chart(results, args.chart)
-    keys = ("vs_decode_only", "vs_decode_only_cpu", "vs_decode_plus_loader", "vs_lerobot")
+    keys = ("vs_decode_only", "vs_decode_only_cpu", "vs_decode_plus_loader", "vs_lerobot", "hevc")
     summary = {k: results.get(k) for k in keys}
     print(json.dumps(summary, indent=2))
 
