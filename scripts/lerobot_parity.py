@@ -1,0 +1,76 @@
+"""Check that lerobot's own `LeRobotDataset` reads an lrs/1 reshard with the values of its v3 source.
+
+lerobot 0.6.1 needs Python 3.12 and an older torch, so it cannot live in the project's venv: run this
+file with the reference environment's Python (`../shared/lerobot-reference.sh` builds one):
+
+    HF_HUB_OFFLINE=1 /tmp/lerobot-venv/bin/python scripts/lerobot_parity.py SRC OUT [--psnr-floor 30]
+
+Every index of both datasets is read with a delta window on `action` and on the first camera; keys,
+shapes, dtypes, tabular values and `_is_pad` masks must be equal, frames identical for copied videos
+and above the PSNR floor for re-encoded ones (the report gives the worst frame). Exits 1 on the first
+difference, naming the index and the key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("source", type=Path, help="The v3 dataset resharded.")
+    parser.add_argument("output", type=Path, help="Its lrs/1 reshard.")
+    parser.add_argument("--psnr-floor", type=float, default=30.0, help="Lowest PSNR of a re-encoded frame.")
+    args = parser.parse_args()
+
+    import torch
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    info = json.loads((args.source / "meta/info.json").read_text())
+    fps = info["fps"]
+    cameras = [k for k, f in info["features"].items() if f["dtype"] == "video"]
+    windows = {"action": [0, 1 / fps, 2 / fps], **({cameras[0]: [-1 / fps, 0]} if cameras else {})}
+    layout = json.loads((args.output / "meta/lrs/layout.json").read_text())
+    all_reencoded = layout.get("params", {}).get("video", "copy") != "copy"
+    # In copy mode, episodes that did not start on a keyframe were re-encoded alone (listed here).
+    reencoded = {(r["episode"], r["camera"]) for r in layout.get("reencoded", [])}
+    a = LeRobotDataset("local/source", root=args.source, delta_timestamps=windows)
+    b = LeRobotDataset("local/output", root=args.output, delta_timestamps=windows)
+    if len(a) != len(b):
+        print(f"Invalid length ({len(b)}). Expected {len(a)}, the source's.")
+        return 1
+    worst = math.inf
+    for i in range(len(a)):
+        x, y = a[i], b[i]
+        if x.keys() != y.keys():
+            print(f"Invalid keys at index {i} ({sorted(x.keys() ^ y.keys())} differ).")
+            return 1
+        for key, u in x.items():
+            v = y[key]
+            if not isinstance(u, torch.Tensor):
+                same = u == v
+            elif u.shape != v.shape or u.dtype != v.dtype:
+                same = False
+            elif key in cameras and u.dtype.is_floating_point and not torch.equal(u, v):
+                mse = float(((u - v) ** 2).mean())
+                worst = min(worst, 10 * math.log10(1 / mse))
+                same = all_reencoded or (int(x["episode_index"]), key) in reencoded
+            else:
+                same = torch.equal(u, v)
+            if not same:
+                print(f"Invalid value at index {i}, key {key!r}. Expected the source's.")
+                return 1
+    floor_ok = worst >= args.psnr_floor
+    print(
+        f"{len(a)} samples: tabular values, masks and shapes equal; frames "
+        + ("identical" if worst == math.inf else f"worst PSNR {worst:.1f} dB")
+    )
+    return 0 if floor_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
