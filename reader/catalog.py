@@ -10,7 +10,6 @@ sha256) or from `meta/info.json` and `meta/episodes/` (v3), so any change of con
 from __future__ import annotations
 
 import hashlib
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -29,6 +28,7 @@ from reader.v3 import (
     TASKS_PATH,
     EpisodeInfo,
     Info,
+    concat_episode_tables,
     episode_columns,
     parse_episodes,
     parse_tasks,
@@ -116,18 +116,10 @@ class Catalog:
         except ValueError as exc:
             raise DatasetError(str(exc)) from exc
         try:
-            remote.cat(LAYOUT_JSON)
+            layout_json = remote.cat(LAYOUT_JSON)
         except FileNotFoundError:
             return _open_v3(remote)
-        return _open_lrs(remote)
-
-    @property
-    def video_keys(self) -> list[str]:
-        return self.info.video_keys
-
-    @property
-    def fps(self) -> float:
-        return self.info.fps
+        return _open_lrs(remote, layout_json)
 
     @property
     def column_order(self) -> list[str]:
@@ -160,8 +152,8 @@ def _check_images(info: Info, remote: Remote) -> None:
         )
 
 
-def _open_lrs(remote: Remote) -> Catalog:
-    layout = Layout.load(remote)
+def _open_lrs(remote: Remote, layout_json: bytes) -> Catalog:
+    layout = Layout.load(remote, layout_json=layout_json)
     _check_images(layout.info, remote)
     episodes = tuple(
         EpisodeRef(
@@ -203,15 +195,10 @@ def _open_v3(remote: Remote) -> Catalog:
     _check_images(info, remote)
     digest = hashlib.sha256(info_bytes)
     tables = []
-    for _, table, data in _episode_tables(remote, info):
+    for table, data in _episode_tables(remote, info):
         digest.update(data)
         tables.append(table.select([c for c in episode_columns(info.video_keys) if c in table.column_names]))
-    try:
-        table = pa.concat_tables(tables, promote_options="permissive")
-    except pa.ArrowInvalid as exc:
-        raise DatasetError(
-            f"files disagree on their schema ({exc})", file=remote.display(EPISODES_DIR)
-        ) from exc
+    table = concat_episode_tables(tables, file=remote.display(EPISODES_DIR))
     infos = parse_episodes(table, info.video_keys, file=remote.display(EPISODES_DIR))
     return Catalog(
         remote=remote,
@@ -223,10 +210,10 @@ def _open_v3(remote: Remote) -> Catalog:
     )
 
 
-def _episode_tables(remote: Remote, info: Info) -> list[tuple[str, pa.Table, bytes]]:
+def _episode_tables(remote: Remote, info: Info) -> list[tuple[pa.Table, bytes]]:
     """The `meta/episodes/` files, found by walking the v3 template until every episode is counted."""
     chunks_size = int(info.raw.get("chunks_size", 1000))
-    found: list[tuple[str, pa.Table, bytes]] = []
+    found: list[tuple[pa.Table, bytes]] = []
     counted = 0
     while counted < info.total_episodes or not found:
         chunk, index = divmod(len(found), chunks_size)
@@ -239,19 +226,18 @@ def _episode_tables(remote: Remote, info: Info) -> list[tuple[str, pa.Table, byt
                 file=remote.display(rel),
             ) from exc
         counted += table.num_rows
-        found.append((rel, table, data))
+        found.append((table, data))
     return found
 
 
 def _v3_refs(info: Info, infos: list[EpisodeInfo]) -> tuple[EpisodeRef, ...]:
-    by_file: dict[str, list[EpisodeInfo]] = defaultdict(list)
-    for e in infos:
-        by_file[info.data_file(e.data_chunk_index, e.data_file_index)].append(e)
+    paths = [info.data_file(e.data_chunk_index, e.data_file_index) for e in infos]
     # v3 data files hold whole episodes in `index` order, so a file's first row is its lowest index.
-    file_start = {rel: min(e.dataset_from_index for e in group) for rel, group in by_file.items()}
+    file_start: dict[str, int] = {}
+    for rel, e in zip(paths, infos, strict=True):
+        file_start[rel] = min(file_start.get(rel, e.dataset_from_index), e.dataset_from_index)
     refs = []
-    for e in infos:
-        rel = info.data_file(e.data_chunk_index, e.data_file_index)
+    for rel, e in zip(paths, infos, strict=True):
         videos = tuple(
             VideoRef(s.key, info.video_file(s.key, s.chunk_index, s.file_index), s.from_timestamp)
             for s in e.videos

@@ -50,12 +50,20 @@ class Layout:
         return f"Layout({self.remote.url!r}, episodes={len(self.episodes)}, files={len(self.files)})"
 
     @classmethod
-    def load(cls, url: str | Remote, *, storage_options: dict[str, Any] | None = None) -> Layout:
+    def load(
+        cls,
+        url: str | Remote,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        layout_json: bytes | None = None,
+    ) -> Layout:
         """Load and cross-check the lrs/1 metadata of the dataset at `url`.
 
         Args:
             url: a dataset location (see `cache.remote.resolve`) or an already resolved `Remote`.
             storage_options: passed to the fsspec filesystem when `url` is a string.
+            layout_json: the content of `meta/lrs/layout.json` when the caller has read it already
+                (it is then not read again).
 
         Raises:
             LayoutError: the dataset is not lrs/1, or its index is missing, malformed or disagrees with
@@ -68,7 +76,9 @@ class Layout:
             info = Info.parse(remote.cat(INFO_PATH), file=remote.display(INFO_PATH))
         except FileNotFoundError as exc:
             raise DatasetError("missing: not a LeRobot dataset root", file=remote.display(INFO_PATH)) from exc
-        layout = parse_layout_json(_cat(remote, LAYOUT_JSON), file=remote.display(LAYOUT_JSON))
+        if layout_json is None:
+            layout_json = _cat(remote, LAYOUT_JSON)
+        layout = parse_layout_json(layout_json, file=remote.display(LAYOUT_JSON))
         episodes = episodes_from_table(
             _read_table(remote, EPISODES_INDEX), info.video_keys, file=remote.display(EPISODES_INDEX)
         )

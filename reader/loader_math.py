@@ -18,10 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["LoaderResume", "batches_per_epoch", "batches_per_worker", "loader_resume"]
+__all__ = ["LoaderResume", "batches_per_epoch", "batches_per_worker", "check_int", "loader_resume"]
 
 
-def _check_int(name: str, value: object, low: int) -> int:
+def check_int(name: str, value: object, low: int) -> int:
+    """`value` if it is an int (not a bool) >= `low`, else ValueError with the project's message."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= low:
         return value
     raise ValueError(f"Invalid {name} ({value!r}). Expected an integer >= {low}.")
@@ -33,7 +34,7 @@ def _check_samples(per_worker_samples: Sequence[int]) -> list[int]:
         raise ValueError(
             "Invalid per_worker_samples ([]). Expected one count per worker (one for num_workers=0)."
         )
-    return [_check_int(f"sample count of worker {w}", int(n), 0) for w, n in enumerate(counts)]
+    return [check_int(f"sample count of worker {w}", int(n), 0) for w, n in enumerate(counts)]
 
 
 def batches_per_worker(per_worker_samples: Sequence[int], batch_size: int) -> tuple[int, ...]:
@@ -46,7 +47,7 @@ def batches_per_worker(per_worker_samples: Sequence[int], batch_size: int) -> tu
     Returns:
         One batch count per worker.
     """
-    size = _check_int("batch_size", batch_size, 1)
+    size = check_int("batch_size", batch_size, 1)
     return tuple(-(-n // size) for n in _check_samples(per_worker_samples))
 
 
@@ -74,7 +75,7 @@ class LoaderResume:
 
     def logical_worker(self, physical: int) -> int | None:
         """The logical worker physical worker `physical` serves, or None if it serves nothing."""
-        physical = _check_int("physical worker", physical, 0)
+        physical = check_int("physical worker", physical, 0)
         return self.worker_map[physical] if physical < len(self.worker_map) else None
 
 
@@ -104,7 +105,7 @@ def loader_resume(per_worker_samples: Sequence[int], batch_size: int, batches_co
     """
     counts = _check_samples(per_worker_samples)
     batches = batches_per_worker(counts, batch_size)
-    consumed = _check_int("batches_consumed", batches_consumed, 0)
+    consumed = check_int("batches_consumed", batches_consumed, 0)
     if consumed >= sum(batches):
         return LoaderResume(tuple(counts), (), consumed - sum(batches))
     laps = _full_laps(batches, consumed)

@@ -248,7 +248,7 @@ class Consumer:
         self._refs = [refs[p.episode] for p in emission.pieces]
         self._catalog, self._cache, self._rows, self._decoders = catalog, cache, rows, decoders
         self._options, self._counters = options, counters
-        self._video_keys = catalog.video_keys
+        self._video_keys = catalog.info.video_keys
         counters.add(skipped=start)
 
     def __repr__(self) -> str:

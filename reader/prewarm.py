@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Literal
 
 from cache.prewarm import FileRequest
 from reader.catalog import EpisodeRef
+from reader.loader_math import check_int
 from reader.schedule import Emission, Schedule
 
 if TYPE_CHECKING:
@@ -186,7 +187,7 @@ def node_needs(
     """
     ranks = check_ranks(ranks, schedule.world_size)
     if episodes_per_consumer is not None:
-        _check_positive("episodes_per_consumer", episodes_per_consumer)
+        check_int("episodes_per_consumer", episodes_per_consumer, 1)
     lengths = tuple(ref.length for ref in refs)
     if lengths != schedule.lengths:
         raise ValueError(
@@ -256,7 +257,7 @@ def plan_prewarm(
     limits: list[tuple[int, LimitName]] = []
     for value, name in ((max_bytes, "max_bytes"), (cache_max_bytes, "cache_max_bytes")):
         if value is not None:
-            limits.append((_check_positive(name, value), name))  # type: ignore[arg-type]
+            limits.append((check_int(name, value, 1), name))  # type: ignore[arg-type]
     planned = [PlannedFile(need, _request(files, need.path)) for need in needs.files]
     needed_bytes = sum(f.request.bytes or 0 for f in planned)
     cap, cap_name = min(limits) if limits else (None, None)
@@ -328,9 +329,3 @@ def _request(files: Mapping[str, FileRequest], path: str) -> FileRequest:
     if request.path != path:
         raise ValueError(f"Invalid file requests: {path} maps to {request.path}. Expected the same path.")
     return request
-
-
-def _check_positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"Invalid {name} ({value!r}). Expected an integer >= 1.")
-    return value

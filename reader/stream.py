@@ -23,7 +23,7 @@ from cache import NodeCache, Remote
 from reader.catalog import Catalog
 from reader.decode import Decoders, SeekMode, check_device
 from reader.errors import StateError
-from reader.loader_math import batches_per_epoch
+from reader.loader_math import batches_per_epoch, check_int
 from reader.pool import Consumer, Counters, Options, ReaderStats
 from reader.rows import RowGroupReader
 from reader.schedule import Schedule
@@ -92,8 +92,8 @@ class EpisodeStream(IterableDataset):
         seek_mode: SeekMode = "approximate",
     ) -> None:
         super().__init__()
-        _check_int("episode_pool_size", episode_pool_size, 1)
-        _check_int("prefetch_episodes", prefetch_episodes, 0)
+        check_int("episode_pool_size", episode_pool_size, 1)
+        check_int("prefetch_episodes", prefetch_episodes, 0)
         if image_transforms is not None and not callable(image_transforms):
             raise ValueError(f"Invalid image_transforms ({image_transforms!r}). Expected a callable or None.")
         self.catalog = Catalog.open(
@@ -108,9 +108,9 @@ class EpisodeStream(IterableDataset):
             0,
         )
         Schedule(self.lengths, seed=seed, pool_size=episode_pool_size)  # validates the seed early
-        keys = [*self.catalog.column_order, *self.catalog.video_keys]
+        keys = [*self.catalog.column_order, *self.catalog.info.video_keys]
         windows = Windows(
-            delta_indices(delta_timestamps, fps=self.catalog.fps, tolerance_s=tolerance_s, keys=keys)
+            delta_indices(delta_timestamps, fps=self.catalog.info.fps, tolerance_s=tolerance_s, keys=keys)
         )
         self.options = Options(
             windows=windows,
@@ -122,7 +122,7 @@ class EpisodeStream(IterableDataset):
         )
         self._cleanup: weakref.finalize | None = None
         self._decoding = (
-            decoder_cache_size or episode_pool_size * max(1, len(self.catalog.video_keys)),
+            decoder_cache_size or episode_pool_size * max(1, len(self.catalog.info.video_keys)),
             check_device(decode_device),
             seek_mode,
         )
@@ -175,7 +175,7 @@ class EpisodeStream(IterableDataset):
 
         A loaded resume state stays pending until the epoch moves away from the one it names.
         """
-        self.epoch = _check_int("epoch", epoch, 0)
+        self.epoch = check_int("epoch", epoch, 0)
         if self._resume is not None and self._resume.epoch != self.epoch:
             self._resume = None
 
@@ -381,18 +381,12 @@ class ResumableLoader:
         self.batches = self.stream.pending_batches()
 
 
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"Invalid {name} ({value!r}). Expected an integer >= {low}.")
-    return value
-
-
 def _selection(episodes: Sequence[int] | None, total: int) -> list[int]:
     if episodes is None:
         return list(range(total))
     chosen = sorted(episodes)
     for e in chosen:
-        _check_int("episode index", e, 0)
+        check_int("episode index", e, 0)
         if e >= total:
             raise ValueError(f"Invalid episode index ({e}). Expected < {total}, the dataset's episodes.")
     if len(set(chosen)) != len(chosen):
@@ -412,8 +406,8 @@ def _topology(rank: int | None, world_size: int | None) -> tuple[int, int]:
             found = (int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")))
         rank = found[0] if rank is None else rank
         world_size = found[1] if world_size is None else world_size
-    _check_int("world_size", world_size, 1)
-    _check_int("rank", rank, 0)
+    check_int("world_size", world_size, 1)
+    check_int("rank", rank, 0)
     if rank >= world_size:
         raise ValueError(f"Invalid rank ({rank}). Expected < world_size ({world_size}).")
     return rank, world_size

@@ -247,6 +247,18 @@ def episode_columns(video_keys: list[str]) -> list[str]:
     return cols
 
 
+def concat_episode_tables(tables: list[pa.Table], *, file: str = EPISODES_DIR) -> pa.Table:
+    """The `meta/episodes/` files' tables as one (schemas promoted where they differ compatibly).
+
+    Raises:
+        DatasetError: the files disagree on their schema.
+    """
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except pa.ArrowInvalid as exc:
+        raise DatasetError(f"files disagree on their schema ({exc})", file=file) from exc
+
+
 def parse_episodes(table: pa.Table, video_keys: list[str], *, file: str = EPISODES_DIR) -> list[EpisodeInfo]:
     """Records from the concatenated `meta/episodes` tables, sorted by episode index.
 

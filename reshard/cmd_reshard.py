@@ -12,6 +12,7 @@ from reshard.execute import ReshardOptions
 from reshard.inspect import inspect_dataset, render
 from reshard.run import reshard, slurm_part
 from reshard.verify import verify
+from reshard.video_compare import DEFAULT_MIN_PSNR_DB
 from reshard.videos import VIDEO_MODES
 
 
@@ -148,7 +149,7 @@ def reshard_cmd(
 @click.option(
     "--min-psnr",
     type=float,
-    default=30.0,
+    default=DEFAULT_MIN_PSNR_DB,
     show_default=True,
     help="Lowest per-frame PSNR (dB) accepted for a re-encoded episode video.",
 )

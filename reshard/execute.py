@@ -300,20 +300,22 @@ def _run_in_worker(task: Task) -> list[VideoRecord]:
 
 
 class _Progress:
-    """Two bars, tables and videos, counting episodes (tqdm shows episodes/s and ETA)."""
+    """Two bars, tables and videos, counting episodes (tqdm shows episodes/s and ETA).
 
-    def __init__(self, tasks: list[Task], ws: Workspace, *, quiet: bool) -> None:
-        def totals(kind: type) -> tuple[int, int]:
-            outputs = [o for t in tasks if isinstance(t, kind) for o in _episode_outputs(t)]
-            return sum(n for _, n in outputs), sum(n for path, n in outputs if ws.is_done(path))
+    Args:
+        pending: each task to run with the episodes it has left to write.
+        quiet: no bars.
+    """
 
+    def __init__(self, pending: list[tuple[Task, int]], *, quiet: bool) -> None:
         self.bars: dict[type, tqdm] = {}
         for position, (kind, desc) in enumerate(((DataTask, "tables"), (VideoTask, "videos"))):
-            total, done = totals(kind)
+            of_kind = [(task, left) for task, left in pending if isinstance(task, kind)]
+            total = sum(task.size for task, _ in of_kind)
             if total:
                 self.bars[kind] = tqdm(
                     total=total,
-                    initial=done,
+                    initial=total - sum(left for _, left in of_kind),
                     desc=desc,
                     unit="ep",
                     disable=quiet,
@@ -333,21 +335,23 @@ class _Progress:
             bar.close()
 
 
-def _episode_outputs(task: Task) -> list[tuple[str, int]]:
+def _episodes_left(task: Task, ws: Workspace) -> int:
+    """Episodes of `task` whose outputs have no completion record yet."""
     if isinstance(task, DataTask):
-        return [(task.path, len(task.episodes))]
-    return [(v.path, 1) for v in task.videos]
+        return 0 if ws.is_done(task.path) else len(task.episodes)
+    return sum(1 for v in task.videos if not ws.is_done(v.path))
 
 
 def run_tasks(tasks: list[Task], ctx: TaskContext, *, workers: int, quiet: bool) -> list[VideoRecord]:
     """Run tasks inline (`workers == 1`) or in a pool of processes; stops at the first failure."""
     ws = Workspace(ctx.work)
-    pending = [t for t in tasks if not all(ws.is_done(p) for p in t.outputs)]
-    progress = _Progress(pending, ws, quiet=quiet)
+    # One look at the completion records serves the skip, the bars and the pool's progress.
+    pending = [(task, left) for task in tasks if (left := _episodes_left(task, ws))]
+    progress = _Progress(pending, quiet=quiet)
     written: list[VideoRecord] = []
     try:
         if workers <= 1 or len(pending) <= 1:
-            for task in pending:
+            for task, _ in pending:
                 written += run_task(task, ctx, progress.callback(task))
         else:
             written = _run_pool(pending, ctx, workers, progress)
@@ -356,13 +360,15 @@ def run_tasks(tasks: list[Task], ctx: TaskContext, *, workers: int, quiet: bool)
     return written
 
 
-def _run_pool(tasks: list[Task], ctx: TaskContext, workers: int, progress: _Progress) -> list[VideoRecord]:
+def _run_pool(
+    pending: list[tuple[Task, int]], ctx: TaskContext, workers: int, progress: _Progress
+) -> list[VideoRecord]:
     spawn = multiprocessing.get_context("spawn")
-    ws = Workspace(ctx.work)
-    todo = {id(t): sum(n for path, n in _episode_outputs(t) if not ws.is_done(path)) for t in tasks}
     written: list[VideoRecord] = []
     with ProcessPoolExecutor(workers, mp_context=spawn, initializer=_init_worker, initargs=(ctx,)) as pool:
-        futures: dict[Future[list[VideoRecord]], Task] = {pool.submit(_run_in_worker, t): t for t in tasks}
+        futures: dict[Future[list[VideoRecord]], tuple[Task, int]] = {
+            pool.submit(_run_in_worker, task): (task, left) for task, left in pending
+        }
         remaining = set(futures)
         while remaining:
             done, remaining = wait(remaining, return_when=FIRST_EXCEPTION)
@@ -372,5 +378,5 @@ def _run_pool(tasks: list[Task], ctx: TaskContext, workers: int, progress: _Prog
                         other.cancel()
                     raise future.exception()  # type: ignore[misc]
                 written += future.result()
-                progress.task_done(futures[future], todo[id(futures[future])])
+                progress.task_done(*futures[future])
     return written

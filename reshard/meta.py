@@ -20,6 +20,7 @@ import io
 import json
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from importlib import metadata as importlib_metadata
 from typing import Any
@@ -280,10 +281,17 @@ def source_revision(url: str) -> str | None:
     return match.group(1) if match else None
 
 
+def reencoded_videos(records: Iterable[Record]) -> list[tuple[int, str, str]]:
+    """(episode, camera, reason) of copy mode's fallbacks, sorted: the episode videos that had to be
+    re-encoded because they do not start on a keyframe."""
+    return sorted(
+        (r.episode, r.key, r.reason) for r in records if isinstance(r, VideoRecord) and r.reason is not None
+    )
+
+
 def layout_json(source: Source, params: dict[str, Any], video_records: list[VideoRecord]) -> bytes:
     """`meta/lrs/layout.json`: layout version, tool, source, parameters, re-encoded episodes."""
-    # Copy mode's fallbacks: episodes that had to be re-encoded because they do not start on a keyframe.
-    reencoded = sorted((r.episode, r.key, r.reason) for r in video_records if r.reason is not None)
+    reencoded = reencoded_videos(video_records)
     doc = {
         "layout": LAYOUT_VERSION,
         "tool": tool_version(),

@@ -40,7 +40,7 @@ from reshard.execute import (
     maybe_die,
     run_tasks,
 )
-from reshard.meta import Record, VideoRecord, build_meta
+from reshard.meta import Record, build_meta, reencoded_videos
 from reshard.plan import Plan, VideoTask, make_plan
 from reshard.source import Source, check_videos, open_source
 from reshard.tables import read_footer
@@ -249,15 +249,13 @@ def reshard(
         seconds = time.monotonic() - started
         return ReshardResult(out, len(source.episodes), len(tasks), False, seconds=seconds, part=part)
     records = finalize(source, plan, ws, out, options)
-    reencoded = tuple(
-        sorted(
-            (r.episode, r.key, r.reason or "")
-            for r in records.values()
-            if isinstance(r, VideoRecord) and r.reason is not None
-        )
-    )
     return ReshardResult(
-        out, len(source.episodes), len(tasks), True, reencoded=reencoded, seconds=time.monotonic() - started
+        out,
+        len(source.episodes),
+        len(tasks),
+        True,
+        reencoded=tuple(reencoded_videos(records.values())),
+        seconds=time.monotonic() - started,
     )
 
 

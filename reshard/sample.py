@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from reader.v3 import CODEBASE_VERSION, DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH
+from reshard.plan import chunk_file
 from reshard.videos import ENCODERS, add_video_stream, encoder_options  # noqa: F401 - encoder_options re-exported
 
 Codec = Literal["av1", "hevc", "h264"]
@@ -384,10 +385,6 @@ def concat_remux(parts: list[bytes], out_path: str) -> list[float]:
 # --- writer ------------------------------------------------------------------------------------------
 
 
-def _chunk_file(n: int, chunks_size: int) -> tuple[int, int]:
-    return n // chunks_size, n % chunks_size
-
-
 def write_sample(
     root: str | os.PathLike[str],
     spec: SampleSpec | None = None,
@@ -433,7 +430,7 @@ def _write(root: Path, spec: SampleSpec, progress: Callable[[int], None] | None)
     for cam, key in enumerate(spec.camera_keys):
         for first in range(0, spec.episodes, spec.episodes_per_video_file):
             group = list(range(first, min(first + spec.episodes_per_video_file, spec.episodes)))
-            chunk, file = _chunk_file(first // spec.episodes_per_video_file, spec.chunks_size)
+            chunk, file = chunk_file(first // spec.episodes_per_video_file, spec.chunks_size)
             path = root / DEFAULT_VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file)
             path.parent.mkdir(parents=True, exist_ok=True)
             ep_starts = _write_video_file(path, group, lengths, cam, spec)
@@ -454,7 +451,7 @@ def _write(root: Path, spec: SampleSpec, progress: Callable[[int], None] | None)
     ]
     for first in range(0, spec.episodes, spec.episodes_per_data_file):
         group = list(range(first, min(first + spec.episodes_per_data_file, spec.episodes)))
-        chunk, file = _chunk_file(first // spec.episodes_per_data_file, spec.chunks_size)
+        chunk, file = chunk_file(first // spec.episodes_per_data_file, spec.chunks_size)
         path = root / DEFAULT_DATA_PATH.format(chunk_index=chunk, file_index=file)
         path.parent.mkdir(parents=True, exist_ok=True)
         _write_data_file(path, [tables[e] for e in group], spec)

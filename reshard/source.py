@@ -28,6 +28,7 @@ from reader.v3 import (
     TASKS_PATH,
     EpisodeInfo,
     Info,
+    concat_episode_tables,
     parse_episodes,
     parse_tasks,
 )
@@ -144,12 +145,7 @@ def open_source(
             "no episodes: meta/episodes/ holds no parquet file", file=remote.display(EPISODES_DIR)
         )
     tables = [_read_parquet(remote, f) for f in episode_files]
-    try:
-        table = pa.concat_tables(tables, promote_options="permissive")
-    except pa.ArrowInvalid as exc:
-        raise DatasetError(
-            f"files disagree on their schema ({exc})", file=remote.display(EPISODES_DIR)
-        ) from exc
+    table = concat_episode_tables(tables, file=remote.display(EPISODES_DIR))
     table = table.take(pa.compute.sort_indices(table, [("episode_index", "ascending")]))
     episodes = parse_episodes(table, info.video_keys, file=remote.display(EPISODES_DIR))
     if not episodes:

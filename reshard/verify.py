@@ -36,7 +36,7 @@ from reshard.execute import list_files, local_copy
 from reshard.meta import file_sha256
 from reshard.source import Source, check_rows, open_source
 from reshard.tables import INDEX_COLUMNS, EpisodeRows, row_group_ranges
-from reshard.video_compare import compare_episode_video, probe_video
+from reshard.video_compare import DEFAULT_MIN_PSNR_DB, compare_episode_video, probe_video
 
 CHECKS = ("layout", "files", "tables", "pointers", "videos", "source-tables", "source-videos")
 # The v3 pointer columns of meta/episodes: rewritten by reshard, compared with the source's otherwise.
@@ -159,7 +159,7 @@ def verify(
     url: str,
     *,
     against: str | None = None,
-    min_psnr: float = 30.0,
+    min_psnr: float = DEFAULT_MIN_PSNR_DB,
     storage_options: dict[str, Any] | None = None,
 ) -> VerifyReport:
     """Check every lrs/1 invariant of the dataset at `url`, and with `against` its equality with the source.

@@ -287,7 +287,7 @@ def test_camera_less_dataset_across_chunk_directories(sample_chunked_ds: Path) -
         sample_chunked_ds, delta_timestamps={"action": [-1 / FPS, 0.0]}, episode_pool_size=2
     )
     reference = ReferenceDataset(sample_chunked_ds, delta_timestamps={"action": [-1 / FPS, 0.0]})
-    assert stream.catalog.video_keys == []
+    assert stream.catalog.info.video_keys == []
     assert _check_all(stream, reference) == sum(e.length for e in stream.catalog.episodes)
 
 
