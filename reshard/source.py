@@ -12,6 +12,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -89,7 +90,12 @@ class Source:
         return sorted({self.video_file(e, k) for e in self.episodes for k in self.video_keys})
 
     def episodes_by_data_file(self) -> dict[str, list[EpisodeInfo]]:
-        """Episodes grouped by their data file, in episode order."""
+        """Episodes grouped by their data file, in episode order (grouped once, then reused: the
+        per-file checks ask for it once per data file)."""
+        return self._by_data_file
+
+    @cached_property
+    def _by_data_file(self) -> dict[str, list[EpisodeInfo]]:
         groups: dict[str, list[EpisodeInfo]] = defaultdict(list)
         for episode in self.episodes:
             groups[self.data_file(episode)].append(episode)
