@@ -1,7 +1,8 @@
 """lrs reader package: the layout contract (read side) and `EpisodeStream`, the training-time reader.
 
 `from reader import EpisodeStream` streams an lrs/1 (or plain v3) dataset as a torch IterableDataset;
-`ResumableLoader` counts the batches a trainer consumes so that `state_dict()` can resume exactly.
+`ResumableLoader` counts the batches a trainer consumes so that `state_dict()` can resume exactly;
+`collate` is an optional `collate_fn` that hands each batch from a worker over as one shared buffer.
 
 The stream's names are imported on first use (PEP 562): the contract modules (`reader.v3`,
 `reader.index`, `reader.layout`) stay importable without loading torch and torchcodec, which keeps
@@ -14,12 +15,18 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from reader.batch import collate
     from reader.pool import ReaderStats
     from reader.stream import EpisodeStream, ResumableLoader
 
-__all__ = ["EpisodeStream", "ReaderStats", "ResumableLoader"]
+__all__ = ["EpisodeStream", "ReaderStats", "ResumableLoader", "collate"]
 
-_LAZY = {"EpisodeStream": "reader.stream", "ResumableLoader": "reader.stream", "ReaderStats": "reader.pool"}
+_LAZY = {
+    "EpisodeStream": "reader.stream",
+    "ResumableLoader": "reader.stream",
+    "ReaderStats": "reader.pool",
+    "collate": "reader.batch",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -30,6 +30,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from cache import CacheStats
+from reader.batch import collate
 from reader.pool import ReaderStats
 from reader.stream import EpisodeStream
 from reshard.errors import VerifyError
@@ -283,7 +284,10 @@ def stream_epoch(url: str, cache_dir: Path, config: DemoConfig, *, start_batch: 
     cameras = {key: i for i, key in enumerate(config.spec().camera_keys)}
     reports: multiprocessing.Queue[dict[str, Any]] = multiprocessing.Queue()
     loader = DataLoader(
-        _Reporting(stream, reports), batch_size=config.batch_size, num_workers=config.num_workers
+        _Reporting(stream, reports),
+        batch_size=config.batch_size,
+        num_workers=config.num_workers,
+        collate_fn=collate,  # one shared buffer per batch (reader.batch)
     )
     batches: list[tuple[Sample, ...]] = []
     first_at, first_samples = 0.0, 0
