@@ -8,8 +8,10 @@ Every case runs in its own subprocess while this process samples the memory of t
 (psutil: RSS and PSS summed over the tree, USS per DataLoader worker). Per case: samples/s after warm-up,
 first-batch latency (from constructing the dataset), peak memory, bytes read from the source per sample
 (HTTP cases, from the cache counters), distinct episodes per batch / batch size, and the fraction of
-samples whose video files were already local when their episode entered the pool. `--sweep` also runs
-the lrs/1 HTTP case over pool sizes, prefetch depths and decoder LRU sizes (how the defaults were chosen).
+samples whose video files were already local when their episode entered the pool. The cases run
+round-robin, `--repeat` rounds, and each keeps its fastest run, so that the ratios between cases are
+measured side by side on a shared machine. `--sweep` also runs the lrs/1 HTTP case over pool sizes,
+prefetch depths and decoder LRU sizes (how the defaults were chosen).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 
@@ -94,7 +96,7 @@ def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
     from torch.utils.data import DataLoader, IterableDataset
 
     from cache import aggregate_stats
-    from reader import EpisodeStream
+    from reader import EpisodeStream, collate
     from tests.servers import Faults, RangeServer
 
     server = None
@@ -115,13 +117,17 @@ def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
             yield from self.stream
             reports.put(self.stream.stats().to_dict())
 
-    _sharing_strategy(case)
     try:
         cpu = _cpu_seconds()
         began = time.perf_counter()
         stream = EpisodeStream(source, cache_dir=cache_dir, return_uint8=True, seed=0, **case["stream"])
         opened = time.perf_counter() - began
-        loader = DataLoader(Reporting(stream), batch_size=case["batch_size"], num_workers=case["workers"])
+        loader = DataLoader(
+            Reporting(stream),
+            batch_size=case["batch_size"],
+            num_workers=case["workers"],
+            collate_fn=collate if case.get("collate") else None,
+        )
         timing = _iterate(loader, began, case["batch_size"])
         stats = [reports.get(timeout=60) for _ in range(max(1, case["workers"]))]
         del loader  # joins the workers, so that their CPU time is counted
@@ -142,15 +148,6 @@ def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
         if server is not None:
             server.stop()
         shutil.rmtree(cache_dir, ignore_errors=True)
-
-
-def _sharing_strategy(case: dict[str, Any]) -> None:
-    """Apply the case's `torch.multiprocessing` sharing strategy (how DataLoader workers hand batches over)."""
-    strategy = case.get("sharing_strategy")
-    if strategy is not None:
-        import torch.multiprocessing
-
-        torch.multiprocessing.set_sharing_strategy(strategy)
 
 
 def _cpu_seconds() -> float:
@@ -222,9 +219,8 @@ def run_loader_only_case(case: dict[str, Any]) -> dict[str, Any]:
     import torch
     from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-    from reader import EpisodeStream
+    from reader import EpisodeStream, collate
 
-    _sharing_strategy(case)
     stream = EpisodeStream(case["root"], return_uint8=True, seed=0, **case["stream"])
     template = next(iter(stream))
     total = len(stream)
@@ -238,7 +234,12 @@ def run_loader_only_case(case: dict[str, Any]) -> dict[str, Any]:
 
     cpu = _cpu_seconds()
     began = time.perf_counter()
-    loader = DataLoader(Prebuilt(), batch_size=case["batch_size"], num_workers=case["workers"])
+    loader = DataLoader(
+        Prebuilt(),
+        batch_size=case["batch_size"],
+        num_workers=case["workers"],
+        collate_fn=collate if case.get("collate") else None,
+    )
     timing = _iterate(loader, began, case["batch_size"])
     del loader
     cpu = _cpu_seconds() - cpu
@@ -358,57 +359,83 @@ def run_child(command: list[str], env: dict[str, str] | None = None) -> dict[str
     return {**json.loads(out.strip().splitlines()[-1]), **watch.report()}
 
 
+class Case(NamedTuple):
+    """One benchmark case: a child command whose last stdout line is its JSON result."""
+
+    argv: list[str]
+    env: dict[str, str] | None = None
+    settings: dict[str, Any] | None = None
+    optional: bool = False  # a failure skips the case instead of ending the benchmark
+
+
 def reader_case(
-    name: str,
     root: Path,
     args: argparse.Namespace,
     *,
     http: bool,
     kind: str = "reader",
-    sharing_strategy: str | None = None,
+    collate: bool = False,
     **stream: Any,
-) -> dict[str, Any]:
+) -> Case:
     case = {
         "kind": kind,
-        "sharing_strategy": sharing_strategy,
+        "collate": collate,
         "root": str(root),
         "http_latency_s": args.latency_ms / 1000 if http else None,
         "workers": args.workers,
         "batch_size": args.batch_size,
         "stream": {"episode_pool_size": args.pool, "prefetch_episodes": args.prefetch, **stream},
     }
-    print(f"case {name} ...", file=sys.stderr)
-    # The best of a few runs: on a shared machine the others are slowed down by someone else's load.
-    runs = [run_child([sys.executable, __file__, "--run-case", json.dumps(case)]) for _ in range(args.repeat)]
-    result = max(runs, key=lambda r: r["samples_per_s"])
-    result["samples_per_s_runs"] = [r["samples_per_s"] for r in runs]
-    result["settings"] = case["stream"]
-    print(
-        f"  {name}: {result['samples_per_s']:.1f} samples/s, first batch {result.get('first_batch_s')}",
-        file=sys.stderr,
-    )
-    return result
+    return Case([sys.executable, __file__, "--run-case", json.dumps(case)], settings=case["stream"])
 
 
-def lerobot_case(v3: Path, args: argparse.Namespace) -> dict[str, Any] | None:
+def lerobot_case(v3: Path, script: Path, args: argparse.Namespace) -> Case | None:
     """lerobot's shuffled LeRobotDataset in the reference venv (`lerobot-reference.sh` builds it); None
-    when that venv is absent or broken (never built from here: it is 5 GB)."""
+    when that venv is absent (never built from here: it is 5 GB)."""
     python = args.lerobot_python or Path(os.environ.get("LEROBOT_VENV", "/tmp/lerobot-venv")) / "bin/python"
     if not Path(python).exists():
         print(f"no lerobot reference venv at {python}: skipping the lerobot case", file=sys.stderr)
         return None
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(LEROBOT_SCRIPT)
-    print("case lerobot ...", file=sys.stderr)
+    script.write_text(LEROBOT_SCRIPT)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
-    argv = [str(python), f.name, str(v3), str(args.batch_size), str(args.workers), str(WARMUP_BATCHES)]
-    try:
-        return run_child(argv, env=env)
-    except RuntimeError as exc:
-        print(f"the lerobot case failed, skipped: {exc}", file=sys.stderr)
-        return None
-    finally:
-        os.unlink(f.name)
+    argv = [str(python), str(script), str(v3), str(args.batch_size), str(args.workers), str(WARMUP_BATCHES)]
+    return Case(argv, env=env, optional=True)
+
+
+def run_cases(cases: dict[str, Case], repeat: int) -> dict[str, dict[str, Any]]:
+    """Run every case `repeat` times, round-robin, and keep the fastest run of each.
+
+    Round-robin, so that a stretch of someone else's load on this shared machine slows every case alike
+    and the ratios between cases stay meaningful; the fastest run, because load only ever slows a run.
+    """
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in cases}
+    for round_ in range(1, repeat + 1):
+        for name, case in cases.items():
+            print(f"[{round_}/{repeat}] {name} ...", file=sys.stderr)
+            try:
+                result = run_child(case.argv, env=case.env)
+            except RuntimeError as exc:
+                if not case.optional:
+                    raise
+                print(f"  {name} failed, skipped: {exc}", file=sys.stderr)
+                continue
+            print(
+                f"  {result['samples_per_s']:.1f} samples/s, {result['cpu_ms_per_sample']:.2f} CPU ms/sample, "
+                f"first batch {result.get('first_batch_s')}",
+                file=sys.stderr,
+            )
+            runs[name].append(result)
+    results = {}
+    for name, found in runs.items():
+        if not found:
+            continue
+        best = dict(max(found, key=lambda r: r["samples_per_s"]))
+        best["samples_per_s_runs"] = [r["samples_per_s"] for r in found]
+        best["cpu_ms_per_sample_runs"] = [r["cpu_ms_per_sample"] for r in found]
+        if cases[name].settings is not None:
+            best["settings"] = cases[name].settings
+        results[name] = best
+    return results
 
 
 def chart(results: dict[str, Any], path: Path) -> None:
@@ -466,7 +493,9 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=16, help="episode_pool_size of the main cases.")
     parser.add_argument("--prefetch", type=int, default=8, help="prefetch_episodes of the main cases.")
     parser.add_argument("--latency-ms", type=float, default=30.0, help="Injected latency per HTTP request.")
-    parser.add_argument("--repeat", type=int, default=2, help="Runs per case; the fastest is reported.")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="Rounds over all cases; each case reports its fastest run."
+    )
     parser.add_argument(
         "--sweep", action="store_true", help="Also sweep pool size, prefetch and decoder LRU."
     )
@@ -489,29 +518,26 @@ def main() -> None:
         return
 
     v3, lrs = build_dataset(args.workdir, args)
-    cases: dict[str, Any] = {
-        "lrs1-local": reader_case("lrs1-local", lrs, args, http=False),
-        "v3-local": reader_case("v3-local", v3, args, http=False),
-        "lrs1-http": reader_case("lrs1-http", lrs, args, http=True),
-        "v3-http": reader_case("v3-http", v3, args, http=True),
-        "decode-only": reader_case("decode-only", lrs, args, http=False, kind="decode-only"),
-        "loader-only": reader_case("loader-only", lrs, args, http=False, kind="loader-only"),
-        # torch's documented alternative to passing one file descriptor per tensor of every batch.
-        "lrs1-local-fs": reader_case("lrs1-local-fs", lrs, args, http=False, sharing_strategy="file_system"),
-        "loader-only-fs": reader_case(
-            "loader-only-fs", lrs, args, http=False, kind="loader-only", sharing_strategy="file_system"
-        ),
+    planned: dict[str, Case] = {
+        "lrs1-local": reader_case(lrs, args, http=False),
+        # `reader.collate`: one shared buffer per batch instead of one segment and descriptor per key.
+        "lrs1-local-collate": reader_case(lrs, args, http=False, collate=True),
+        "v3-local": reader_case(v3, args, http=False),
+        "lrs1-http": reader_case(lrs, args, http=True),
+        "v3-http": reader_case(v3, args, http=True),
+        "decode-only": reader_case(lrs, args, http=False, kind="decode-only"),
+        "loader-only": reader_case(lrs, args, http=False, kind="loader-only"),
+        "loader-only-collate": reader_case(lrs, args, http=False, kind="loader-only", collate=True),
     }
     if not args.no_hevc:
         hevc = build_hevc(args.workdir, v3)
-        cases["lrs1-hevc-local"] = reader_case("lrs1-hevc-local", hevc, args, http=False)
-        cases["decode-only-hevc"] = reader_case(
-            "decode-only-hevc", hevc, args, http=False, kind="decode-only"
-        )
-    if not args.no_lerobot:
-        found = lerobot_case(v3, args)
-        if found is not None:
-            cases["lerobot-v3-local"] = found
+        planned["lrs1-hevc-local"] = reader_case(hevc, args, http=False)
+        planned["decode-only-hevc"] = reader_case(hevc, args, http=False, kind="decode-only")
+    with tempfile.TemporaryDirectory(prefix="lrs-bench-") as scratch:
+        lerobot = None if args.no_lerobot else lerobot_case(v3, Path(scratch) / "lerobot_case.py", args)
+        if lerobot is not None:
+            planned["lerobot-v3-local"] = lerobot
+        cases = run_cases(planned, args.repeat)
     limit = cases["decode-only"]["samples_per_s"]
     # Decoding and the DataLoader's collate + inter-process transport each take their time per sample.
     both = 1 / (1 / limit + 1 / cases["loader-only"]["samples_per_s"])
@@ -539,9 +565,19 @@ def main() -> None:
         },
     }
     if "lerobot-v3-local" in cases:
-        lerobot = cases["lerobot-v3-local"]["samples_per_s"]
-        results["vs_lerobot"] = {
-            n: c["samples_per_s"] / lerobot for n, c in cases.items() if n.startswith(("lrs1", "v3"))
+        lerobot = cases["lerobot-v3-local"]
+        ours = {n: c for n, c in cases.items() if n.startswith(("lrs1", "v3"))}
+        results["vs_lerobot"] = {n: c["samples_per_s"] / lerobot["samples_per_s"] for n, c in ours.items()}
+        # CPU per sample is what bounds throughput on a busy node, and the machine's load distorts it less.
+        results["vs_lerobot_cpu"] = {
+            n: lerobot["cpu_ms_per_sample"] / c["cpu_ms_per_sample"] for n, c in ours.items()
+        }
+        results["memory_vs_lerobot"] = {
+            n: {
+                "pss": c["peak_tree_pss_mb"] / lerobot["peak_tree_pss_mb"],
+                "rss": c["peak_tree_rss_mb"] / lerobot["peak_tree_rss_mb"],
+            }
+            for n, c in ours.items()
         }
     if "lrs1-hevc-local" in cases:
         # The HEVC layout against the decode-only limit of the same files, and what it costs or saves on
@@ -561,7 +597,15 @@ def main() -> None:
     args.out.write_text(json.dumps(results, indent=2))
     if args.chart:
         chart(results, args.chart)
-    keys = ("vs_decode_only", "vs_decode_only_cpu", "vs_decode_plus_loader", "vs_lerobot", "hevc")
+    keys = (
+        "vs_decode_only",
+        "vs_decode_only_cpu",
+        "vs_decode_plus_loader",
+        "vs_lerobot",
+        "vs_lerobot_cpu",
+        "memory_vs_lerobot",
+        "hevc",
+    )
     summary = {k: results.get(k) for k in keys}
     print(json.dumps(summary, indent=2))
 
@@ -582,9 +626,12 @@ def sweep(lrs: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
             "decoder_cache_size": 4 * args.pool * args.cameras,
         },
     ]
+    results = run_cases(
+        {json.dumps(stream): reader_case(lrs, args, http=True, **stream) for stream in settings}, 1
+    )
     rows = []
     for stream in settings:
-        result = reader_case(f"sweep {stream}", lrs, args, http=True, **stream)
+        result = results[json.dumps(stream)]
         rows.append({**stream, **{k: result[k] for k in (
             "samples_per_s", "first_batch_s", "distinct_episodes_per_batch", "samples_local_fraction",
             "peak_tree_pss_mb", "peak_worker_uss_mb", "decoders_opened")}})  # fmt: skip
