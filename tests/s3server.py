@@ -11,6 +11,7 @@ import logging
 import random
 import socket
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -44,12 +45,21 @@ def moto_server() -> Iterator[str]:
         server.stop()
 
 
+def _draw_key(path: str) -> str:
+    """A request path without its bucket segment and upload ids: what a fault draw depends on."""
+    url = urllib.parse.urlsplit(path)
+    key = url.path.lstrip("/").partition("/")[2]
+    query = [(k, v) for k, v in urllib.parse.parse_qsl(url.query, keep_blank_values=True) if k != "uploadId"]
+    return f"{key}?{urllib.parse.urlencode(sorted(query))}"
+
+
 class FaultProxy:
     """Forwards HTTP requests to `upstream`, answering a seeded fraction of them with an S3 500 instead.
 
-    Whether a request fails is a pure function of (seed, method, path, how many times that request was
-    seen), so thread interleaving does not change the outcome; `max_failures` caps the 500s one request
-    gets, so a client that retries enough always gets through.
+    Whether a request fails is a pure function of (seed, method, object key and query, how many times that
+    request was seen), so neither thread interleaving nor a test's random bucket name changes the outcome
+    (the bucket segment and multipart upload ids are left out of the draw); `max_failures` caps the 500s
+    one request gets, so a client that retries enough always gets through.
 
     Attributes:
         requests: (method, path, status) of every request answered, in the order answered.
@@ -90,7 +100,7 @@ class FaultProxy:
         with self._lock:
             attempt = self._seen.get((method, path), 0)
             self._seen[(method, path)] = attempt + 1
-            draw = random.Random(f"{self.seed}:{method}:{path}:{attempt}").random()
+            draw = random.Random(f"{self.seed}:{method}:{_draw_key(path)}:{attempt}").random()
             fail = draw < self.fail_fraction and (self.max_failures is None or attempt < self.max_failures)
             self.injected += fail
             return fail
