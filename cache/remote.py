@@ -21,14 +21,15 @@ import os
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from cache.errors import FetchError
+from cache.errors import FetchError, LrsError
 
 T = TypeVar("T")
 
@@ -266,6 +267,25 @@ class Remote:
             return data
 
         return with_retries(read, what=self.display(rel), policy=self.retry)
+
+    def cat_many(self, rels: Sequence[str]) -> dict[str, bytes]:
+        """The contents of several small files, read concurrently (one round-trip, not one per file).
+
+        Each read is retried like `cat`. A file that cannot be read is left out of the result, for the
+        caller to read again with `cat` where its own error handling applies (a metadata file that may
+        be missing, for example).
+        """
+        if not rels:
+            return {}
+
+        def read(rel: str) -> tuple[str, bytes | None]:
+            try:
+                return rel, self.cat(rel)
+            except (OSError, LrsError):  # FileNotFoundError and FetchError included
+                return rel, None
+
+        with ThreadPoolExecutor(max_workers=min(len(rels), 8), thread_name_prefix="lrs-cat") as pool:
+            return {rel: data for rel, data in pool.map(read, rels) if data is not None}
 
     def cat_range(self, rel: str, start: int, end: int) -> bytes:
         """Bytes `[start, end)` of `rel`, in one ranged request; a short body is retried."""

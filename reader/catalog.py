@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from cache.remote import Remote, resolve
 from reader.errors import DatasetError
-from reader.index import LAYOUT_JSON
+from reader.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON
 from reader.layout import Layout
 from reader.v3 import (
     DEFAULT_EPISODES_PATH,
@@ -35,6 +35,10 @@ from reader.v3 import (
 )
 
 LayoutKind = Literal["lrs/1", "v3"]
+
+
+# The metadata files `Catalog.open` reads at once: what an lrs/1 dataset needs, and a v3 one's info and tasks.
+_METADATA = (LAYOUT_JSON, INFO_PATH, EPISODES_INDEX, FILES_INDEX, TASKS_PATH)
 
 
 @dataclass(frozen=True)
@@ -115,11 +119,16 @@ class Catalog:
             )
         except ValueError as exc:
             raise DatasetError(str(exc)) from exc
-        try:
-            layout_json = remote.cat(LAYOUT_JSON)
-        except FileNotFoundError:
-            return _open_v3(remote)
-        return _open_lrs(remote, layout_json)
+        # Every metadata file either layout needs, read at once: on a bucket that is one round-trip
+        # instead of five, most of the time to a first batch. What could not be read is read again
+        # below, where a missing or broken file gets its own error.
+        known = remote.cat_many(_METADATA)
+        if LAYOUT_JSON not in known:
+            try:
+                known = {**known, LAYOUT_JSON: remote.cat(LAYOUT_JSON)}
+            except FileNotFoundError:
+                return _open_v3(remote, known)
+        return _open_lrs(remote, known)
 
     @property
     def column_order(self) -> list[str]:
@@ -127,17 +136,17 @@ class Catalog:
         return [k for k, f in self.info.features.items() if f.get("dtype") != "video"]
 
 
-def _read_table(remote: Remote, rel: str) -> tuple[pa.Table, bytes]:
-    data = remote.cat(rel)
+def _read_table(remote: Remote, rel: str, known: Mapping[str, bytes]) -> tuple[pa.Table, bytes]:
+    data = known[rel] if rel in known else remote.cat(rel)
     try:
         return pq.read_table(pa.BufferReader(data)), data
     except (pa.ArrowInvalid, OSError) as exc:
         raise DatasetError(f"not a readable parquet file ({exc})", file=remote.display(rel)) from exc
 
 
-def _tasks(remote: Remote) -> tuple[str, ...]:
+def _tasks(remote: Remote, known: Mapping[str, bytes]) -> tuple[str, ...]:
     try:
-        table, _ = _read_table(remote, TASKS_PATH)
+        table, _ = _read_table(remote, TASKS_PATH, known)
     except FileNotFoundError as exc:
         raise DatasetError("missing", file=remote.display(TASKS_PATH)) from exc
     return tuple(parse_tasks(table, file=remote.display(TASKS_PATH)))
@@ -152,8 +161,8 @@ def _check_images(info: Info, remote: Remote) -> None:
         )
 
 
-def _open_lrs(remote: Remote, layout_json: bytes) -> Catalog:
-    layout = Layout.load(remote, layout_json=layout_json)
+def _open_lrs(remote: Remote, known: Mapping[str, bytes]) -> Catalog:
+    layout = Layout.load(remote, prefetched=known)
     _check_images(layout.info, remote)
     episodes = tuple(
         EpisodeRef(
@@ -180,15 +189,15 @@ def _open_lrs(remote: Remote, layout_json: bytes) -> Catalog:
         info=layout.info,
         kind="lrs/1",
         episodes=episodes,
-        tasks=_tasks(remote),
+        tasks=_tasks(remote, known),
         fingerprint=f"lrs1-{digest.hexdigest()[:20]}",
         file_sizes={path: entry.bytes for path, entry in layout.files.items()},
     )
 
 
-def _open_v3(remote: Remote) -> Catalog:
+def _open_v3(remote: Remote, known: Mapping[str, bytes]) -> Catalog:
     try:
-        info_bytes = remote.cat(INFO_PATH)
+        info_bytes = known[INFO_PATH] if INFO_PATH in known else remote.cat(INFO_PATH)
     except FileNotFoundError as exc:
         raise DatasetError("missing: not a LeRobot v3 dataset root", file=remote.display(INFO_PATH)) from exc
     info = Info.parse(info_bytes, file=remote.display(INFO_PATH))
@@ -205,7 +214,7 @@ def _open_v3(remote: Remote) -> Catalog:
         info=info,
         kind="v3",
         episodes=_v3_refs(info, infos),
-        tasks=_tasks(remote),
+        tasks=_tasks(remote, known),
         fingerprint=f"v3-{digest.hexdigest()[:20]}",
     )
 
@@ -219,7 +228,7 @@ def _episode_tables(remote: Remote, info: Info) -> list[tuple[pa.Table, bytes]]:
         chunk, index = divmod(len(found), chunks_size)
         rel = DEFAULT_EPISODES_PATH.format(chunk_index=chunk, file_index=index)
         try:
-            table, data = _read_table(remote, rel)
+            table, data = _read_table(remote, rel, {})
         except FileNotFoundError as exc:
             raise DatasetError(
                 f"missing: {counted} of total_episodes={info.total_episodes} episodes found before it",

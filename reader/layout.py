@@ -7,6 +7,7 @@ the data or video files: `reshard.verify` does that, and the reader fetches them
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,15 +56,15 @@ class Layout:
         url: str | Remote,
         *,
         storage_options: dict[str, Any] | None = None,
-        layout_json: bytes | None = None,
+        prefetched: Mapping[str, bytes] | None = None,
     ) -> Layout:
         """Load and cross-check the lrs/1 metadata of the dataset at `url`.
 
         Args:
             url: a dataset location (see `cache.remote.resolve`) or an already resolved `Remote`.
             storage_options: passed to the fsspec filesystem when `url` is a string.
-            layout_json: the content of `meta/lrs/layout.json` when the caller has read it already
-                (it is then not read again).
+            prefetched: dataset-relative path -> content of metadata files the caller has read already
+                (see `Remote.cat_many`); they are not read again.
 
         Raises:
             LayoutError: the dataset is not lrs/1, or its index is missing, malformed or disagrees with
@@ -72,17 +73,17 @@ class Layout:
             FetchError: a metadata file could not be read.
         """
         remote = url if isinstance(url, Remote) else resolve(url, storage_options=storage_options)
+        known = prefetched or {}
         try:
-            info = Info.parse(remote.cat(INFO_PATH), file=remote.display(INFO_PATH))
+            info_json = known.get(INFO_PATH) or remote.cat(INFO_PATH)
         except FileNotFoundError as exc:
             raise DatasetError("missing: not a LeRobot dataset root", file=remote.display(INFO_PATH)) from exc
-        if layout_json is None:
-            layout_json = _cat(remote, LAYOUT_JSON)
-        layout = parse_layout_json(layout_json, file=remote.display(LAYOUT_JSON))
+        info = Info.parse(info_json, file=remote.display(INFO_PATH))
+        layout = parse_layout_json(_cat(remote, LAYOUT_JSON, known), file=remote.display(LAYOUT_JSON))
         episodes = episodes_from_table(
-            _read_table(remote, EPISODES_INDEX), info.video_keys, file=remote.display(EPISODES_INDEX)
+            _read_table(remote, EPISODES_INDEX, known), info.video_keys, file=remote.display(EPISODES_INDEX)
         )
-        files = {f.path: f for f in files_from_table(_read_table(remote, FILES_INDEX))}
+        files = {f.path: f for f in files_from_table(_read_table(remote, FILES_INDEX, known))}
         result = cls(remote=remote, info=info, layout=layout, episodes=tuple(episodes), files=files)
         result.check()
         return result
@@ -183,7 +184,9 @@ def is_lrs(url: str | Remote, *, storage_options: dict[str, Any] | None = None) 
     return True
 
 
-def _cat(remote: Remote, rel: str) -> bytes:
+def _cat(remote: Remote, rel: str, known: Mapping[str, bytes]) -> bytes:
+    if rel in known:
+        return known[rel]
     try:
         return remote.cat(rel)
     except FileNotFoundError as exc:
@@ -192,8 +195,8 @@ def _cat(remote: Remote, rel: str) -> bytes:
         ) from exc
 
 
-def _read_table(remote: Remote, rel: str) -> pa.Table:
-    data = _cat(remote, rel)
+def _read_table(remote: Remote, rel: str, known: Mapping[str, bytes]) -> pa.Table:
+    data = _cat(remote, rel, known)
     try:
         return pq.read_table(pa.BufferReader(data))
     except (pa.ArrowInvalid, OSError) as exc:

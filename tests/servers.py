@@ -8,7 +8,8 @@
   per-path scripted faults for the first N requests of a path: `corrupt` (right length, wrong bytes),
   `short` (a lying server: a shorter body with a matching `Content-Length`), `stall` (half the body,
   then wait until `release()` or `stop()`);
-- a request log (`requests`, `count`) and `wait_for(predicate)` to sync a test with what the server saw.
+- a request log (`requests`, `count`), the most requests it served at once (`max_in_flight`), and
+  `wait_for(predicate)` to sync a test with what the server saw.
 
 Random faults are rolled from `(seed, method, path, range, n-th such request)`, so which request fails
 does not depend on how threads interleave.
@@ -16,6 +17,7 @@ does not depend on how threads interleave.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import random
@@ -24,7 +26,7 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
@@ -95,6 +97,8 @@ class RangeServer:
         self._changed = threading.Condition()
         self._log: list[Request] = []
         self._seen: Counter[tuple[str, ...]] = Counter()
+        self._in_flight = 0
+        self.max_in_flight = 0  # the most requests being answered at the same time
         self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
         self._httpd.daemon_threads = True
         # A short poll interval only makes stop() quick (serve_forever checks for shutdown that often).
@@ -179,6 +183,17 @@ class RangeServer:
             self._changed.notify_all()
             return self._seen[(method, path)], self._seen[(method, path, byte_range or "")]
 
+    @contextlib.contextmanager
+    def _answering(self) -> Iterator[None]:
+        with self._changed:
+            self._in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self._in_flight)
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._in_flight -= 1
+
     def _record(self, request: Request) -> None:
         with self._changed:
             self._log.append(request)
@@ -206,10 +221,12 @@ def _make_handler(server: RangeServer) -> type[http.server.BaseHTTPRequestHandle
             """Keep test output quiet (the request log is `server.requests`)."""
 
         def do_HEAD(self) -> None:
-            self._answer(body=False)
+            with server._answering():
+                self._answer(body=False)
 
         def do_GET(self) -> None:
-            self._answer(body=True)
+            with server._answering():
+                self._answer(body=True)
 
         def _answer(self, *, body: bool) -> None:
             path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).lstrip("/")
