@@ -268,24 +268,24 @@ class Remote:
 
         return with_retries(read, what=self.display(rel), policy=self.retry)
 
-    def cat_many(self, rels: Sequence[str]) -> dict[str, bytes]:
-        """The contents of several small files, read concurrently (one round-trip, not one per file).
+    def cat_many(self, rels: Sequence[str]) -> Reads:
+        """Read several small files concurrently: about the time of one request, not one per file.
 
-        Each read is retried like `cat`. A file that cannot be read is left out of the result, for the
-        caller to read again with `cat` where its own error handling applies (a metadata file that may
-        be missing, for example).
+        Each read is retried like `cat`; one that fails keeps its error, which `Reads.cat` raises again,
+        so a caller handles a missing or unreadable file as it would with `cat` (and no read is retried
+        twice).
         """
-        if not rels:
-            return {}
 
-        def read(rel: str) -> tuple[str, bytes | None]:
+        def read(rel: str) -> tuple[str, bytes | OSError | LrsError]:
             try:
                 return rel, self.cat(rel)
-            except (OSError, LrsError):  # FileNotFoundError and FetchError included
-                return rel, None
+            except (OSError, LrsError) as exc:  # FileNotFoundError and FetchError included
+                return rel, exc
 
+        if not rels:
+            return Reads(self, {})
         with ThreadPoolExecutor(max_workers=min(len(rels), 8), thread_name_prefix="lrs-cat") as pool:
-            return {rel: data for rel, data in pool.map(read, rels) if data is not None}
+            return Reads(self, dict(pool.map(read, rels)))
 
     def cat_range(self, rel: str, start: int, end: int) -> bytes:
         """Bytes `[start, end)` of `rel`, in one ranged request; a short body is retried."""
@@ -312,6 +312,27 @@ class Remote:
     def open(self, rel: str, mode: str = "rb", **kwargs: Any) -> Any:
         """An fsspec file object for `rel` (reads are not retried: prefer `cat`/`cat_range`)."""
         return self.fs.open(self.path(rel), mode, **kwargs)
+
+
+class Reads:
+    """What `Remote.cat_many` read: each file's content, or the error its read ended with."""
+
+    def __init__(self, remote: Remote, results: dict[str, bytes | OSError | LrsError]) -> None:
+        self.remote = remote
+        self._results = results
+
+    def __repr__(self) -> str:
+        return f"Reads({self.remote.url!r}, files={sorted(self._results)})"
+
+    def cat(self, rel: str) -> bytes:
+        """The content of `rel` as `Remote.cat` gives it: a failed read raises its error again, and a
+        file that was not asked for is read now."""
+        result = self._results.get(rel)
+        if result is None:
+            return self.remote.cat(rel)
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
 
 def resolve(url: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> Remote:

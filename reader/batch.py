@@ -7,7 +7,8 @@ collation itself. `collate` writes every tensor of a batch into one shared-memor
 segment is made and mapped per batch; the trainer gets a plain dict whose tensors are views of that
 buffer, equal in keys, order, dtypes, shapes and values to what `default_collate` returns. Use it as
 `DataLoader(stream, ..., collate_fn=collate)`; it is optional. A tensor kept from a batch keeps the
-whole batch's buffer alive.
+whole batch's buffer alive. With `pin_memory=True` the DataLoader then copies each tensor into pinned
+memory of its own, as it does after `default_collate`.
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ def collate(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     CPU tensors of one shape and dtype (strings, for example) are collated by `default_collate`.
 
     Args:
-        items: the samples of one batch (dicts with the same keys, as `EpisodeStream` yields).
+        items: the samples of one batch (dicts with the same keys, as `EpisodeStream` yields; other
+            mapping types are left to `default_collate`).
 
     Returns:
         key -> stacked tensor (or `default_collate`'s value), in the items' key order.
     """
-    if get_worker_info() is None or not items or not isinstance(items[0], Mapping):
+    # Other mapping types (default_collate keeps their type) and batches outside a worker go the usual way.
+    if get_worker_info() is None or not items or type(items[0]) is not dict:
         return default_collate(items)
     first, count = items[0], len(items)
     layout: list[tuple[str, int, torch.Tensor]] = []
@@ -46,6 +49,8 @@ def collate(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             total = -(-total // _ALIGN) * _ALIGN
             layout.append((key, total, value))
             total += count * value.nbytes
+    if not layout:
+        return default_collate(items)
     buffer = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(max(total, 1)))
     out: dict[str, Any] = {}
     for key, offset, value in layout:
@@ -55,7 +60,12 @@ def collate(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _stackable(key: str, value: Any, items: Sequence[Mapping[str, Any]]) -> bool:
-    if not isinstance(value, torch.Tensor) or value.device.type != "cpu" or value.layout != torch.strided:
+    if (
+        not isinstance(value, torch.Tensor)
+        or value.device.type != "cpu"
+        or value.layout != torch.strided
+        or value.is_nested
+    ):
         return False
     return all(
         isinstance(item[key], torch.Tensor)

@@ -10,14 +10,14 @@ sha256) or from `meta/info.json` and `meta/episodes/` (v3), so any change of con
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cache.remote import Remote, resolve
+from cache.remote import Reads, Remote, resolve
 from reader.errors import DatasetError
 from reader.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON
 from reader.layout import Layout
@@ -119,16 +119,15 @@ class Catalog:
             )
         except ValueError as exc:
             raise DatasetError(str(exc)) from exc
-        # Every metadata file either layout needs, read at once: on a bucket that is one round-trip
-        # instead of five, most of the time to a first batch. What could not be read is read again
-        # below, where a missing or broken file gets its own error.
-        known = remote.cat_many(_METADATA)
-        if LAYOUT_JSON not in known:
-            try:
-                known = {**known, LAYOUT_JSON: remote.cat(LAYOUT_JSON)}
-            except FileNotFoundError:
-                return _open_v3(remote, known)
-        return _open_lrs(remote, known)
+        # Every metadata file either layout needs, read at once: on a bucket that takes the time of one
+        # request instead of five, most of the time to a first batch. A failed read raises its error
+        # where the file is used, so a missing or broken file gets the error it always had.
+        reads = remote.cat_many(_METADATA)
+        try:
+            reads.cat(LAYOUT_JSON)
+        except FileNotFoundError:
+            return _open_v3(remote, reads)
+        return _open_lrs(remote, reads)
 
     @property
     def column_order(self) -> list[str]:
@@ -136,17 +135,17 @@ class Catalog:
         return [k for k, f in self.info.features.items() if f.get("dtype") != "video"]
 
 
-def _read_table(remote: Remote, rel: str, known: Mapping[str, bytes]) -> tuple[pa.Table, bytes]:
-    data = known[rel] if rel in known else remote.cat(rel)
+def _read_table(remote: Remote, rel: str, cat: Callable[[str], bytes]) -> tuple[pa.Table, bytes]:
+    data = cat(rel)
     try:
         return pq.read_table(pa.BufferReader(data)), data
     except (pa.ArrowInvalid, OSError) as exc:
         raise DatasetError(f"not a readable parquet file ({exc})", file=remote.display(rel)) from exc
 
 
-def _tasks(remote: Remote, known: Mapping[str, bytes]) -> tuple[str, ...]:
+def _tasks(remote: Remote, reads: Reads) -> tuple[str, ...]:
     try:
-        table, _ = _read_table(remote, TASKS_PATH, known)
+        table, _ = _read_table(remote, TASKS_PATH, reads.cat)
     except FileNotFoundError as exc:
         raise DatasetError("missing", file=remote.display(TASKS_PATH)) from exc
     return tuple(parse_tasks(table, file=remote.display(TASKS_PATH)))
@@ -161,8 +160,8 @@ def _check_images(info: Info, remote: Remote) -> None:
         )
 
 
-def _open_lrs(remote: Remote, known: Mapping[str, bytes]) -> Catalog:
-    layout = Layout.load(remote, prefetched=known)
+def _open_lrs(remote: Remote, reads: Reads) -> Catalog:
+    layout = Layout.load(remote, prefetched=reads)
     _check_images(layout.info, remote)
     episodes = tuple(
         EpisodeRef(
@@ -189,15 +188,15 @@ def _open_lrs(remote: Remote, known: Mapping[str, bytes]) -> Catalog:
         info=layout.info,
         kind="lrs/1",
         episodes=episodes,
-        tasks=_tasks(remote, known),
+        tasks=_tasks(remote, reads),
         fingerprint=f"lrs1-{digest.hexdigest()[:20]}",
         file_sizes={path: entry.bytes for path, entry in layout.files.items()},
     )
 
 
-def _open_v3(remote: Remote, known: Mapping[str, bytes]) -> Catalog:
+def _open_v3(remote: Remote, reads: Reads) -> Catalog:
     try:
-        info_bytes = known[INFO_PATH] if INFO_PATH in known else remote.cat(INFO_PATH)
+        info_bytes = reads.cat(INFO_PATH)
     except FileNotFoundError as exc:
         raise DatasetError("missing: not a LeRobot v3 dataset root", file=remote.display(INFO_PATH)) from exc
     info = Info.parse(info_bytes, file=remote.display(INFO_PATH))
@@ -214,7 +213,7 @@ def _open_v3(remote: Remote, known: Mapping[str, bytes]) -> Catalog:
         info=info,
         kind="v3",
         episodes=_v3_refs(info, infos),
-        tasks=_tasks(remote, known),
+        tasks=_tasks(remote, reads),
         fingerprint=f"v3-{digest.hexdigest()[:20]}",
     )
 
@@ -228,7 +227,7 @@ def _episode_tables(remote: Remote, info: Info) -> list[tuple[pa.Table, bytes]]:
         chunk, index = divmod(len(found), chunks_size)
         rel = DEFAULT_EPISODES_PATH.format(chunk_index=chunk, file_index=index)
         try:
-            table, data = _read_table(remote, rel, {})
+            table, data = _read_table(remote, rel, remote.cat)
         except FileNotFoundError as exc:
             raise DatasetError(
                 f"missing: {counted} of total_episodes={info.total_episodes} episodes found before it",

@@ -7,14 +7,14 @@ the data or video files: `reshard.verify` does that, and the reader fetches them
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cache.remote import Remote, resolve
+from cache.remote import Reads, Remote, resolve
 from reader.errors import DatasetError, LayoutError
 from reader.index import (
     EPISODES_INDEX,
@@ -56,15 +56,15 @@ class Layout:
         url: str | Remote,
         *,
         storage_options: dict[str, Any] | None = None,
-        prefetched: Mapping[str, bytes] | None = None,
+        prefetched: Reads | None = None,
     ) -> Layout:
         """Load and cross-check the lrs/1 metadata of the dataset at `url`.
 
         Args:
             url: a dataset location (see `cache.remote.resolve`) or an already resolved `Remote`.
             storage_options: passed to the fsspec filesystem when `url` is a string.
-            prefetched: dataset-relative path -> content of metadata files the caller has read already
-                (see `Remote.cat_many`); they are not read again.
+            prefetched: metadata files the caller has read already (`Remote.cat_many`); they are not
+                read again.
 
         Raises:
             LayoutError: the dataset is not lrs/1, or its index is missing, malformed or disagrees with
@@ -73,17 +73,16 @@ class Layout:
             FetchError: a metadata file could not be read.
         """
         remote = url if isinstance(url, Remote) else resolve(url, storage_options=storage_options)
-        known = prefetched or {}
+        cat = prefetched.cat if prefetched is not None else remote.cat
         try:
-            info_json = known.get(INFO_PATH) or remote.cat(INFO_PATH)
+            info = Info.parse(cat(INFO_PATH), file=remote.display(INFO_PATH))
         except FileNotFoundError as exc:
             raise DatasetError("missing: not a LeRobot dataset root", file=remote.display(INFO_PATH)) from exc
-        info = Info.parse(info_json, file=remote.display(INFO_PATH))
-        layout = parse_layout_json(_cat(remote, LAYOUT_JSON, known), file=remote.display(LAYOUT_JSON))
+        layout = parse_layout_json(_cat(cat, remote, LAYOUT_JSON), file=remote.display(LAYOUT_JSON))
         episodes = episodes_from_table(
-            _read_table(remote, EPISODES_INDEX, known), info.video_keys, file=remote.display(EPISODES_INDEX)
+            _read_table(cat, remote, EPISODES_INDEX), info.video_keys, file=remote.display(EPISODES_INDEX)
         )
-        files = {f.path: f for f in files_from_table(_read_table(remote, FILES_INDEX, known))}
+        files = {f.path: f for f in files_from_table(_read_table(cat, remote, FILES_INDEX))}
         result = cls(remote=remote, info=info, layout=layout, episodes=tuple(episodes), files=files)
         result.check()
         return result
@@ -184,19 +183,17 @@ def is_lrs(url: str | Remote, *, storage_options: dict[str, Any] | None = None) 
     return True
 
 
-def _cat(remote: Remote, rel: str, known: Mapping[str, bytes]) -> bytes:
-    if rel in known:
-        return known[rel]
+def _cat(cat: Callable[[str], bytes], remote: Remote, rel: str) -> bytes:
     try:
-        return remote.cat(rel)
+        return cat(rel)
     except FileNotFoundError as exc:
         raise LayoutError(
             "missing: not an lrs/1 dataset (run `lrs reshard`)", file=remote.display(rel)
         ) from exc
 
 
-def _read_table(remote: Remote, rel: str, known: Mapping[str, bytes]) -> pa.Table:
-    data = _cat(remote, rel, known)
+def _read_table(cat: Callable[[str], bytes], remote: Remote, rel: str) -> pa.Table:
+    data = _cat(cat, remote, rel)
     try:
         return pq.read_table(pa.BufferReader(data))
     except (pa.ArrowInvalid, OSError) as exc:

@@ -188,11 +188,13 @@ class RangeServer:
         with self._changed:
             self._in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self._in_flight)
+            self._changed.notify_all()
         try:
             yield
         finally:
             with self._changed:
                 self._in_flight -= 1
+                self._changed.notify_all()
 
     def _record(self, request: Request) -> None:
         with self._changed:

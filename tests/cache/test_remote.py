@@ -1,59 +1,61 @@
-"""`Remote.cat_many`: small files read concurrently, unreadable ones left for the caller; and the catalog
-reading its metadata that way (one round-trip to a remote instead of five)."""
+"""`Remote.cat_many`: small files read concurrently, each failure kept and raised again where the file is
+used (never read twice)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from cache.remote import resolve
-from reader.catalog import Catalog
-from reshard.run import reshard
-from reshard.sample import write_sample
+from cache.errors import FetchError
+from cache.remote import RetryPolicy, resolve
 from tests.servers import Faults, RangeServer
+
+FILES = {"a.json": b'{"a": 1}', "dir/b.bin": bytes(range(256)) * 4, "empty": b""}
+WANTED = ["a.json", "dir/b.bin", "empty", "missing.json"]
 
 
 @pytest.fixture(scope="module")
-def lrs_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    src = write_sample(tmp_path_factory.mktemp("remote") / "src", episodes=3, cameras=1)
-    out = tmp_path_factory.mktemp("remote") / "lrs"
-    reshard(str(src), out, quiet=True)
-    return out
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("remote")
+    for rel, data in FILES.items():
+        (base / rel).parent.mkdir(parents=True, exist_ok=True)
+        (base / rel).write_bytes(data)
+    return base
 
 
-WANTED = ["meta/info.json", "meta/lrs/layout.json", "meta/missing.json", "meta/tasks.parquet"]
+def _check(reads) -> None:  # type: ignore[no-untyped-def]
+    for rel, data in FILES.items():
+        assert reads.cat(rel) == data
+    with pytest.raises(FileNotFoundError):
+        reads.cat("missing.json")
 
 
-def _expected(root: Path) -> dict[str, bytes]:
-    return {rel: (root / rel).read_bytes() for rel in WANTED if (root / rel).exists()}
+def test_cat_many_reads_every_file_and_keeps_what_failed(root: Path) -> None:
+    remote = resolve(str(root))
+    _check(remote.cat_many(WANTED))
+    assert remote.cat_many([]).cat("a.json") == FILES["a.json"]  # not asked for: read on demand
 
 
-def test_cat_many_reads_what_exists_and_leaves_out_the_rest(lrs_ds: Path) -> None:
-    got = resolve(str(lrs_ds)).cat_many(WANTED)
-    assert got == _expected(lrs_ds)
-    assert "meta/missing.json" not in got
-    assert resolve(str(lrs_ds)).cat_many([]) == {}
-
-
-def test_cat_many_over_http_is_concurrent_and_retries_failures(lrs_ds: Path) -> None:
-    faults = Faults(latency_s=0.2, fail_rate=0.3, seed=3)
-    with RangeServer(lrs_ds, faults=faults) as server:
-        got = resolve(server.url).cat_many(WANTED)
-        assert got == _expected(lrs_ds)
+def test_cat_many_over_http_is_concurrent_retries_and_reads_each_file_once(root: Path) -> None:
+    with RangeServer(root, faults=Faults(latency_s=0.2, fail_rate=0.3, seed=5)) as server:
+        reads = resolve(server.url).cat_many(WANTED)
+        asked = len(server.requests)
+        _check(reads)
+        assert len(server.requests) == asked, "a file was read again after cat_many"
         assert server.max_in_flight >= 3
-        assert any(r.status == 500 for r in server.requests), "no fault injected: the retry path was not run"
+        # seed 5 fails the first GET of dir/b.bin and of empty (the draw is a pure function of the path)
+        assert sum(r.status == 500 for r in server.requests) >= 2
 
 
-def test_catalog_reads_its_metadata_in_one_round(lrs_ds: Path) -> None:
-    with RangeServer(lrs_ds, faults=Faults(latency_s=0.2)) as server:
-        catalog = Catalog.open(server.url)
-        assert catalog.kind == "lrs/1" and len(catalog.episodes) == 3
-        assert server.max_in_flight >= 4  # layout.json, info.json, the two index tables, tasks
-
-
-def test_catalog_of_a_plain_v3_dataset_still_opens_over_http(lrs_ds: Path, tmp_path: Path) -> None:
-    src = write_sample(tmp_path / "v3", episodes=2, cameras=1)
-    with RangeServer(src) as server:
-        catalog = Catalog.open(server.url)
-    assert catalog.kind == "v3" and len(catalog.episodes) == 2
+def test_a_file_that_keeps_failing_raises_its_fetch_error_once(root: Path) -> None:
+    with RangeServer(root, faults=Faults(fail_rate=0.999)) as server:
+        remote = replace(
+            resolve(server.url), retry=RetryPolicy(attempts=2, base_delay_s=0.0, max_delay_s=0.0)
+        )
+        reads = remote.cat_many(["a.json"])
+        asked = server.count()
+        with pytest.raises(FetchError):
+            reads.cat("a.json")
+        assert server.count() == asked == 2  # its two attempts, not retried again by the caller

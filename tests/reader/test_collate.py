@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,13 @@ def test_mismatched_shapes_fail_as_default_collate_does() -> None:
     loader = DataLoader(_Items(items), batch_size=2, num_workers=1, collate_fn=collate)
     with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
         next(iter(loader))
+
+
+def test_other_mapping_types_are_kept_as_default_collate_keeps_them() -> None:
+    items = [OrderedDict(x=torch.ones(2), s="a") for _ in range(2)]
+    got = next(iter(DataLoader(_Items(items), batch_size=2, num_workers=1, collate_fn=collate)))
+    assert type(got) is OrderedDict
+    _assert_batches_equal([got], [default_collate(items)])
 
 
 def test_values_that_are_not_tensors_are_collated_by_default_collate() -> None:

@@ -1,0 +1,64 @@
+"""`Catalog.open`: the metadata files read at once, with the errors each missing or broken file always had."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from reader.catalog import Catalog
+from reader.errors import DatasetError, LayoutError
+from reader.index import FILES_INDEX, LAYOUT_JSON
+from reshard.run import reshard
+from reshard.sample import write_sample
+from tests.servers import Faults, RangeServer
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("catalog")
+    src = write_sample(base / "v3", episodes=3, cameras=1)
+    reshard(str(src), base / "lrs", quiet=True)
+    return src, base / "lrs"
+
+
+def test_lrs_metadata_is_read_in_one_round_each_file_once(pair: tuple[Path, Path]) -> None:
+    with RangeServer(pair[1], faults=Faults(latency_s=0.2)) as server:
+        catalog = Catalog.open(server.url)
+        assert catalog.kind == "lrs/1" and len(catalog.episodes) == 3
+        assert server.max_in_flight >= 4  # layout.json, info.json, the two index tables, tasks
+        gets = [r.path for r in server.requests if r.method == "GET"]
+        assert len(gets) == len(set(gets)), f"a metadata file was read twice: {sorted(gets)}"
+
+
+def test_plain_v3_opens_over_http_asking_for_layout_json_once(pair: tuple[Path, Path]) -> None:
+    with RangeServer(pair[0]) as server:
+        catalog = Catalog.open(server.url)
+        assert catalog.kind == "v3" and len(catalog.episodes) == 3
+        assert server.count(LAYOUT_JSON) == 1
+
+
+@pytest.mark.parametrize(
+    ("rel", "error", "message"),
+    [
+        (FILES_INDEX, LayoutError, "missing: not an lrs/1 dataset"),
+        ("meta/tasks.parquet", DatasetError, "missing"),
+        ("meta/info.json", DatasetError, "missing: not a LeRobot dataset root"),
+    ],
+    ids=["files-index", "tasks", "info"],
+)
+def test_a_missing_metadata_file_keeps_its_error(
+    pair: tuple[Path, Path], copy_ds, rel: str, error: type, message: str
+) -> None:  # type: ignore[no-untyped-def]
+    root = copy_ds(pair[1])
+    (root / rel).unlink()
+    with pytest.raises(error, match=message) as caught:
+        Catalog.open(str(root))
+    assert rel in str(caught.value)
+
+
+def test_a_corrupt_index_is_a_layout_error(pair: tuple[Path, Path], copy_ds) -> None:  # type: ignore[no-untyped-def]
+    root = copy_ds(pair[1])
+    (root / FILES_INDEX).write_bytes(b"not parquet")
+    with pytest.raises(LayoutError, match="not a readable parquet file"):
+        Catalog.open(str(root))
