@@ -135,7 +135,7 @@ class Catalog:
         return [k for k, f in self.info.features.items() if f.get("dtype") != "video"]
 
 
-def _read_table(remote: Remote, rel: str, cat: Callable[[str], bytes]) -> tuple[pa.Table, bytes]:
+def _read_table(cat: Callable[[str], bytes], remote: Remote, rel: str) -> tuple[pa.Table, bytes]:
     data = cat(rel)
     try:
         return pq.read_table(pa.BufferReader(data)), data
@@ -145,7 +145,7 @@ def _read_table(remote: Remote, rel: str, cat: Callable[[str], bytes]) -> tuple[
 
 def _tasks(remote: Remote, reads: Reads) -> tuple[str, ...]:
     try:
-        table, _ = _read_table(remote, TASKS_PATH, reads.cat)
+        table, _ = _read_table(reads.cat, remote, TASKS_PATH)
     except FileNotFoundError as exc:
         raise DatasetError("missing", file=remote.display(TASKS_PATH)) from exc
     return tuple(parse_tasks(table, file=remote.display(TASKS_PATH)))
@@ -227,7 +227,7 @@ def _episode_tables(remote: Remote, info: Info) -> list[tuple[pa.Table, bytes]]:
         chunk, index = divmod(len(found), chunks_size)
         rel = DEFAULT_EPISODES_PATH.format(chunk_index=chunk, file_index=index)
         try:
-            table, data = _read_table(remote, rel, remote.cat)
+            table, data = _read_table(remote.cat, remote, rel)
         except FileNotFoundError as exc:
             raise DatasetError(
                 f"missing: {counted} of total_episodes={info.total_episodes} episodes found before it",
