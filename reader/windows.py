@@ -110,6 +110,10 @@ class Windows:
     def __repr__(self) -> str:
         return f"Windows({dict(self.offsets)})"
 
+    def __reduce__(self) -> tuple[type[Windows], tuple[dict[str, tuple[int, ...]]]]:
+        # A mappingproxy does not pickle; spawn and forkserver workers receive the stream pickled.
+        return (Windows, (dict(self.offsets),))
+
     def __contains__(self, key: str) -> bool:
         return key in self.offsets
 

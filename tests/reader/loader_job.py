@@ -1,0 +1,76 @@
+"""A training job's data side, run as its own process by the start-method tests (and under torchrun).
+
+    python -m tests.reader.loader_job '<json spec>'
+
+The spec names the dataset (`root`), the DataLoader (`num_workers`, `method`: fork, spawn or forkserver,
+`batch_size`), the stream (`seed`, `pool`), an optional resume `state` and `stop_after` batches. The job
+writes `{"batches": [[[episode, frame], ...], ...], "state": ...}` to `out` (with `.rank<R>` appended
+under torch.distributed), so a resume always runs in a new process, as a restarted trainer does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+from reader import EpisodeStream, ResumableLoader
+
+
+def flip(frames: torch.Tensor) -> torch.Tensor:
+    """An image transform defined at module level, so spawned workers can unpickle it."""
+    return frames.flip(-1)
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    stream = EpisodeStream(
+        spec["root"],
+        seed=spec.get("seed", 0),
+        episode_pool_size=spec.get("pool", 4),
+        return_uint8=True,
+        image_transforms=flip,
+        delta_timestamps=spec.get("delta_timestamps"),
+    )
+    workers = spec["num_workers"]
+    loader = ResumableLoader(
+        DataLoader(
+            stream,
+            batch_size=spec.get("batch_size", 4),
+            num_workers=workers,
+            multiprocessing_context=spec.get("method") if workers else None,
+        )
+    )
+    if spec.get("state") is not None:
+        loader.load_state_dict(spec["state"])
+    batches, stop = [], spec.get("stop_after")
+    for batch in loader:
+        batches.append(
+            [[int(e), int(f)] for e, f in zip(batch["episode_index"], batch["frame_index"], strict=True)]
+        )
+        if stop is not None and len(batches) == stop:
+            break
+    return {"batches": batches, "state": loader.state_dict(), "rank": stream.rank, "world": stream.world_size}
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    distributed = "LOCAL_RANK" in os.environ
+    if distributed:
+        dist.init_process_group("gloo")
+    result = run(spec)
+    out = spec["out"] + (f".rank{dist.get_rank()}" if distributed else "")
+    with open(out + ".tmp", "w") as f:
+        json.dump(result, f)
+    os.replace(out + ".tmp", out)
+    if distributed:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""Any process model: the stream pickles, opens nothing before it iterates, and gives the same samples,
+exactly once, and the same resume under fork, spawn and forkserver workers, in new processes and under
+torchrun with two ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torch.utils.data import DataLoader
+
+from reader import EpisodeStream
+from tests.reader.loader_job import flip
+from tests.reader.reference import SMALL, sample_pair
+from tests.servers import RangeServer
+
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+REPO = Path(__file__).resolve().parents[2]
+TOTAL = 69  # frames of SMALL
+DELTAS = {"observation.images.cam0": [-1 / 30, 0.0], "action": [0.0, 1 / 30]}
+
+
+@pytest.fixture(scope="session")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return sample_pair(tmp_path_factory.getbasetemp() / "reader-data", "small", **SMALL)[1]
+
+
+def stream(root: Any, **kwargs: Any) -> EpisodeStream:
+    options = {"seed": 4, "episode_pool_size": 4, "return_uint8": True, "image_transforms": flip}
+    return EpisodeStream(root, **{**options, **kwargs})
+
+
+def pairs_of(loader: DataLoader) -> list[list[tuple[int, int]]]:
+    return [
+        [(int(e), int(f)) for e, f in zip(b["episode_index"], b["frame_index"], strict=True)] for b in loader
+    ]
+
+
+def job(spec: dict[str, Any], tmp_path: Path, name: str) -> dict[str, Any]:
+    """Run `tests.reader.loader_job` in a new Python process and return what it wrote."""
+    out = tmp_path / f"{name}.json"
+    subprocess.run(
+        [sys.executable, "-m", "tests.reader.loader_job", json.dumps({**spec, "out": str(out)})],
+        cwd=REPO,
+        check=True,
+        timeout=300,
+    )
+    return json.loads(out.read_text())
+
+
+def test_a_stream_pickles_and_opens_nothing_until_it_iterates(small: Path) -> None:
+    with RangeServer(small) as server:
+        for source in (small, server.url):
+            ds = stream(source, delta_timestamps=DELTAS)
+            assert ds._process is None
+            assert not [t.name for t in threading.enumerate() if t.name.startswith("lrs-")]
+            copy = pickle.loads(pickle.dumps(ds))
+            assert copy._process is None and copy.options == ds.options
+            assert [int(i["index"]) for i in copy] == [int(i["index"]) for i in ds]
+
+
+@pytest.mark.parametrize(
+    ("method", "num_workers"),
+    [("fork", 1), ("fork", 3), ("spawn", 1), ("spawn", 3), ("forkserver", 1), ("forkserver", 3)],
+    ids=lambda v: str(v),
+)
+def test_every_start_method_gives_the_same_samples_exactly_once(
+    small: Path, method: str, num_workers: int
+) -> None:
+    def run(context: str | None) -> list[list[tuple[int, int]]]:
+        ds = stream(small, delta_timestamps=DELTAS)
+        return pairs_of(
+            DataLoader(ds, batch_size=4, num_workers=num_workers, multiprocessing_context=context)
+        )
+
+    got = run(method)
+    assert got == run("fork")
+    seen = Counter(p for batch in got for p in batch)
+    assert len(seen) == TOTAL and max(seen.values()) == 1
+
+
+def test_resume_in_a_new_process_with_spawn_workers(small: Path, tmp_path: Path) -> None:
+    spec = {"root": str(small), "num_workers": 3, "method": "spawn", "batch_size": 4, "seed": 4}
+    whole = pairs_of(DataLoader(stream(small), batch_size=4, num_workers=3))
+    first = job({**spec, "stop_after": 7}, tmp_path, "first")
+    assert first["state"]["batches_consumed"] == 7
+    rest = job({**spec, "state": first["state"], "method": "forkserver"}, tmp_path, "rest")
+    assert [[tuple(p) for p in b] for b in first["batches"] + rest["batches"]] == whole
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_torchrun_two_ranks_with_spawn_workers(small: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ranks.json"
+    spec = {"root": str(small), "num_workers": 2, "method": "spawn", "batch_size": 4, "out": str(out)}
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+         f"--master_port={_free_port()}", "-m", "tests.reader.loader_job", json.dumps(spec)],
+        cwd=REPO, env=env, check=True, timeout=300,
+    )  # fmt: skip
+    per_rank = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(2)]
+    assert [(r["rank"], r["world"]) for r in per_rank] == [(0, 2), (1, 2)]
+    samples = [[tuple(p) for b in r["batches"] for p in b] for r in per_rank]
+    assert len(samples[0]) == len(samples[1]) == TOTAL // 2
+    seen = Counter(p for s in samples for p in s)
+    assert max(seen.values()) == 1 and len(seen) == TOTAL - TOTAL % 2
+    for rank in range(2):  # the same order a single process computes for that rank
+        ds = stream(small, rank=rank, world_size=2, seed=0, image_transforms=None)
+        assert per_rank[rank]["batches"] == [
+            [list(p) for p in b] for b in pairs_of(DataLoader(ds, batch_size=4, num_workers=2))
+        ]
