@@ -5,17 +5,23 @@ fps, decodes those frames, checks that each query is within `tolerance_s` of the
 (distances in float32, `torch.cdist`), and returns the closest frames; uint8 `(N, 3, H, W)`, or float32
 in [0, 1] (`/ 255`). `decode_frames` does exactly that on an open decoder; `Decoders` keeps a bounded
 LRU of open decoders (one per local file), so a pool of episodes does not reopen its files per sample.
+
+A `Cursor` is such a decoder read forward: the schedule emits a piece's frames in runs of consecutive
+frames, and torchcodec decodes a frame at or after the last one it decoded without seeking (inside a
+GOP), so a run costs one seek and every frame is decoded once. The decoder's own state is the only
+buffer; a cursor keeps just the last few frames a delta window reads again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -56,6 +62,51 @@ def check_device(device: str) -> str:
     return device
 
 
+class Frames(NamedTuple):
+    """Decoded frames and their presentation times (what torchcodec's `FrameBatch` carries)."""
+
+    data: torch.Tensor
+    pts_seconds: torch.Tensor
+
+
+class Cursor:
+    """An open decoder read forward by one piece, keeping the frames a delta window reads again.
+
+    Args:
+        decoder: the open torchcodec decoder.
+        keep: how many frames before the newest decoded one to keep (a camera window's span, 0 without
+            a window): the next sample of the piece, one frame later, reads them again.
+
+    Use it from one thread at a time (`lock`).
+    """
+
+    def __init__(self, decoder: VideoDecoder, keep: int = 0) -> None:
+        self.decoder = decoder
+        self.metadata = decoder.metadata
+        self.keep = keep
+        self.lock = threading.Lock()
+        self._kept: dict[int, tuple[torch.Tensor, float]] = {}
+
+    def get_frames_at(self, *, indices: list[int]) -> Frames:
+        """The frames at `indices`, decoding only those not kept (in ascending order)."""
+        if not self.keep:
+            batch = self.decoder.get_frames_at(indices=indices)
+            return Frames(batch.data, batch.pts_seconds)
+        kept = self._kept
+        missing = sorted(set(indices).difference(kept))
+        if missing:
+            batch = self.decoder.get_frames_at(indices=missing)
+            for i, data, pts in zip(missing, batch.data, batch.pts_seconds.tolist(), strict=True):
+                kept[i] = (data, pts)
+        frames = Frames(
+            torch.stack([kept[i][0] for i in indices]),
+            torch.tensor([kept[i][1] for i in indices], dtype=torch.float64),
+        )
+        oldest = max(indices) - self.keep
+        self._kept = {i: v for i, v in kept.items() if i >= oldest}
+        return frames
+
+
 class Decoders:
     """A bounded LRU of open torchcodec decoders, keyed by local file path.
 
@@ -78,29 +129,49 @@ class Decoders:
         self.device = device
         self.num_threads = num_threads
         self.seek_mode: SeekMode = seek_mode
-        self._open: OrderedDict[str, VideoDecoder] = OrderedDict()
+        self._open: OrderedDict[str, Cursor] = OrderedDict()
+        self._lock = threading.Lock()
         self.opened = 0
 
     def __len__(self) -> int:
         return len(self._open)
 
     def get(
-        self, key: str, where: VideoWhere, *, locate: Callable[[], AbstractContextManager[str]] | None = None
-    ) -> VideoDecoder:
-        """The open decoder of `key` (opened now if needed, evicting the least recently used).
+        self,
+        key: str,
+        where: VideoWhere,
+        *,
+        locate: Callable[[], AbstractContextManager[str]] | None = None,
+        keep: int = 0,
+    ) -> Cursor:
+        """The open cursor of `key` (opened now if needed, evicting the least recently used).
+
+        Thread-safe: decode threads of one consumer share the LRU.
 
         Args:
             key: names the video (a dataset-relative path, or the local path itself).
             where: the episode, camera and file, for error messages.
             locate: yields the local path while the decoder opens it (default: `key` is that path).
+            keep: frames the cursor keeps for delta windows (see `Cursor`).
 
         Raises:
             DecodeError: the file is missing or not a video torchcodec can open.
         """
-        decoder = self._open.get(key)
-        if decoder is not None:
-            self._open.move_to_end(key)
-            return decoder
+        with self._lock:
+            cursor = self._open.get(key)
+            if cursor is not None:
+                self._open.move_to_end(key)
+                return cursor
+            cursor = Cursor(self._open_decoder(where, key, locate), keep)
+            self._open[key] = cursor
+            self.opened += 1
+            while len(self._open) > self.capacity:
+                self._open.popitem(last=False)
+            return cursor
+
+    def _open_decoder(
+        self, where: VideoWhere, key: str, locate: Callable[[], AbstractContextManager[str]] | None
+    ) -> VideoDecoder:
         with locate() if locate is not None else contextlib.nullcontext(key) as path:
             if not os.path.isfile(path):
                 raise DecodeError(f"Invalid video {where}: missing. Expected an MP4 file at {path}.")
@@ -112,19 +183,16 @@ class Decoders:
                 raise DecodeError(
                     f"Invalid video {where}: cannot open ({_first_line(exc)}). Expected an MP4."
                 ) from exc
-        self._open[key] = decoder
-        self.opened += 1
-        while len(self._open) > self.capacity:
-            self._open.popitem(last=False)
         return decoder
 
     def clear(self) -> None:
         """Close every decoder."""
-        self._open.clear()
+        with self._lock:
+            self._open.clear()
 
 
 def decode_frames(
-    decoder: VideoDecoder,
+    decoder: VideoDecoder | Cursor,
     timestamps: Sequence[float],
     *,
     tolerance_s: float,

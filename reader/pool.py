@@ -5,7 +5,10 @@ each step emits. `EpisodePool` acts on admissions: since the admission order is 
 starts loading rows (one ranged read) and fetching videos (`NodeCache.prefetch`) `prefetch_episodes`
 pieces ahead, and on admission waits for them; a video is pinned in the cache while its decoder opens.
 `Consumer` walks the plan from a start step (a resume skips by arithmetic: nothing before it is read,
-fetched or decoded) and builds each item: rows and delta windows from memory, frames decoded on emission.
+fetched or decoded) and builds each item: rows and delta windows from memory, frames from each piece's
+decoders read forward (`reader.decode.Cursor`). The plan is known ahead, so `decode_threads` threads
+build the next `decode_ahead` items while the current one is handed out; torchcodec and torch release
+the GIL, so the threads use the cores of a process without more processes or copies between them.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +29,11 @@ from reader.catalog import Catalog, EpisodeRef, VideoRef
 from reader.decode import Decoders, VideoWhere, decode_frames
 from reader.errors import DecodeError
 from reader.rows import EpisodeRows, RowGroupReader, read_episode
-from reader.schedule import Emission
+from reader.schedule import Emission, Step
 from reader.windows import Windows
+
+# What a decode thread returns: the item (before transforms), frames decoded, seconds spent decoding.
+_Built = tuple[dict[str, Any], int, float]
 
 # Threads reading row groups ahead, per consumer: enough to cover a remote's latency at admission time.
 ROW_THREADS = 4
@@ -98,6 +105,9 @@ class Options:
     image_transforms: Callable[[torch.Tensor], torch.Tensor] | None
     prefetch_episodes: int
     verify_sha256: bool
+    decode_threads: int = 0
+    decode_ahead: int = 0
+    keep: Mapping[str, int] = dataclasses.field(default_factory=dict)  # camera -> frames a window rereads
 
 
 @dataclass(frozen=True)
@@ -265,50 +275,80 @@ class Consumer:
             options=self._options,
             counters=self._counters,
         )
+        threads = self._options.decode_threads
+        executor = (
+            ThreadPoolExecutor(max_workers=threads, thread_name_prefix="lrs-decode") if threads else None
+        )
+        ahead: deque[tuple[Step, _Slot, Future[_Built] | None]] = deque()
         try:
             for step in self.emission.steps(self.start):
                 for piece in step.admitted:
                     pool.admit(piece)
                 slot = pool[step.piece]
-                item = self._item(pool, slot, step.frame)
-                if step.last:
-                    pool.release(step.piece)
-                self.position = step.step + 1
-                yield item
+                job = executor.submit(self._build, pool, slot, step.frame) if executor else None
+                ahead.append((step, slot, job))
+                if len(ahead) > self._options.decode_ahead:
+                    yield self._hand_out(pool, *ahead.popleft())
+            while ahead:
+                yield self._hand_out(pool, *ahead.popleft())
         finally:
+            for _, _, job in ahead:
+                if job is not None:
+                    job.cancel()
+            if executor is not None:
+                executor.shutdown(wait=True, cancel_futures=True)
             pool.close()
 
-    def _item(self, pool: EpisodePool, slot: _Slot, frame: int) -> dict[str, Any]:
-        video_keys = self._video_keys
-        tabular, queries = slot.rows.sample(frame, self._options.windows, video_keys)
+    def _hand_out(
+        self, pool: EpisodePool, step: Step, slot: _Slot, job: Future[_Built] | None
+    ) -> dict[str, Any]:
+        """The finished item of `step` (built now, or waited for), in emission order."""
+        built = job.result() if job is not None else self._build(pool, slot, step.frame)
+        item, decoded, seconds = built
+        if step.last:
+            pool.release(step.piece)
+        self._counters.add(
+            samples=1,
+            samples_local=1 if slot.local else 0,
+            frames_decoded=decoded,
+            decode_seconds=seconds,
+        )
+        transform = self._options.image_transforms
+        if transform is not None:  # on the consumer's thread: a user's transform need not be thread-safe
+            for key in self._video_keys:
+                item[key] = transform(item[key])
+        self.position = step.step + 1
+        return item
+
+    def _build(self, pool: EpisodePool, slot: _Slot, frame: int) -> _Built:
+        """The item at `frame` of `slot` (its frames decoded, before transforms), the frames decoded and
+        the seconds spent decoding. Runs on a decode thread when there are any."""
+        tabular, queries = slot.rows.sample(frame, self._options.windows, self._video_keys)
         began = time.perf_counter()
         frames = {
             video.key: self._decode(pool, slot, video, where, queries[video.key])
             for video, where in zip(slot.ref.videos, slot.where, strict=True)
         }
-        self._counters.add(
-            samples=1,
-            samples_local=1 if slot.local else 0,
-            frames_decoded=sum(len(queries[video.key]) for video in slot.ref.videos),
-            decode_seconds=time.perf_counter() - began,
-        )
+        seconds = time.perf_counter() - began
         item: dict[str, Any] = {**frames, **tabular}
-        transform = self._options.image_transforms
-        if transform is not None:
-            for key in video_keys:
-                item[key] = transform(item[key])
         item["task"] = self._catalog.tasks[int(slot.rows.columns["task_index"][frame])]
-        return item
+        return item, sum(len(queries[video.key]) for video in slot.ref.videos), seconds
 
     def _decode(
         self, pool: EpisodePool, slot: _Slot, video: VideoRef, where: VideoWhere, timestamps: list[float]
     ) -> torch.Tensor:
-        decoder = self._decoders.get(video.path, where, locate=lambda: pool.pinned(slot.ref, video))
-        frames = decode_frames(
-            decoder,
-            [video.from_timestamp + t for t in timestamps],
-            tolerance_s=self._options.tolerance_s,
-            return_uint8=self._options.return_uint8,
-            where=where,
+        cursor = self._decoders.get(
+            video.path,
+            where,
+            locate=lambda: pool.pinned(slot.ref, video),
+            keep=self._options.keep.get(video.key, 0),
         )
+        with cursor.lock:
+            frames = decode_frames(
+                cursor,
+                [video.from_timestamp + t for t in timestamps],
+                tolerance_s=self._options.tolerance_s,
+                return_uint8=self._options.return_uint8,
+                where=where,
+            )
         return frames.squeeze(0)

@@ -52,6 +52,9 @@ _MAX_SEED = 2**64
 _MAX_EPOCH = 2**32
 _FEISTEL_ROUNDS = 4
 _BLOCK_STEPS = 4096
+# Consecutive frames a piece emits in a row (one per round); see `_run_frames`. Part of the order: a
+# resume state is for one value (the state's version names it).
+RUN_FRAMES = 8
 _U64 = np.uint64
 _GOLDEN = _U64(0x9E3779B97F4A7C15)
 _ODD = _U64(0xD6E8FEB86659FD93)
@@ -287,12 +290,38 @@ def _permute_within(keys: np.ndarray, piece: np.ndarray, t: np.ndarray, length: 
     return y.astype(np.int64)
 
 
-def _round_major(key: np.uint64, rnd: np.ndarray, piece: np.ndarray) -> np.ndarray:
-    """Indices sorting (round, piece) pairs by round, then by a fresh random order within each round.
+def _run_frames(
+    keys: np.ndarray, piece: np.ndarray, t: np.ndarray, start: np.ndarray, length: np.ndarray
+) -> np.ndarray:
+    """Offset (from the piece's start) of the frame a piece emits `t`-th: its frames in runs.
 
-    Ties of the 64-bit hash fall back to input order, which is piece order in every caller.
+    The piece's frames are cut on the episode's grid of `RUN_FRAMES` (a head before the first multiple,
+    whole runs, a tail). The head comes first and the tail last; the whole runs come in a pseudo-random
+    order (one permutation per piece), each read front to back. So a decoder that follows a piece reads
+    forward and seeks only at the start of a run, while a piece's position in its episode still jumps
+    at random every `RUN_FRAMES` emissions.
     """
-    return np.lexsort((_hash(key, rnd, piece), rnd))
+    head = np.minimum((-start) % RUN_FRAMES, length)
+    runs = (length - head) // RUN_FRAMES
+    u = t - head
+    inside = np.flatnonzero((u >= 0) & (u < runs * RUN_FRAMES))
+    offset = t.copy()
+    if inside.size:
+        run = _permute_within(keys, piece[inside], u[inside] // RUN_FRAMES, runs[inside])
+        offset[inside] = head[inside] + run * RUN_FRAMES + u[inside] % RUN_FRAMES
+    return offset
+
+
+def _round_major(key: np.uint64, rnd: np.ndarray, piece: np.ndarray) -> np.ndarray:
+    """Indices sorting (round, piece) pairs by round, then by one random order of the pieces that holds
+    for every round (a piece joining the pool takes its place in that order).
+
+    A fixed cyclic order puts a piece's consecutive samples one whole round (the pool's size) apart, so
+    a batch no larger than the pool never holds two samples of one piece while the pool is full; a fresh
+    order per round would put them anywhere from 1 to 2K - 1 samples apart. Ties of the 64-bit hash fall
+    back to input order, which is piece order in every caller.
+    """
+    return np.lexsort((_hash(key, np.zeros_like(rnd), piece), rnd))
 
 
 def _spans(first: np.ndarray, count: np.ndarray) -> np.ndarray:
@@ -392,10 +421,11 @@ class Emission:
     """The order in which one consumer emits the frames of its pieces, as a pure plan.
 
     Pieces are admitted in order into a pool of up to `pool_size` (K). Emission proceeds in rounds: each
-    round visits every piece in the pool once, in a fresh random order, and emits that piece's next frame
-    from a per-piece random permutation of its frames. A piece that runs out leaves the pool and the next
-    piece is admitted at once (it joins the next round), so the pool never exceeds K and consecutive
-    samples come from distinct episodes. With `shuffle=False` the frames are emitted sequentially (pieces
+    round visits every piece in the pool once, in one random cyclic order (see `_round_major`), and
+    emits that piece's next frame: its frames come in runs of `RUN_FRAMES` consecutive frames, the runs
+    in a random order (see `_run_frames`), so each piece is decoded forward. A piece that runs out
+    leaves the pool and the next piece is admitted at once (it joins the next round), so the pool never
+    exceeds K and consecutive samples come from distinct episodes. With `shuffle=False` the frames are emitted sequentially (pieces
     in order, frames in order) and piece j >= K is admitted right after piece j-K's last frame.
 
     Everything is derived from the pieces, K and the consumer's `SeedSequence`, so `steps(start=n)`
@@ -545,7 +575,9 @@ class Emission:
             newcomers = int(np.searchsorted(first, r1 - 1, side="right"))
             pool = np.concatenate([active, np.arange(fresh, newcomers, dtype=np.int64)])
             piece, rnd = self._round_block(pool, r0, r1)
-            t = _permute_within(self._frame_keys, piece, rnd - first[piece], self._lengths[piece])
+            t = _run_frames(
+                self._frame_keys, piece, rnd - first[piece], self._starts[piece], self._lengths[piece]
+            )
             yield (
                 int(offsets[r0]) + skip,
                 piece[skip:],

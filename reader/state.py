@@ -25,7 +25,9 @@ from typing import Any
 from reader.errors import StateError
 from reader.loader_math import loader_resume
 
-STATE_VERSION = 1
+# 2: the order of lrs 0.2 (pieces emitted in runs, one cyclic pool order); a version 1 state would
+# resume another order, so it is refused.
+STATE_VERSION = 2
 _LOADER_KEYS = ("batches_consumed", "batch_size", "num_workers")
 _CONSUMER_KEYS = ("worker", "num_workers", "samples")
 
@@ -65,7 +67,10 @@ class Identity:
             StateError: naming the first mismatching field.
         """
         if "version" in state and state["version"] != STATE_VERSION:
-            raise StateError(f"Invalid state version ({state['version']!r}). Expected {STATE_VERSION}.")
+            raise StateError(
+                f"Invalid state version ({state['version']!r}). Expected {STATE_VERSION}: the state was "
+                "saved by another version of lrs, whose order differs; restart the epoch."
+            )
         reasons = {
             "fingerprint": "the state was saved for another dataset (or another version of it)",
             "episodes": "the state was saved for another selection of episodes",

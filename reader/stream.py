@@ -32,6 +32,8 @@ from reader.windows import Windows, delta_indices
 
 DEFAULT_POOL_SIZE = 16
 DEFAULT_PREFETCH_EPISODES = 8
+DEFAULT_DECODE_THREADS = 2
+DEFAULT_DECODE_AHEAD = 8
 # Downloads in flight per process: the first batch needs the whole pool's videos at once.
 FETCH_THREADS = 8
 
@@ -40,7 +42,9 @@ class EpisodeStream(IterableDataset):
     """Every frame of the selected episodes once per epoch, value-identical to lerobot's `LeRobotDataset`.
 
     Each consumer (rank x DataLoader worker) holds a pool of `episode_pool_size` episodes' rows and emits
-    random frames across them; video is fetched ahead into the node cache and decoded on emission.
+    their frames in a random order that reads each episode's videos forward, in runs of a few frames
+    (`reader.schedule`); video is fetched ahead into the node cache, and `decode_threads` threads decode
+    the next `decode_ahead` samples while the current one is handed out.
 
     Args:
         source: the dataset (a path or URL, see `cache.remote.resolve`), lrs/1 or plain v3.
@@ -61,8 +65,15 @@ class EpisodeStream(IterableDataset):
         image_transforms: applied to each camera's tensor.
         tolerance_s: the largest distance between a frame's timestamp and the one asked for.
         storage_options: passed to the fsspec filesystem.
-        decoder_cache_size: open decoders kept per process (default: pool size x cameras).
+        decoder_cache_size: open decoders kept per process (default: (pool size + decode_ahead) x
+            cameras); at least pool size x cameras, since each piece of the pool reads its cameras forward
+            through its own decoders.
         seek_mode: torchcodec's seek mode ("approximate" is lerobot's, and value-identical here).
+        decode_threads: threads per consumer building samples ahead (decoding, float conversion); 0
+            builds each sample when it is asked for. Decoding releases the GIL, so with
+            `num_workers=0` two threads use two cores without worker processes.
+        decode_ahead: samples built ahead of the one handed out. Memory: this many samples' frames
+            (cameras x window frames x H x W x 3 bytes, x4 for float32).
 
     Raises:
         ValueError: a bad argument (the message names it).
@@ -90,10 +101,14 @@ class EpisodeStream(IterableDataset):
         storage_options: dict[str, Any] | None = None,
         decoder_cache_size: int | None = None,
         seek_mode: SeekMode = "approximate",
+        decode_threads: int = DEFAULT_DECODE_THREADS,
+        decode_ahead: int = DEFAULT_DECODE_AHEAD,
     ) -> None:
         super().__init__()
         check_int("episode_pool_size", episode_pool_size, 1)
         check_int("prefetch_episodes", prefetch_episodes, 0)
+        check_int("decode_threads", decode_threads, 0)
+        check_int("decode_ahead", decode_ahead, 0)
         if image_transforms is not None and not callable(image_transforms):
             raise ValueError(f"Invalid image_transforms ({image_transforms!r}). Expected a callable or None.")
         self.catalog = Catalog.open(
@@ -112,6 +127,7 @@ class EpisodeStream(IterableDataset):
         windows = Windows(
             delta_indices(delta_timestamps, fps=self.catalog.info.fps, tolerance_s=tolerance_s, keys=keys)
         )
+        video_keys = self.catalog.info.video_keys
         self.options = Options(
             windows=windows,
             tolerance_s=tolerance_s,
@@ -119,10 +135,15 @@ class EpisodeStream(IterableDataset):
             image_transforms=image_transforms,
             prefetch_episodes=prefetch_episodes,
             verify_sha256=not self.catalog.remote.reads_in_place,
+            decode_threads=decode_threads,
+            decode_ahead=decode_ahead if decode_threads else 0,
+            keep={k: max(d) - min(d) for k, d in windows.offsets.items() if k in video_keys},
         )
         self._cleanup: weakref.finalize | None = None
         self._decoding = (
-            decoder_cache_size or episode_pool_size * max(1, len(self.catalog.info.video_keys)),
+            _decoder_capacity(
+                decoder_cache_size, episode_pool_size, self.options.decode_ahead, len(video_keys)
+            ),
             check_device(decode_device),
             seek_mode,
         )
@@ -394,6 +415,22 @@ def _selection(episodes: Sequence[int] | None, total: int) -> list[int]:
     if not chosen:
         raise ValueError("Invalid episodes ([]). Expected at least one episode index.")
     return chosen
+
+
+def _decoder_capacity(given: int | None, pool_size: int, ahead: int, cameras: int) -> int:
+    """Decoders a process keeps open: every piece the pool (and the samples built ahead) reads from needs
+    one per camera, or a piece would reopen its videos and seek again for every sample."""
+    needed = pool_size * max(1, cameras)
+    if given is None:
+        return (pool_size + ahead) * max(1, cameras)
+    check_int("decoder_cache_size", given, 1)
+    if given < needed:
+        raise ValueError(
+            f"Invalid decoder_cache_size ({given}). Expected at least episode_pool_size x cameras "
+            f"({pool_size} x {cameras} = {needed}): each piece of the pool reads its cameras forward "
+            "through decoders of its own."
+        )
+    return given
 
 
 def _topology(rank: int | None, world_size: int | None) -> tuple[int, int]:

@@ -11,7 +11,7 @@ first-batch latency (from constructing the dataset), peak memory, bytes read fro
 samples whose video files were already local when their episode entered the pool. The cases run
 round-robin, `--repeat` rounds, and each keeps its fastest run, so that the ratios between cases are
 measured side by side on a shared machine. `--sweep` also runs the lrs/1 HTTP case over pool sizes,
-prefetch depths and decoder LRU sizes (how the defaults were chosen).
+prefetch depths and decode threads (how the defaults were chosen).
 """
 
 from __future__ import annotations
@@ -503,7 +503,7 @@ def main() -> None:
         "--repeat", type=int, default=3, help="Rounds over all cases; each case reports its fastest run."
     )
     parser.add_argument(
-        "--sweep", action="store_true", help="Also sweep pool size, prefetch and decoder LRU."
+        "--sweep", action="store_true", help="Also sweep pool size, prefetch and decode threads."
     )
     parser.add_argument("--no-lerobot", action="store_true", help="Skip the lerobot comparison case.")
     parser.add_argument(
@@ -617,20 +617,18 @@ def main() -> None:
 
 
 def sweep(lrs: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The lrs/1 HTTP case over pool sizes, prefetch depths and decoder LRU sizes."""
+    """The lrs/1 HTTP case over pool sizes, prefetch depths, decode threads and samples built ahead."""
     settings = [
         *({"episode_pool_size": k, "prefetch_episodes": args.prefetch} for k in (4, 16, 64)),
         *({"episode_pool_size": args.pool, "prefetch_episodes": p} for p in (0, 2, 32)),
-        {
-            "episode_pool_size": args.pool,
-            "prefetch_episodes": args.prefetch,
-            "decoder_cache_size": args.cameras,
-        },
-        {
-            "episode_pool_size": args.pool,
-            "prefetch_episodes": args.prefetch,
-            "decoder_cache_size": 4 * args.pool * args.cameras,
-        },
+        *(
+            {"episode_pool_size": args.pool, "prefetch_episodes": args.prefetch, "decode_threads": t}
+            for t in (0, 1, 4)
+        ),
+        *(
+            {"episode_pool_size": args.pool, "prefetch_episodes": args.prefetch, "decode_ahead": a}
+            for a in (2, 32)
+        ),
     ]
     results = run_cases(
         {json.dumps(stream): reader_case(lrs, args, http=True, **stream) for stream in settings}, args.repeat

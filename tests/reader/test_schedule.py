@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from reader.loader_math import LoaderResume, batches_per_epoch, batches_per_worker, loader_resume
 from reader.schedule import (
+    RUN_FRAMES,
     Emission,
     Piece,
     Schedule,
@@ -190,15 +191,23 @@ def test_frames_of_a_piece_are_a_permutation(length: int, seed: int) -> None:
                         stream=consumer_stream(seed, 0, Topology()))  # fmt: skip
     frames = emission.arrays()[1].tolist()
     assert sorted(frames) == list(range(3, 3 + length))
-    if length >= 16:
+    # Runs on the episode's grid of RUN_FRAMES: the head [3, 8) first, then whole runs read forward.
+    head = min(5, length)
+    assert frames[:head] == list(range(3, 3 + head))
+    runs = (length - head) // RUN_FRAMES
+    for r in range(runs):
+        run = frames[head + r * RUN_FRAMES : head + (r + 1) * RUN_FRAMES]
+        assert run == list(range(run[0], run[0] + RUN_FRAMES)) and (run[0] - 8) % RUN_FRAMES == 0
+    assert frames[head + runs * RUN_FRAMES :] == list(range(8 + runs * RUN_FRAMES, 3 + length))
+    if runs >= 3:
         assert frames != sorted(frames)
 
 
 def test_orders_look_uniform_across_seeds() -> None:
     # Deterministic seeds, loose bounds: catches a biased or stuck permutation, never flaky.
-    def first_frame(seed: int) -> int:
+    def first_frame(seed: int) -> int:  # the first run of five whole runs
         stream = consumer_stream(seed, 0, Topology())
-        return int(Emission([Piece(0, 0, 5)], pool_size=1, shuffle=True, stream=stream).arrays()[1][0])
+        return int(Emission([Piece(0, 0, 40)], pool_size=1, shuffle=True, stream=stream).arrays()[1][0]) // 8
 
     def first_piece(seed: int) -> int:
         pieces = [Piece(i, 0, 3) for i in range(4)]
@@ -471,3 +480,23 @@ INVALID = {
 def test_invalid_input_is_named(call: Callable[[], object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=lambda s: f"seed{s}")
+def test_a_full_pool_repeats_a_piece_only_after_a_whole_round(seed: int) -> None:
+    # Equal lengths: the pool stays full, so the cyclic order puts every piece exactly K samples apart.
+    emission = Emission([Piece(i, 0, 24) for i in range(8)], pool_size=8, shuffle=True,
+                        stream=consumer_stream(seed, 0, Topology()))  # fmt: skip
+    pieces = emission.arrays()[0].tolist()
+    assert all(pieces[i] == pieces[i + 8] for i in range(len(pieces) - 8))
+    assert all(len(set(pieces[i : i + 8])) == 8 for i in range(len(pieces) - 7))
+    # Mixed lengths: pieces come and go, and still no piece repeats within half a pool.
+    lengths = np.random.default_rng(seed % 2**32).integers(20, 80, 60).tolist()
+    pieces = Schedule(lengths, seed=seed, pool_size=16).emission(0, 0, 0).arrays()[0].tolist()
+    last: dict[int, int] = {}
+    gaps = []
+    for step, piece in enumerate(pieces[: len(pieces) - 200]):  # the tail drains the pool
+        if piece in last:
+            gaps.append(step - last[piece])
+        last[piece] = step
+    assert min(gaps) >= 8 and np.median(gaps) == 16

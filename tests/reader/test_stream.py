@@ -56,6 +56,46 @@ def test_every_sample_equals_the_reference(request: pytest.FixtureRequest, datas
     assert _check_all(stream, ReferenceDataset(root, delta_timestamps=WINDOWS)) == total
 
 
+@pytest.mark.parametrize(("threads", "ahead"), [(0, 0), (1, 1), (3, 20)], ids=["inline", "1x1", "3x20"])
+def test_samples_are_the_same_however_many_decode_threads(
+    small: tuple[Path, Path], threads: int, ahead: int
+) -> None:
+    def items(**kwargs: int) -> list[dict]:
+        return list(EpisodeStream(small[1], delta_timestamps=WINDOWS, episode_pool_size=3, seed=7, **kwargs))
+
+    want = items()
+    got = items(decode_threads=threads, decode_ahead=ahead)
+    assert len(got) == len(want) == 69
+    for g, w in zip(got, want, strict=True):
+        assert_items_equal(g, w, context=f"episode {int(w['episode_index'])} frame {int(w['frame_index'])}")
+
+
+def test_each_piece_is_decoded_forward_in_runs(
+    small: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import reader.decode
+
+    requests: dict[str, list[int]] = {}
+
+    class Recording(reader.decode.VideoDecoder):  # type: ignore[misc]
+        def __init__(self, path: str, **kwargs: object) -> None:
+            super().__init__(path, **kwargs)
+            self._asked = requests.setdefault(path, [])
+
+        def get_frames_at(self, indices: list[int]):  # type: ignore[no-untyped-def]
+            self._asked.extend(indices)
+            return super().get_frames_at(indices=indices)
+
+    monkeypatch.setattr(reader.decode, "VideoDecoder", Recording)
+    list(EpisodeStream(small[1], episode_pool_size=3, seed=7, decode_threads=2, return_uint8=True))
+    lengths = [8, 22, 8, 21, 4, 5, 1]
+    assert sum(len(asked) for asked in requests.values()) == 2 * sum(lengths)  # every frame decoded once
+    for path, asked in requests.items():
+        jumps = sum(1 for a, b in zip(asked, asked[1:], strict=False) if b != a + 1)
+        assert sorted(asked) == list(range(len(asked))), path
+        assert jumps <= len(asked) // 8, f"{path}: {asked}"  # a seek only where a run of 8 starts
+
+
 @pytest.mark.parametrize("seek_mode", ["approximate", "exact"])
 def test_uint8_transforms_and_no_windows_equal_the_reference(
     small: tuple[Path, Path], seek_mode: str
@@ -239,6 +279,13 @@ def test_rows_that_disagree_with_meta_are_a_dataset_error(small: tuple[Path, Pat
         ({"seed": -1}, ValueError, r"Invalid seed \(-1\)"),
         ({"image_transforms": 3}, ValueError, r"Invalid image_transforms \(3\)"),
         ({"decode_device": "tpu"}, ValueError, r"Invalid decode_device \('tpu'\)"),
+        ({"decode_threads": -1}, ValueError, r"Invalid decode_threads \(-1\)\. Expected an integer >= 0\."),
+        ({"decode_ahead": -1}, ValueError, r"Invalid decode_ahead \(-1\)\. Expected an integer >= 0\."),
+        (
+            {"decoder_cache_size": 5, "episode_pool_size": 3},
+            ValueError,
+            r"Invalid decoder_cache_size \(5\)\. Expected at least episode_pool_size x cameras \(3 x 2 = 6\)",
+        ),
     ],
     ids=[
         "off-grid",
@@ -252,6 +299,9 @@ def test_rows_that_disagree_with_meta_are_a_dataset_error(small: tuple[Path, Pat
         "seed",
         "transforms",
         "device",
+        "threads",
+        "ahead",
+        "decoders",
     ],
 )
 def test_bad_arguments_are_refused(small: tuple[Path, Path], kwargs: dict, error: type, message: str) -> None:
