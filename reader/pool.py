@@ -280,12 +280,18 @@ class Consumer:
             ThreadPoolExecutor(max_workers=threads, thread_name_prefix="lrs-decode") if threads else None
         )
         ahead: deque[tuple[Step, _Slot, Future[_Built] | None]] = deque()
+        latest: dict[int, Future[_Built]] = {}  # piece -> its newest job, which its next one waits for
         try:
             for step in self.emission.steps(self.start):
                 for piece in step.admitted:
                     pool.admit(piece)
                 slot = pool[step.piece]
-                job = executor.submit(self._build, pool, slot, step.frame) if executor else None
+                job = None
+                if executor is not None:
+                    job = executor.submit(self._build, pool, slot, step.frame, latest.get(step.piece))
+                    latest[step.piece] = job
+                    if step.last:
+                        del latest[step.piece]
                 ahead.append((step, slot, job))
                 if len(ahead) > self._options.decode_ahead:
                     yield self._hand_out(pool, *ahead.popleft())
@@ -320,9 +326,18 @@ class Consumer:
         self.position = step.step + 1
         return item
 
-    def _build(self, pool: EpisodePool, slot: _Slot, frame: int) -> _Built:
+    def _build(
+        self, pool: EpisodePool, slot: _Slot, frame: int, after: Future[_Built] | None = None
+    ) -> _Built:
         """The item at `frame` of `slot` (its frames decoded, before transforms), the frames decoded and
-        the seconds spent decoding. Runs on a decode thread when there are any."""
+        the seconds spent decoding. Runs on a decode thread when there are any.
+
+        `after` is the piece's previous job: its decoders must see the piece's frames in emission order
+        (forward), not in whichever order two threads reach them. The thread pool runs jobs in the order
+        they were submitted, so that job has already started.
+        """
+        if after is not None:
+            after.exception()  # waits; its error, if any, is raised where its own item is handed out
         tabular, queries = slot.rows.sample(frame, self._options.windows, self._video_keys)
         began = time.perf_counter()
         frames = {

@@ -11,10 +11,13 @@ An epoch is built in four steps, each a small function over numpy arrays:
    never hangs. The last `total % world_size` frames of the stream are dropped: at most `world_size - 1`
    frames per epoch, and different ones every epoch when shuffled. If `total < world_size`, `S = 0` and
    every rank is empty.
-3. `worker_range`: a rank's slice is cut the same way into `max(1, num_workers)` contiguous parts whose
-   sizes differ by at most one (the first `S % num_workers` workers get one more frame; a worker may
-   be empty). `consumer_pieces` turns a consumer's range into `Piece`s: contiguous frame ranges of one
-   episode each; an episode cut at a boundary becomes a partial piece on two consumers.
+3. `worker_share`: a rank's DataLoader workers share its pieces. The rank's frame stream is cut into
+   runs of `RUN_FRAMES` positions, dealt to the `max(1, num_workers)` workers in turn, so every worker
+   holds a share of every piece of its rank (`deal`): the workers' pools hold the same episodes at the
+   same time (a video is fetched once per node, at about the same time for every worker), and a
+   worker's pool can hold as many episodes as its rank has, not a 1/num_workers slice of them. A
+   worker's share of the epoch, `worker_share`, depends on nothing but the rank's sample count: the
+   shares differ by at most `RUN_FRAMES` and are the same every epoch.
 4. `Emission`: a consumer admits its pieces in order into a pool of up to K and emits in rounds; see
    the class docstring.
 """
@@ -42,7 +45,7 @@ __all__ = [
     "epoch_order",
     "rank_range",
     "samples_per_rank",
-    "worker_range",
+    "worker_share",
 ]
 
 # Domain tags keep the (seed, epoch) stream of the episode order apart from the consumers' streams.
@@ -172,13 +175,66 @@ def rank_range(total_frames: int, world_size: int, rank: int) -> tuple[int, int]
     return rank * size, (rank + 1) * size
 
 
-def worker_range(rank_samples: int, num_workers: int, worker: int) -> tuple[int, int]:
-    """Half-open range, within a rank's slice, of one worker; part sizes differ by at most one."""
-    parts = max(1, _check_int("num_workers", num_workers, 0))
-    worker = _check_int("worker", worker, 0, parts)
-    base, extra = divmod(_check_int("rank_samples", rank_samples, 0), parts)
-    start = worker * base + min(worker, extra)
-    return start, start + base + (worker < extra)
+def worker_share(rank_samples: int, num_workers: int, worker: int) -> int:
+    """Samples per epoch of one worker of a rank: its runs of the rank's frame stream (see `deal`)."""
+    lanes = max(1, _check_int("num_workers", num_workers, 0))
+    worker = _check_int("worker", worker, 0, lanes)
+    full, rest = divmod(_check_int("rank_samples", rank_samples, 0), lanes * RUN_FRAMES)
+    return full * RUN_FRAMES + min(max(rest - worker * RUN_FRAMES, 0), RUN_FRAMES)
+
+
+@dataclass(frozen=True)
+class Share:
+    """One consumer's share of its rank's pieces (arrays, one entry per piece it emits from).
+
+    A piece's frames, in the order the consumer emits them when shuffling: the `head` frames from the
+    piece's start (the consumer's first run, cut by the piece's start), then `runs` whole runs of
+    `RUN_FRAMES` frames (run j starts at frame `full0 + j * stride`; shuffled, they come in a random
+    order), then the `tail` frames from frame `tail0` (its last run, cut by the piece's end).
+    """
+
+    rows: np.ndarray  # (episode, start, stop) of the rank's pieces that this consumer emits from
+    length: np.ndarray  # frames this consumer emits of each
+    head: np.ndarray
+    full0: np.ndarray
+    runs: np.ndarray
+    stride: int
+    tail0: np.ndarray
+
+
+def deal(rows: np.ndarray, offsets: np.ndarray, num_workers: int, worker: int) -> Share:
+    """The share of `worker` in a rank's pieces `rows` (episode, start, stop) whose first frames sit at
+    `offsets` in the rank's frame stream.
+
+    With one worker every frame is its own, and the runs lie on each episode's grid of `RUN_FRAMES`
+    (frame 0, 8, 16, ...). With W > 1, run k of the rank's stream (positions [k*R, (k+1)*R)) belongs to
+    worker k % W; a run that straddles two pieces gives that worker the end of one and the start of the
+    next.
+    """
+    lanes, size = max(1, num_workers), RUN_FRAMES
+    start, stop = rows[:, 1], rows[:, 2]
+    shift = offsets - start if lanes > 1 else np.zeros_like(start)  # a frame's position in the run grid
+    x0, x1 = start + shift, stop + shift
+    k0, k1 = x0 // size, (x1 - 1) // size
+    first, last = k0 + (worker - k0) % lanes, k1 - (k1 - worker) % lanes  # this worker's first/last run
+    cut_head = (first == k0) & (x0 > k0 * size)
+    head = np.where(cut_head, np.minimum((k0 + 1) * size, x1) - x0, 0)
+    first_full = np.where(cut_head, first + lanes, first)
+    cut_tail = ((last + 1) * size > x1) & ~(cut_head & (last == k0))
+    tail = np.where(cut_tail, x1 - last * size, 0)
+    last_full = np.where(cut_tail, last - lanes, last)
+    runs = np.where(last_full >= first_full, (last_full - first_full) // lanes + 1, 0)
+    length = np.where(first <= last, head + runs * size + tail, 0)
+    keep = length > 0
+    return Share(
+        rows=rows[keep],
+        length=length[keep],
+        head=head[keep],
+        full0=(first_full * size - shift)[keep],
+        runs=runs[keep],
+        stride=lanes * size,
+        tail0=(last * size - shift)[keep],
+    )
 
 
 def _cut(order: np.ndarray, lengths: np.ndarray, low: int, high: int) -> np.ndarray:
@@ -197,14 +253,15 @@ def _cut(order: np.ndarray, lengths: np.ndarray, low: int, high: int) -> np.ndar
     return rows[rows[:, 2] > rows[:, 1]]
 
 
-def _consumer_rows(
+def _consumer_share(
     lengths: Sequence[int] | np.ndarray, *, seed: int, epoch: int, shuffle: bool, topology: Topology
-) -> np.ndarray:
+) -> Share:
     lengths = _as_lengths(lengths)
     order = epoch_order(lengths.size, seed=seed, epoch=epoch, shuffle=shuffle)
     rank_low, rank_high = rank_range(int(lengths.sum()), topology.world_size, topology.rank)
-    low, high = worker_range(rank_high - rank_low, topology.num_workers, topology.worker)
-    return _cut(order, lengths, rank_low + low, rank_low + high)
+    rows = _cut(order, lengths, rank_low, rank_high)
+    offsets = np.cumsum(rows[:, 2] - rows[:, 1]) - (rows[:, 2] - rows[:, 1])
+    return deal(rows, offsets, topology.num_workers, topology.worker)
 
 
 def consumer_pieces(
@@ -220,10 +277,11 @@ def consumer_pieces(
         topology: The consumer.
 
     Returns:
-        Contiguous frame ranges whose lengths sum to this consumer's share (possibly zero).
+        The rank's pieces (contiguous frame ranges of one episode) that this consumer emits frames of;
+        with several workers, each emits its runs of every piece (see `deal`).
     """
-    rows = _consumer_rows(lengths, seed=seed, epoch=epoch, shuffle=shuffle, topology=topology)
-    return [Piece(*row) for row in rows.tolist()]
+    share = _consumer_share(lengths, seed=seed, epoch=epoch, shuffle=shuffle, topology=topology)
+    return [Piece(*row) for row in share.rows.tolist()]
 
 
 def _piece_rows(pieces: Sequence[Piece] | np.ndarray) -> np.ndarray:
@@ -291,25 +349,56 @@ def _permute_within(keys: np.ndarray, piece: np.ndarray, t: np.ndarray, length: 
 
 
 def _run_frames(
-    keys: np.ndarray, piece: np.ndarray, t: np.ndarray, start: np.ndarray, length: np.ndarray
+    keys: np.ndarray | None,
+    share: Share,
+    piece: np.ndarray,
+    t: np.ndarray,
+    in_order: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Offset (from the piece's start) of the frame a piece emits `t`-th: its frames in runs.
+    """The frame (episode frame index) that each `piece` emits `t`-th: its share's frames in runs.
 
-    The piece's frames are cut on the episode's grid of `RUN_FRAMES` (a head before the first multiple,
-    whole runs, a tail). The head comes first and the tail last; the whole runs come in a pseudo-random
-    order (one permutation per piece), each read front to back. So a decoder that follows a piece reads
-    forward and seeks only at the start of a run, while a piece's position in its episode still jumps
-    at random every `RUN_FRAMES` emissions.
+    The run sequence of a piece: the head first, then the whole runs in a pseudo-random order (one
+    permutation per piece, from `keys`; None keeps them in order), each read front to back, then the
+    tail. A decoder that follows a piece reads forward and seeks only where a run starts, while the
+    piece's position in its episode still jumps at random every `RUN_FRAMES` samples.
+
+    `in_order[p]` (default: all) is how many of that sequence's frames piece p emits in it; the rest
+    come in a pseudo-random order. The consumer's last rounds use this (see `Emission`): once the pool
+    can no longer be refilled it shrinks below a batch, and a piece read forward would put neighbouring
+    frames of one episode into one batch.
     """
-    head = np.minimum((-start) % RUN_FRAMES, length)
-    runs = (length - head) // RUN_FRAMES
+    if in_order is not None:
+        prefix = in_order[piece]
+        rest = np.flatnonzero(t >= prefix)
+        if rest.size:
+            t = t.copy()
+            left = share.length[piece[rest]] - prefix[rest]
+            t[rest] = prefix[rest] + _permute_within(
+                keys[::-1] ^ _GOLDEN, piece[rest], t[rest] - prefix[rest], left
+            )
+    head, runs = share.head[piece], share.runs[piece]
     u = t - head
+    frame = share.rows[piece, 1] + t  # the head
     inside = np.flatnonzero((u >= 0) & (u < runs * RUN_FRAMES))
-    offset = t.copy()
     if inside.size:
-        run = _permute_within(keys, piece[inside], u[inside] // RUN_FRAMES, runs[inside])
-        offset[inside] = head[inside] + run * RUN_FRAMES + u[inside] % RUN_FRAMES
-    return offset
+        run = u[inside] // RUN_FRAMES
+        if keys is not None:
+            run = _permute_within(keys, piece[inside], run, runs[inside])
+        frame[inside] = share.full0[piece[inside]] + run * share.stride + u[inside] % RUN_FRAMES
+    tail = np.flatnonzero(u >= runs * RUN_FRAMES)
+    frame[tail] = share.tail0[piece[tail]] + u[tail] - runs[tail] * RUN_FRAMES
+    return frame
+
+
+def _in_order_prefix(share: Share, first: np.ndarray) -> np.ndarray:
+    """Frames of each piece's run sequence emitted in it: those of the runs begun before the last piece
+    starts (from that round on, the pool is never refilled and only shrinks)."""
+    drain = int(first[-1])
+    emitted = np.clip(drain - first, 0, share.length)
+    head, whole = share.head, share.head + share.runs * RUN_FRAMES
+    runs_begun = -(-(emitted - head) // RUN_FRAMES)  # ceil: a run in progress is finished in order
+    prefix = np.where(emitted <= head, np.where(emitted > 0, head, 0), head + runs_begun * RUN_FRAMES)
+    return np.where(prefix >= whole, share.length, np.minimum(prefix, share.length))
 
 
 def _round_major(key: np.uint64, rnd: np.ndarray, piece: np.ndarray) -> np.ndarray:
@@ -434,18 +523,24 @@ class Emission:
 
     def __init__(
         self,
-        pieces: Sequence[Piece] | np.ndarray,
+        pieces: Sequence[Piece] | np.ndarray | Share,
         *,
         pool_size: int,
         shuffle: bool,
         stream: np.random.SeedSequence,
     ) -> None:
-        rows = _piece_rows(pieces)
+        if isinstance(pieces, Share):
+            share = pieces
+        else:  # pieces one consumer emits whole
+            rows = _piece_rows(pieces)
+            share = deal(rows, np.zeros(len(rows), dtype=np.int64), 1, 0)
+        rows = share.rows
+        self._share = share
         self.pool_size = _check_int("pool_size", pool_size, 1)
         self.shuffle = bool(shuffle)
         keys = stream.generate_state(1 + _FEISTEL_ROUNDS, dtype=np.uint64)
         self._round_key, self._frame_keys = keys[0], keys[1:]
-        self._episodes, self._starts, self._lengths = rows[:, 0], rows[:, 1], rows[:, 2] - rows[:, 1]
+        self._episodes, self._starts, self._lengths = rows[:, 0], rows[:, 1], share.length
         self._offsets = np.concatenate([[0], np.cumsum(self._lengths)]).astype(np.int64)
         self.total = int(self._offsets[-1])
         if not rows.size:
@@ -463,6 +558,7 @@ class Emission:
 
     def _plan_rounds(self) -> None:
         self._first = _start_rounds(self._lengths, self.pool_size)
+        self._in_order = _in_order_prefix(self._share, self._first)
         self._last = self._first + self._lengths - 1
         self._round_offsets = _round_offsets(self._first, self._last)
         self._departure = _departure_steps(self._round_key, self._first, self._last, self._round_offsets)
@@ -487,11 +583,16 @@ class Emission:
         return Piece(
             int(self._episodes[index]),
             int(self._starts[index]),
-            int(self._starts[index] + self._lengths[index]),
+            int(self._share.rows[index, 2]),
         )
 
     def _columns(self) -> tuple[list[int], list[int], list[int]]:
-        return self._episodes.tolist(), self._starts.tolist(), (self._starts + self._lengths).tolist()
+        return self._episodes.tolist(), self._starts.tolist(), self._share.rows[:, 2].tolist()
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Frames this consumer emits of each piece (its share of it; see `deal`)."""
+        return self._lengths
 
     @property
     def admission_steps(self) -> np.ndarray:
@@ -560,7 +661,7 @@ class Emission:
             step = np.arange(low, min(low + _BLOCK_STEPS, self.total), dtype=np.int64)
             piece = np.searchsorted(self._offsets, step, side="right") - 1
             t = step - self._offsets[piece]
-            yield low, piece, self._starts[piece] + t, t == self._lengths[piece] - 1
+            yield low, piece, _run_frames(None, self._share, piece, t), t == self._lengths[piece] - 1
 
     def _shuffled_blocks(self, start: int) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
         first, last, offsets = self._first, self._last, self._round_offsets
@@ -575,13 +676,11 @@ class Emission:
             newcomers = int(np.searchsorted(first, r1 - 1, side="right"))
             pool = np.concatenate([active, np.arange(fresh, newcomers, dtype=np.int64)])
             piece, rnd = self._round_block(pool, r0, r1)
-            t = _run_frames(
-                self._frame_keys, piece, rnd - first[piece], self._starts[piece], self._lengths[piece]
-            )
+            frame = _run_frames(self._frame_keys, self._share, piece, rnd - first[piece], self._in_order)
             yield (
                 int(offsets[r0]) + skip,
                 piece[skip:],
-                (self._starts[piece] + t)[skip:],
+                frame[skip:],
                 (rnd == last[piece])[skip:],
             )
             active, fresh, r0, skip = pool[last[pool] >= r1], newcomers, r1, 0
@@ -639,10 +738,9 @@ class Schedule:
 
     def worker_samples(self) -> tuple[int, ...]:
         """Samples per epoch of each worker of a rank (the same on every rank and every epoch)."""
-        ranges = (
-            worker_range(self.samples_per_rank, self.num_workers, w) for w in range(max(1, self.num_workers))
+        return tuple(
+            worker_share(self.samples_per_rank, self.num_workers, w) for w in range(max(1, self.num_workers))
         )
-        return tuple(high - low for low, high in ranges)
 
     def topology(self, rank: int, worker: int) -> Topology:
         """The consumer (rank, worker) of this run."""
@@ -659,7 +757,7 @@ class Schedule:
         """The emission plan of consumer (rank, worker) in `epoch`."""
         topology = self.topology(rank, worker)
         return Emission(
-            _consumer_rows(
+            _consumer_share(
                 self.lengths, seed=self.seed, epoch=epoch, shuffle=self.shuffle, topology=topology
             ),
             pool_size=self.pool_size,

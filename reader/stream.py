@@ -38,6 +38,17 @@ DEFAULT_DECODE_AHEAD = 8
 FETCH_THREADS = 8
 
 
+def default_pool_size(batch_size: int | None) -> int:
+    """The default `episode_pool_size`: max(16, ceil(1.25 x batch_size)).
+
+    A batch then fits in one round of the pool with room for the pieces that come and go during it, so
+    it rarely holds one episode twice (measured: `scripts/bench_reader.py`, mixing).
+    """
+    if batch_size is None:
+        return DEFAULT_POOL_SIZE
+    return max(DEFAULT_POOL_SIZE, -(-5 * check_int("batch_size", batch_size, 1) // 4))
+
+
 class EpisodeStream(IterableDataset):
     """Every frame of the selected episodes once per epoch, value-identical to lerobot's `LeRobotDataset`.
 
@@ -50,7 +61,11 @@ class EpisodeStream(IterableDataset):
         source: the dataset (a path or URL, see `cache.remote.resolve`), lrs/1 or plain v3.
         delta_timestamps: seconds relative to each sample, per key (lerobot's windows).
         episodes: episode indices to read (default: all), read in ascending order.
-        episode_pool_size: episodes each consumer holds and mixes frames from (K).
+        episode_pool_size: episodes each consumer holds and mixes frames from (K). Default:
+            `default_pool_size(batch_size)`, max(16, 1.25 x batch_size). The pool is visited in one
+            cyclic order, so a batch smaller than the pool holds each episode at most once while the
+            pool is full.
+        batch_size: the DataLoader's batch size, when known: the default pool follows it.
         shuffle: shuffle episodes and frames; False reads sequentially.
         seed: the run's seed; the order is a pure function of it, the epoch and the topology.
         rank, world_size: default from torch.distributed when initialized, else the RANK and WORLD_SIZE
@@ -86,7 +101,8 @@ class EpisodeStream(IterableDataset):
         *,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         episodes: Sequence[int] | None = None,
-        episode_pool_size: int = DEFAULT_POOL_SIZE,
+        episode_pool_size: int | None = None,
+        batch_size: int | None = None,
         shuffle: bool = True,
         seed: int = 0,
         rank: int | None = None,
@@ -105,6 +121,8 @@ class EpisodeStream(IterableDataset):
         decode_ahead: int = DEFAULT_DECODE_AHEAD,
     ) -> None:
         super().__init__()
+        if episode_pool_size is None:
+            episode_pool_size = default_pool_size(batch_size)
         check_int("episode_pool_size", episode_pool_size, 1)
         check_int("prefetch_episodes", prefetch_episodes, 0)
         check_int("decode_threads", decode_threads, 0)

@@ -167,7 +167,12 @@ def _node_block(
 @click.option(
     "--pool-size",
     type=click.IntRange(1),
-    help="EpisodeStream episode_pool_size [default: EpisodeStream's].",
+    help="EpisodeStream episode_pool_size [default: EpisodeStream's, max(16, 1.25 x --batch-size)].",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1),
+    help="EpisodeStream batch_size (the default pool follows it), as training passes it.",
 )
 @click.option("--shuffle/--no-shuffle", default=True, show_default=True, help="EpisodeStream shuffle.")
 @click.option(
@@ -212,6 +217,7 @@ def prewarm_command(
     seed: int,
     epoch: int,
     pool_size: int | None,
+    batch_size: int | None,
     shuffle: bool,
     episode_indices: tuple[int, ...] | None,
     episodes_per_consumer: int | None,
@@ -224,17 +230,18 @@ def prewarm_command(
 
     URL is the dataset as training opens it (lrs/1 or plain v3). The plan is the reader's own schedule,
     so every option that shapes it must match the training run: EpisodeStream(URL, episodes=,
-    episode_pool_size=, shuffle=, seed=, world_size=, cache_dir=DIR, cache_max_bytes=), its set_epoch(),
+    episode_pool_size= or batch_size=, shuffle=, seed=, world_size=, cache_dir=DIR, cache_max_bytes=),
+    its set_epoch(),
     and the DataLoader's num_workers. Run it on each node with that node's --node-rank (or --ranks).
 
     Without --episodes or --max-bytes it fetches everything the node reads in one epoch, within the
     cache budget. Files already cached are skipped, so a rerun resumes an interrupted prewarm.
     """
-    from reader.stream import DEFAULT_POOL_SIZE
+    from reader.stream import default_pool_size
     from reshard.prewarm import prewarm
 
     topology = node_ranks(world_size, ranks, node_rank, nnodes, nproc_per_node)
-    pool = DEFAULT_POOL_SIZE if pool_size is None else pool_size
+    pool = default_pool_size(batch_size) if pool_size is None else pool_size
     try:
         summary = prewarm(
             url,

@@ -30,11 +30,76 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import psutil
+from torch.utils.data import IterableDataset
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.servers (the loopback HTTP server with injected latency)
 
 WARMUP_BATCHES = 5
+# The two frame modes of LeRobot's streaming benchmark: one frame of every camera; and SARM's, an action
+# window of 8 steps spaced 1 s (and one frame of every camera).
+MODES: dict[str, dict[str, list[float]] | None] = {
+    "single": None,
+    "sarm": {"action": [float(s) for s in range(8)]},
+}
+NEAR_FRAMES = 2
+
+
+def mixing(batches: list[list[tuple[int, int]]]) -> dict[str, float]:
+    """How well batches mix, over full batches of (episode, frame) pairs.
+
+    - distinct_episodes_per_batch: distinct episodes / batch size, averaged;
+    - near_fraction_of_same_episode_pairs: of the pairs of samples of one batch from the same episode,
+      the fraction at most NEAR_FRAMES frames apart (near-duplicates);
+    - near_pairs_per_batch: such near-duplicate pairs per batch;
+    - same_episode_pairs_per_batch: pairs of one batch from the same episode.
+    """
+    size = max(len(b) for b in batches)
+    full = [b for b in batches if len(b) == size]
+    distinct, same, near = [], 0, 0
+    for batch in full:
+        distinct.append(len({e for e, _ in batch}) / size)
+        frames: dict[int, list[int]] = {}
+        for e, f in batch:
+            frames.setdefault(e, []).append(f)
+        for fs in frames.values():
+            for i, a in enumerate(fs):
+                for b in fs[i + 1 :]:
+                    same += 1
+                    near += abs(a - b) <= NEAR_FRAMES
+    return {
+        "distinct_episodes_per_batch": sum(distinct) / len(distinct),
+        "near_fraction_of_same_episode_pairs": near / same if same else 0.0,
+        "near_pairs_per_batch": near / len(full),
+        "same_episode_pairs_per_batch": same / len(full),
+    }
+
+
+def uniform_batches(lengths: list[int], batch_size: int, seed: int) -> list[list[tuple[int, int]]]:
+    """Batches of a shuffled map-style dataset (torch's RandomSampler): a uniform permutation of frames."""
+    import numpy as np
+
+    frames = [(e, f) for e, n in enumerate(lengths) for f in range(n)]
+    order = np.random.default_rng(seed).permutation(len(frames)).tolist()
+    return [[frames[i] for i in order[k : k + batch_size]] for k in range(0, len(order), batch_size)]
+
+
+def stream_batches(root: str, batch_size: int, workers: int) -> list[list[tuple[int, int]]]:
+    """The batches `EpisodeStream(root, batch_size=...)` yields through a DataLoader with `workers`, from
+    its schedule alone (the order is a pure function of it): each worker batches its own stream and the
+    DataLoader takes batches from the workers in turn."""
+    from reader import EpisodeStream
+
+    stream = EpisodeStream(root, seed=0, batch_size=batch_size)
+    schedule = stream.schedule(workers)
+    chunks = []
+    for worker in range(max(1, workers)):
+        emission = schedule.emission(0, 0, worker)
+        pieces, frames = emission.arrays()
+        episodes = [stream.episodes[emission.piece(p).episode] for p in pieces.tolist()]
+        pairs = list(zip(episodes, frames.tolist(), strict=True))
+        chunks.append([pairs[i : i + batch_size] for i in range(0, len(pairs), batch_size)])
+    return [c[k] for k in range(max(len(c) for c in chunks)) for c in chunks if k < len(c)]
 
 
 # --- the dataset -------------------------------------------------------------------------------------
@@ -93,7 +158,7 @@ def build_hevc(workdir: Path, v3: Path) -> Path:
 def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
     """Iterate one epoch of `EpisodeStream` through a DataLoader; measure it."""
     import torch
-    from torch.utils.data import DataLoader, IterableDataset
+    from torch.utils.data import DataLoader
 
     from cache import aggregate_stats
     from reader import EpisodeStream, collate
@@ -105,28 +170,27 @@ def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
         server = RangeServer(source, faults=Faults(latency_s=case["http_latency_s"])).start()
         source = server.url
     cache_dir = tempfile.mkdtemp(prefix="lrs-bench-cache-")
-    reports: Any = multiprocessing.get_context("fork").Queue()
-
-    class Reporting(IterableDataset):
-        """Sends each consumer's reader counters home once its stream ends."""
-
-        def __init__(self, stream: EpisodeStream) -> None:
-            self.stream = stream
-
-        def __iter__(self):  # type: ignore[no-untyped-def]
-            yield from self.stream
-            reports.put(self.stream.stats().to_dict())
+    reports: Any = multiprocessing.get_context(case.get("context") or "fork").Queue()
 
     try:
         cpu = _cpu_seconds()
         began = time.perf_counter()
-        stream = EpisodeStream(source, cache_dir=cache_dir, return_uint8=True, seed=0, **case["stream"])
+        stream = EpisodeStream(
+            source,
+            cache_dir=cache_dir,
+            return_uint8=case.get("uint8", True),
+            seed=0,
+            batch_size=case["batch_size"],
+            delta_timestamps=MODES[case.get("mode", "single")],
+            **case["stream"],
+        )
         opened = time.perf_counter() - began
         loader = DataLoader(
-            Reporting(stream),
+            Reporting(stream, reports),
             batch_size=case["batch_size"],
             num_workers=case["workers"],
             collate_fn=collate if case.get("collate") else None,
+            multiprocessing_context=case.get("context") if case["workers"] else None,
         )
         timing = _iterate(loader, began, case["batch_size"])
         stats = [reports.get(timeout=60) for _ in range(max(1, case["workers"]))]
@@ -150,6 +214,18 @@ def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
         shutil.rmtree(cache_dir, ignore_errors=True)
 
 
+class Reporting(IterableDataset):
+    """Sends each consumer's reader counters home once its stream ends (module level: it pickles into
+    spawned workers)."""
+
+    def __init__(self, stream: Any, reports: Any) -> None:
+        self.stream, self.reports = stream, reports
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        yield from self.stream
+        self.reports.put(self.stream.stats().to_dict())
+
+
 def _cpu_seconds() -> float:
     """CPU time of this process and of its children that have been waited for."""
     t = os.times()
@@ -159,25 +235,28 @@ def _cpu_seconds() -> float:
 def _iterate(loader: Any, began: float, batch_size: int) -> dict[str, Any]:
     first = warm = None
     samples = warm_samples = 0
-    ratios = []
+    arrivals, batches = [], []
     for i, batch in enumerate(loader):
         now = time.perf_counter()
         episodes = batch["episode_index"].tolist()
+        batches.append(list(zip(episodes, batch["frame_index"].tolist(), strict=True)))
         samples += len(episodes)
-        if len(episodes) == batch_size:
-            ratios.append(len(set(episodes)) / batch_size)
         if first is None:
             first = now - began
+        if i + 1 >= WARMUP_BATCHES:
+            arrivals.append(now)
         if i + 1 == WARMUP_BATCHES:
             warm, warm_samples = now, samples
     end = time.perf_counter()
     if warm is None:
         raise RuntimeError(f"only {samples} samples: too few batches to measure after warm-up")
+    gaps = sorted(1000 * (b - a) for a, b in zip(arrivals, arrivals[1:], strict=False))
     return {
         "samples": samples,
         "first_batch_s": first,
         "samples_per_s": (samples - warm_samples) / (end - warm),
-        "distinct_episodes_per_batch": sum(ratios) / len(ratios),
+        **{f"batch_ms_p{q}": gaps[min(len(gaps) - 1, len(gaps) * q // 100)] for q in (50, 95, 99)},
+        **mixing(batches),
     }
 
 
@@ -185,7 +264,7 @@ def run_decode_only_case(case: dict[str, Any]) -> dict[str, Any]:
     """The same frames each DataLoader worker emits, decoded in a tight loop, one process per worker."""
     from reader import EpisodeStream
 
-    stream = EpisodeStream(case["root"], seed=0, **case["stream"])
+    stream = EpisodeStream(case["root"], seed=0, batch_size=case["batch_size"], **case["stream"])
     workers = max(1, case["workers"])
     schedule = stream.schedule(case["workers"])
     jobs = []
@@ -213,37 +292,51 @@ def run_decode_only_case(case: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class Prebuilt(IterableDataset):
+    """`total` copies of one reader item (frames as torchcodec returns them, rows), split over workers."""
+
+    def __init__(self, template: dict[str, Any], total: int) -> None:
+        self.template, self.total = template, total
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        import torch
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+        for i in range(worker, self.total, workers):
+            yield {**self.template, "index": torch.tensor(i), "episode_index": torch.tensor(i)}
+
+
 def run_loader_only_case(case: dict[str, Any]) -> dict[str, Any]:
-    """The DataLoader alone: items shaped like the reader's (frames as torchcodec returns them, rows),
-    made without reading or decoding, collated and sent across processes the same way."""
-    import torch
-    from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+    """The DataLoader alone: items shaped like the reader's, made without reading or decoding, collated
+    and sent across processes the same way (same dtype, collate, workers and start method)."""
+    from torch.utils.data import DataLoader
 
     from reader import EpisodeStream, collate
 
-    stream = EpisodeStream(case["root"], return_uint8=True, seed=0, **case["stream"])
+    stream = EpisodeStream(
+        case["root"],
+        return_uint8=case["uint8"],
+        seed=0,
+        delta_timestamps=MODES[case["mode"]],
+        decode_threads=0,
+    )
     template = next(iter(stream))
-    total = len(stream)
-
-    class Prebuilt(IterableDataset):
-        def __iter__(self):  # type: ignore[no-untyped-def]
-            info = get_worker_info()
-            workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
-            for i in range(worker, total, workers):
-                yield {**template, "index": torch.tensor(i)}
-
     cpu = _cpu_seconds()
     began = time.perf_counter()
     loader = DataLoader(
-        Prebuilt(),
+        Prebuilt(template, len(stream)),
         batch_size=case["batch_size"],
         num_workers=case["workers"],
         collate_fn=collate if case.get("collate") else None,
+        multiprocessing_context=case.get("context") if case["workers"] else None,
     )
     timing = _iterate(loader, began, case["batch_size"])
     del loader
     cpu = _cpu_seconds() - cpu
-    return {**timing, "cpu_ms_per_sample": 1000 * cpu / timing["samples"]}
+    keep = ("samples", "first_batch_s", "samples_per_s", "batch_ms_p50", "batch_ms_p95", "batch_ms_p99")
+    return {**{k: timing[k] for k in keep}, "cpu_ms_per_sample": 1000 * cpu / timing["samples"]}
 
 
 def _decode_loop(root: str, job: list[tuple[list[str], int]]) -> int:
@@ -264,34 +357,46 @@ import json, os, sys, time
 import torch
 from torch.utils.data import DataLoader
 began = time.perf_counter()
-from lerobot.datasets.lerobot_dataset import LeRobotDataset
-root, batch_size, workers, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-t = os.times()
-cpu0 = t.user + t.system
-ds = LeRobotDataset("local/bench", root=root, video_backend="torchcodec", return_uint8=True)
-opened = time.perf_counter() - began
-loader = DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
-                    generator=torch.Generator().manual_seed(0))
-first = warm = None
-samples = warm_samples = 0
-ratios = []
-for i, batch in enumerate(loader):
-    now = time.perf_counter()
-    episodes = batch["episode_index"].tolist()
-    samples += len(episodes)
-    if len(episodes) == batch_size:
-        ratios.append(len(set(episodes)) / batch_size)
-    first = now - began if first is None else first
-    if i + 1 == warmup:
-        warm, warm_samples = now, samples
-end = time.perf_counter()
-del loader
-t = os.times()
-cpu = t.user + t.system + t.children_user + t.children_system - cpu0
-print(json.dumps({"samples": samples, "first_batch_s": first, "open_s": opened,
-                  "cpu_ms_per_sample": 1000 * cpu / samples,
-                  "samples_per_s": (samples - warm_samples) / (end - warm),
-                  "distinct_episodes_per_batch": sum(ratios) / len(ratios)}))
+
+
+def main():  # spawned DataLoader workers import this file: run only as __main__
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    root, batch_size, workers, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    context, uint8, delta = sys.argv[5], sys.argv[6] == "uint8", json.loads(sys.argv[7])
+    t = os.times()
+    cpu0 = t.user + t.system
+    ds = LeRobotDataset("local/bench", root=root, video_backend="torchcodec", return_uint8=uint8,
+                        delta_timestamps=delta)
+    opened = time.perf_counter() - began
+    loader = DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
+                        multiprocessing_context=context if workers else None,
+                        generator=torch.Generator().manual_seed(0))
+    first = warm = None
+    samples = warm_samples = 0
+    arrivals, batches = [], []
+    for i, batch in enumerate(loader):
+        now = time.perf_counter()
+        batches.append(list(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist())))
+        samples += len(batches[-1])
+        first = now - began if first is None else first
+        if i + 1 >= warmup:
+            arrivals.append(now)
+        if i + 1 == warmup:
+            warm, warm_samples = now, samples
+    end = time.perf_counter()
+    del loader
+    t = os.times()
+    cpu = t.user + t.system + t.children_user + t.children_system - cpu0
+    gaps = sorted(1000 * (b - a) for a, b in zip(arrivals, arrivals[1:]))
+    print(json.dumps({"samples": samples, "first_batch_s": first, "open_s": opened,
+                      "cpu_ms_per_sample": 1000 * cpu / samples,
+                      "samples_per_s": (samples - warm_samples) / (end - warm),
+                      **{f"batch_ms_p{q}": gaps[min(len(gaps) - 1, len(gaps) * q // 100)] for q in (50, 95, 99)},
+                      "batches": batches}))
+
+
+if __name__ == "__main__":
+    main()
 """
 
 
@@ -356,7 +461,10 @@ def run_child(command: list[str], env: dict[str, str] | None = None) -> dict[str
         out, err = proc.communicate()
     if proc.returncode != 0:
         raise RuntimeError(f"case {command[-1][:200]} failed:\n{err[-3000:]}")
-    return {**json.loads(out.strip().splitlines()[-1]), **watch.report()}
+    result = json.loads(out.strip().splitlines()[-1])
+    if "batches" in result:  # a lerobot case: its batches' (episode, frame) pairs
+        result.update(mixing([[tuple(p) for p in b] for b in result.pop("batches")]))
+    return {**result, **watch.report()}
 
 
 class Case(NamedTuple):
@@ -374,32 +482,46 @@ def reader_case(
     *,
     http: bool,
     kind: str = "reader",
-    collate: bool = False,
+    collate: bool = True,
+    uint8: bool = True,
+    mode: str = "single",
+    workers: int | None = None,
+    context: str | None = None,
     **stream: Any,
 ) -> Case:
     case = {
         "kind": kind,
         "collate": collate,
+        "uint8": uint8,
+        "mode": mode,
+        "context": context or args.context,
         "root": str(root),
         "http_latency_s": args.latency_ms / 1000 if http else None,
-        "workers": args.workers,
+        "workers": args.workers if workers is None else workers,
         "batch_size": args.batch_size,
-        "stream": {"episode_pool_size": args.pool, "prefetch_episodes": args.prefetch, **stream},
+        "stream": {"prefetch_episodes": args.prefetch, **stream},
     }
-    return Case([sys.executable, __file__, "--run-case", json.dumps(case)], settings=case["stream"])
+    settings = {k: case[k] for k in ("collate", "uint8", "mode", "context", "workers")}
+    return Case(
+        [sys.executable, __file__, "--run-case", json.dumps(case)], settings={**settings, **case["stream"]}
+    )
 
 
-def lerobot_case(v3: Path, script: Path, args: argparse.Namespace) -> Case | None:
-    """lerobot's shuffled LeRobotDataset in the reference venv (`lerobot-reference.sh` builds it); None
-    when that venv is absent (never built from here: it is 5 GB)."""
+def lerobot_case(
+    v3: Path, script: Path, args: argparse.Namespace, *, mode: str, uint8: bool = False
+) -> Case | None:
+    """lerobot's shuffled LeRobotDataset (map-style, its defaults: float32 frames) in the reference venv
+    (`lerobot-reference.sh` builds it), through the same DataLoader settings; None when that venv is
+    absent (never built from here: it is 5 GB)."""
     python = args.lerobot_python or Path(os.environ.get("LEROBOT_VENV", "/tmp/lerobot-venv")) / "bin/python"
     if not Path(python).exists():
         print(f"no lerobot reference venv at {python}: skipping the lerobot case", file=sys.stderr)
         return None
     script.write_text(LEROBOT_SCRIPT)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
-    argv = [str(python), str(script), str(v3), str(args.batch_size), str(args.workers), str(WARMUP_BATCHES)]
-    return Case(argv, env=env, optional=True)
+    argv = [str(python), str(script), str(v3), str(args.batch_size), str(args.workers), str(WARMUP_BATCHES),
+            args.context, "uint8" if uint8 else "float32", json.dumps(MODES[mode])]  # fmt: skip
+    return Case(argv, env=env, optional=True, settings={"mode": mode, "uint8": uint8})
 
 
 def run_cases(cases: dict[str, Case], repeat: int) -> dict[str, dict[str, Any]]:
@@ -488,15 +610,25 @@ def main() -> None:
         default=Path(tempfile.gettempdir()) / "lrs-bench-reader",
         help="Where the sample datasets are generated (reused across runs with the same spec).",
     )
-    parser.add_argument("--episodes", type=int, default=40, help="Episodes of the sample.")
+    parser.add_argument("--episodes", type=int, default=48, help="Episodes of the sample.")
     parser.add_argument("--min-length", type=int, default=40, help="Shortest episode, frames.")
     parser.add_argument("--max-length", type=int, default=120, help="Longest episode, frames.")
     parser.add_argument("--cameras", type=int, default=2, help="Cameras of the sample.")
     parser.add_argument("--height", type=int, default=240, help="Frame height, pixels.")
     parser.add_argument("--width", type=int, default=320, help="Frame width, pixels.")
-    parser.add_argument("--batch-size", type=int, default=16, help="DataLoader batch size.")
+    parser.add_argument("--batch-size", type=int, default=32, help="DataLoader batch size.")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers.")
-    parser.add_argument("--pool", type=int, default=16, help="episode_pool_size of the main cases.")
+    parser.add_argument(
+        "--context",
+        default="spawn",
+        choices=["fork", "spawn", "forkserver"],
+        help="DataLoader multiprocessing_context of every case.",
+    )
+    parser.add_argument(
+        "--mixing-batch-sizes",
+        default="8,32,64",
+        help="Batch sizes at which the mixing of EpisodeStream's schedule is compared with a shuffle.",
+    )
     parser.add_argument("--prefetch", type=int, default=8, help="prefetch_episodes of the main cases.")
     parser.add_argument("--latency-ms", type=float, default=30.0, help="Injected latency per HTTP request.")
     parser.add_argument(
@@ -524,78 +656,91 @@ def main() -> None:
         return
 
     v3, lrs = build_dataset(args.workdir, args)
-    planned: dict[str, Case] = {
-        "lrs1-local": reader_case(lrs, args, http=False),
-        # `reader.collate`: one shared buffer per batch instead of one segment and descriptor per key.
-        "lrs1-local-collate": reader_case(lrs, args, http=False, collate=True),
-        "v3-local": reader_case(v3, args, http=False),
-        "lrs1-http": reader_case(lrs, args, http=True),
-        "v3-http": reader_case(v3, args, http=True),
-        "decode-only": reader_case(lrs, args, http=False, kind="decode-only"),
-        "loader-only": reader_case(lrs, args, http=False, kind="loader-only"),
-        "loader-only-collate": reader_case(lrs, args, http=False, kind="loader-only", collate=True),
-    }
-    if not args.no_hevc:
-        hevc = build_hevc(args.workdir, v3)
-        planned["lrs1-hevc-local"] = reader_case(hevc, args, http=False)
-        planned["decode-only-hevc"] = reader_case(hevc, args, http=False, kind="decode-only")
+    planned: dict[str, Case] = {}
     with tempfile.TemporaryDirectory(prefix="lrs-bench-") as scratch:
-        lerobot = None if args.no_lerobot else lerobot_case(v3, Path(scratch) / "lerobot_case.py", args)
-        if lerobot is not None:
-            planned["lerobot-v3-local"] = lerobot
+        for mode in MODES:
+            # lerobot at its defaults (float32 frames), and EpisodeStream at the same settings, then
+            # with uint8 frames and `reader.collate` (convert on the GPU: x.float() / 255).
+            lerobot = (
+                None
+                if args.no_lerobot
+                else lerobot_case(v3, Path(scratch) / "lerobot_case.py", args, mode=mode)
+            )
+            if lerobot is not None:
+                planned[f"lerobot-{mode}"] = lerobot
+            planned[f"lrs1-{mode}"] = reader_case(
+                lrs, args, http=False, mode=mode, uint8=False, collate=False
+            )
+            planned[f"lrs1-{mode}-uint8-collate"] = reader_case(lrs, args, http=False, mode=mode)
+        # No worker processes: two decode threads in the trainer's process, nothing sent between processes.
+        planned["lrs1-single-0workers"] = reader_case(
+            lrs, args, http=False, uint8=False, collate=False, workers=0
+        )
+        planned["lrs1-single-uint8-collate-fork"] = reader_case(lrs, args, http=False, context="fork")
+        planned["lrs1-http"] = reader_case(lrs, args, http=True)
+        planned["v3-local"] = reader_case(v3, args, http=False)
+        planned["decode-only"] = reader_case(lrs, args, http=False, kind="decode-only")
+        planned["loader-only"] = reader_case(
+            lrs, args, http=False, kind="loader-only", uint8=False, collate=False
+        )
+        planned["loader-only-uint8-collate"] = reader_case(lrs, args, http=False, kind="loader-only")
+        if not args.no_hevc:
+            hevc = build_hevc(args.workdir, v3)
+            planned["lrs1-hevc"] = reader_case(hevc, args, http=False)
+            planned["decode-only-hevc"] = reader_case(hevc, args, http=False, kind="decode-only")
         cases = run_cases(planned, args.repeat)
-    limit = cases["decode-only"]["samples_per_s"]
-    # Decoding and the DataLoader's collate + inter-process transport each take their time per sample.
-    both = 1 / (1 / limit + 1 / cases["loader-only"]["samples_per_s"])
+    decode = cases["decode-only"]["samples_per_s"]
+
+    def floor(name: str) -> float:
+        """Decoding and the DataLoader's collate + transport each take their time per sample."""
+        settings = cases[name].get("settings", {})
+        loader = (
+            "loader-only-uint8-collate"
+            if settings.get("uint8") and settings.get("collate")
+            else "loader-only"
+        )
+        if settings.get("workers") == 0:
+            return decode  # nothing crosses a process boundary
+        return 1 / (1 / decode + 1 / cases[loader]["samples_per_s"])
+
+    readers = {n: c for n, c in cases.items() if n.startswith(("lrs1", "v3"))}
     results: dict[str, Any] = {
         "settings": {
             "episodes": args.episodes,
-            "frames": cases["lrs1-local"]["samples"],
+            "frames": cases["lrs1-single"]["samples"],
             "cameras": args.cameras,
             "height": args.height,
             "width": args.width,
             "batch_size": args.batch_size,
             "workers": args.workers,
+            "context": args.context,
             "latency_ms": args.latency_ms,
             "cpus": os.cpu_count(),
             "load_average": os.getloadavg(),
         },  # fmt: skip
         "cases": cases,
-        "vs_decode_only": {n: c["samples_per_s"] / limit for n, c in cases.items() if "-only" not in n},
-        "decode_plus_loader_limit_samples_per_s": both,
-        "vs_decode_plus_loader": {n: c["samples_per_s"] / both for n, c in cases.items() if "-only" not in n},
-        "vs_decode_only_cpu": {
-            n: cases["decode-only"]["cpu_ms_per_sample"] / c["cpu_ms_per_sample"]
-            for n, c in cases.items()
-            if "-only" not in n and c.get("cpu_ms_per_sample")
-        },
+        "vs_decode_plus_loader": {n: c["samples_per_s"] / floor(n) for n, c in readers.items()},
+        "mixing": mixing_table(lrs, args),
     }
-    if "lerobot-v3-local" in cases:
-        lerobot = cases["lerobot-v3-local"]
-        ours = {n: c for n, c in cases.items() if n.startswith(("lrs1", "v3"))}
-        results["vs_lerobot"] = {n: c["samples_per_s"] / lerobot["samples_per_s"] for n, c in ours.items()}
-        # CPU per sample is what bounds throughput on a busy node, and the machine's load distorts it less.
-        results["vs_lerobot_cpu"] = {
-            n: lerobot["cpu_ms_per_sample"] / c["cpu_ms_per_sample"] for n, c in ours.items()
-        }
-        results["memory_vs_lerobot"] = {
+    for mode in MODES:
+        lerobot = cases.get(f"lerobot-{mode}")
+        if lerobot is None:
+            continue
+        ours = {n: c for n, c in readers.items() if f"-{mode}" in n}
+        results[f"vs_lerobot_{mode}"] = {
             n: {
+                "samples_per_s": c["samples_per_s"] / lerobot["samples_per_s"],
+                "cpu": lerobot["cpu_ms_per_sample"] / c["cpu_ms_per_sample"],
                 "pss": c["peak_tree_pss_mb"] / lerobot["peak_tree_pss_mb"],
-                "rss": c["peak_tree_rss_mb"] / lerobot["peak_tree_rss_mb"],
             }
             for n, c in ours.items()
         }
-    if "lrs1-hevc-local" in cases:
-        # The HEVC layout against the decode-only limit of the same files, and what it costs or saves on
-        # CPU decode against the AV1 files.
-        hevc_case, hevc_limit = cases["lrs1-hevc-local"], cases["decode-only-hevc"]
+    if "lrs1-hevc" in cases:
         results["hevc"] = {
-            "vs_decode_only_hevc": hevc_case["samples_per_s"] / hevc_limit["samples_per_s"],
-            "vs_decode_only_hevc_cpu": hevc_limit["cpu_ms_per_sample"] / hevc_case["cpu_ms_per_sample"],
-            "decode_cpu_ms_per_sample_hevc_minus_av1": hevc_limit["cpu_ms_per_sample"]
+            "decode_cpu_ms_per_sample_hevc_minus_av1": cases["decode-only-hevc"]["cpu_ms_per_sample"]
             - cases["decode-only"]["cpu_ms_per_sample"],
-            "reader_cpu_ms_per_sample_hevc_minus_av1": hevc_case["cpu_ms_per_sample"]
-            - cases["lrs1-local"]["cpu_ms_per_sample"],
+            "vs_av1_samples_per_s": cases["lrs1-hevc"]["samples_per_s"]
+            / cases["lrs1-single-uint8-collate"]["samples_per_s"],
         }
     if args.sweep:
         results["sweep"] = sweep(lrs, args)
@@ -603,32 +748,33 @@ def main() -> None:
     args.out.write_text(json.dumps(results, indent=2))
     if args.chart:
         chart(results, args.chart)
-    keys = (
-        "vs_decode_only",
-        "vs_decode_only_cpu",
-        "vs_decode_plus_loader",
-        "vs_lerobot",
-        "vs_lerobot_cpu",
-        "memory_vs_lerobot",
-        "hevc",
-    )
+    keys = ("vs_decode_plus_loader", "vs_lerobot_single", "vs_lerobot_sarm", "mixing", "hevc")
     summary = {k: results.get(k) for k in keys}
     print(json.dumps(summary, indent=2))
+
+
+def mixing_table(lrs: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """EpisodeStream's mixing at its defaults (computed from its schedule: the order is a pure function
+    of it) against a shuffled map-style dataset (a uniform permutation of every frame, as lerobot's
+    DataLoader(shuffle=True) draws), at each batch size, with `--workers` workers."""
+    from reader import EpisodeStream
+
+    lengths = EpisodeStream(lrs).lengths
+    rows = []
+    for batch_size in (int(b) for b in args.mixing_batch_sizes.split(",")):
+        ours = mixing(stream_batches(str(lrs), batch_size, args.workers))
+        uniform = mixing(uniform_batches(lengths, batch_size, seed=0))
+        rows.append({"batch_size": batch_size, "episode_stream": ours, "uniform_shuffle": uniform})
+    return rows
 
 
 def sweep(lrs: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The lrs/1 HTTP case over pool sizes, prefetch depths, decode threads and samples built ahead."""
     settings = [
         *({"episode_pool_size": k, "prefetch_episodes": args.prefetch} for k in (4, 16, 64)),
-        *({"episode_pool_size": args.pool, "prefetch_episodes": p} for p in (0, 2, 32)),
-        *(
-            {"episode_pool_size": args.pool, "prefetch_episodes": args.prefetch, "decode_threads": t}
-            for t in (0, 1, 4)
-        ),
-        *(
-            {"episode_pool_size": args.pool, "prefetch_episodes": args.prefetch, "decode_ahead": a}
-            for a in (2, 32)
-        ),
+        *({"prefetch_episodes": p} for p in (0, 2, 32)),
+        *({"prefetch_episodes": args.prefetch, "decode_threads": t} for t in (0, 1, 4)),
+        *({"prefetch_episodes": args.prefetch, "decode_ahead": a} for a in (2, 32)),
     ]
     results = run_cases(
         {json.dumps(stream): reader_case(lrs, args, http=True, **stream) for stream in settings}, args.repeat

@@ -24,7 +24,7 @@ from reader.schedule import (
     epoch_order,
     rank_range,
     samples_per_rank,
-    worker_range,
+    worker_share,
 )
 
 SEEDS = [0, 1, 7, 2**40 + 3]
@@ -89,15 +89,18 @@ def check_epoch(schedule: Schedule, epoch: int) -> None:
     per_rank = len(stream) // ws
     assert schedule.samples_per_rank == per_rank
     assert schedule.dropped_frames == len(stream) - ws * per_rank < ws
-    sizes = [per_rank // parts + (w < per_rank % parts) for w in range(parts)]
+    # Workers are dealt the rank's runs of RUN_FRAMES positions in turn.
+    dealt = [[x for x in range(per_rank) if (x // RUN_FRAMES) % parts == w] for w in range(parts)]
+    sizes = [len(positions) for positions in dealt]
     assert schedule.worker_samples() == tuple(sizes)
+    assert max(sizes) - min(sizes) <= RUN_FRAMES
     seen: list[tuple[int, int]] = []
     for rank in range(ws):
         low = rank * per_rank
         for worker, size in enumerate(sizes):
             emission = schedule.emission(epoch, rank, worker)
             samples = emitted(emission)
-            expected = stream[low : low + size]
+            expected = [stream[low + x] for x in dealt[worker]]
             if schedule.shuffle:
                 assert len(samples) == size and set(samples) == set(expected)
             else:
@@ -106,7 +109,6 @@ def check_epoch(schedule: Schedule, epoch: int) -> None:
             if schedule.shuffle:
                 check_rounds(emission, pools)
             seen += samples
-            low += size
     assert sorted(seen) == sorted(stream[: ws * per_rank]), "every frame exactly once but the dropped tail"
 
 
@@ -155,11 +157,26 @@ CUTS = [
     # (world_size, rank, num_workers, worker) -> pieces of lengths [4, 3, 5] in order (shuffle=False).
     ((2, 0, 0, 0), [Piece(0, 0, 4), Piece(1, 0, 2)]),
     ((2, 1, 0, 0), [Piece(1, 2, 3), Piece(2, 0, 5)]),
-    ((2, 1, 2, 0), [Piece(1, 2, 3), Piece(2, 0, 2)]),
-    ((2, 1, 2, 1), [Piece(2, 2, 5)]),
+    ((2, 1, 2, 0), [Piece(1, 2, 3), Piece(2, 0, 5)]),  # the rank's 6 frames are one run: worker 0's
+    ((2, 1, 2, 1), []),
     ((5, 4, 0, 0), [Piece(2, 1, 3)]),
-    ((1, 0, 3, 2), [Piece(2, 1, 5)]),
+    ((1, 0, 3, 2), []),
 ]
+
+
+@pytest.mark.parametrize("workers", [2, 3], ids=lambda w: f"workers{w}")
+def test_workers_share_every_piece_of_their_rank(workers: int) -> None:
+    lengths = [30, 17, 44, 9, 25]
+    schedule = Schedule(lengths, seed=0, shuffle=False, num_workers=workers)
+    rank_pieces = consumer_pieces(lengths, seed=0, epoch=0, shuffle=False, topology=Topology())
+    for worker in range(workers):
+        emission = schedule.emission(0, 0, worker)
+        frames = emission.arrays()[1].tolist()
+        # Every piece longer than the workers' runs together gives this worker a share of it, in runs.
+        long = [p for p in rank_pieces if len(p) >= workers * RUN_FRAMES]
+        assert set(long) <= set(emission.pieces)
+        assert sum(emission.lengths.tolist()) == len(frames) == schedule.worker_samples()[worker]
+    assert schedule.worker_samples() == tuple(worker_share(sum(lengths), workers, w) for w in range(workers))
 
 
 @pytest.mark.parametrize(("topology", "pieces"), CUTS, ids=lambda v: str(v) if isinstance(v, tuple) else "")
@@ -171,8 +188,9 @@ def test_consumer_pieces_cut_at_boundaries(topology: tuple[int, int, int, int], 
 def test_ranges_and_dropped_tail() -> None:
     assert [rank_range(10, 3, r) for r in range(3)] == [(0, 3), (3, 6), (6, 9)]
     assert samples_per_rank(10, 3) == 3 and dropped_frames(10, 3) == 1
-    assert [worker_range(7, 3, w) for w in range(3)] == [(0, 3), (3, 5), (5, 7)]
-    assert worker_range(5, 0, 0) == (0, 5)
+    assert [worker_share(50, 3, w) for w in range(3)] == [18, 16, 16]  # runs 0,3,6 | 1,4 | 2,5 (+2)
+    assert [worker_share(7, 3, w) for w in range(3)] == [7, 0, 0]
+    assert worker_share(5, 0, 0) == 5
 
 
 def test_total_smaller_than_consumers_gives_empty_consumers() -> None:
@@ -187,9 +205,10 @@ def test_total_smaller_than_consumers_gives_empty_consumers() -> None:
 @pytest.mark.parametrize("length", [1, 2, 3, 4, 5, 16, 17, 100, 1025], ids=lambda n: f"len{n}")
 @pytest.mark.parametrize("seed", SEEDS, ids=lambda s: f"seed{s}")
 def test_frames_of_a_piece_are_a_permutation(length: int, seed: int) -> None:
-    emission = Emission([Piece(0, 3, 3 + length)], pool_size=1, shuffle=True,
+    # A second piece comes after: the first is emitted while the pool is still refilled, so in runs.
+    emission = Emission([Piece(0, 3, 3 + length), Piece(1, 0, 5)], pool_size=1, shuffle=True,
                         stream=consumer_stream(seed, 0, Topology()))  # fmt: skip
-    frames = emission.arrays()[1].tolist()
+    frames = emission.arrays()[1].tolist()[:length]
     assert sorted(frames) == list(range(3, 3 + length))
     # Runs on the episode's grid of RUN_FRAMES: the head [3, 8) first, then whole runs read forward.
     head = min(5, length)
@@ -207,7 +226,8 @@ def test_orders_look_uniform_across_seeds() -> None:
     # Deterministic seeds, loose bounds: catches a biased or stuck permutation, never flaky.
     def first_frame(seed: int) -> int:  # the first run of five whole runs
         stream = consumer_stream(seed, 0, Topology())
-        return int(Emission([Piece(0, 0, 40)], pool_size=1, shuffle=True, stream=stream).arrays()[1][0]) // 8
+        pieces = [Piece(0, 0, 40), Piece(1, 0, 1)]
+        return int(Emission(pieces, pool_size=1, shuffle=True, stream=stream).arrays()[1][0]) // 8
 
     def first_piece(seed: int) -> int:
         pieces = [Piece(i, 0, 3) for i in range(4)]
@@ -409,7 +429,7 @@ class ScheduleInts(IterableDataset):
 
 def test_real_dataloader_matches_the_model() -> None:
     schedule = Schedule([7, 3, 9, 6], seed=2, num_workers=2, pool_size=2)
-    assert schedule.worker_samples() == (13, 12)  # batches of 4: (4, 3), so worker 0 outlives worker 1
+    assert schedule.worker_samples() == (16, 9)  # batches of 4: (4, 3), so worker 0 outlives worker 1
 
     def run(resume: LoaderResume | None) -> list[list[int]]:
         loader = DataLoader(ScheduleInts(schedule, resume), batch_size=4, num_workers=2)
@@ -500,3 +520,19 @@ def test_a_full_pool_repeats_a_piece_only_after_a_whole_round(seed: int) -> None
             gaps.append(step - last[piece])
         last[piece] = step
     assert min(gaps) >= 8 and np.median(gaps) == 16
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=lambda s: f"seed{s}")
+def test_the_last_rounds_emit_what_is_left_at_random(seed: int) -> None:
+    # Once the last piece has joined, the pool only shrinks: frames left then come in a random order,
+    # so a small pool does not put neighbouring frames of one episode into one batch.
+    lengths = [64] * 6
+    emission = Emission([Piece(i, 0, n) for i, n in enumerate(lengths)], pool_size=4, shuffle=True,
+                        stream=consumer_stream(seed, 0, Topology()))  # fmt: skip
+    pieces, frames = emission.arrays()
+    last = [f for p, f in zip(pieces.tolist(), frames.tolist(), strict=True) if p == 5]
+    assert sorted(last) == list(range(64))
+    steps = sum(1 for a, b in zip(last, last[1:], strict=False) if b == a + 1)
+    assert steps < 16, last  # read forward it would be 56 of 63
+    first = [f for p, f in zip(pieces.tolist(), frames.tolist(), strict=True) if p == 0]
+    assert sum(1 for a, b in zip(first, first[1:], strict=False) if b == a + 1) >= 56  # 8 runs of 8

@@ -81,7 +81,9 @@ def test_training_downloads_only_what_a_limited_prewarm_left(
     assert prewarmed == {f.request.path for f in summary.plan.files} == expected
     assert (summary.pieces, summary.consumers) == (2, 2)
     videos = [p for p in trained if p.startswith("videos/")]
-    assert not prewarmed.intersection(videos) and len(videos) == len(set(videos)) == 16 - 4
+    # The workers share their rank's pieces, so both start with the same episode: 2 of the 16 videos.
+    assert len({p.episode for p in firsts}) == 1
+    assert not prewarmed.intersection(videos) and len(videos) == len(set(videos)) == 16 - 2
 
 
 def full_plan(url: str) -> list[str]:
@@ -210,8 +212,8 @@ def test_cli_prewarms_and_prints_a_summary(sample_resharded_ds: Path, tmp_path: 
         result = lrs("prewarm", server.url, "--cache-dir", str(cache_dir), "--num-workers", "2",
                      "--pool-size", "3", "--seed", "5", "--episodes", "1", "--quiet")  # fmt: skip
         assert result.exit_code == 0, result.output
-        assert len(downloads(server)) == 5  # one shared data file, two episodes of two cameras
-    assert result.output.startswith("prewarm: 5 files, ") and "for 2 consumers (2 admissions" in result.output
+        assert len(downloads(server)) == 3  # a data file and one episode of two cameras, both workers' first
+    assert result.output.startswith("prewarm: 3 files, ") and "for 2 consumers (2 admissions, 1 episodes)" in result.output
 
 
 def test_cli_dry_run_prints_the_plan(sample_resharded_ds: Path, tmp_path: Path) -> None:
@@ -231,6 +233,13 @@ def test_cli_dry_run_prints_the_plan(sample_resharded_ds: Path, tmp_path: Path) 
     ]
     assert "cut by --max-bytes" in lines[-1] and "nothing fetched" in lines[-1]
     assert not (tmp_path / "cache").exists()
+
+
+def test_cli_batch_size_plans_the_pool_training_gets(sample_resharded_ds: Path, tmp_path: Path) -> None:
+    result = lrs("prewarm", str(sample_resharded_ds), "--cache-dir", str(tmp_path / "cache"), "--dry-run",
+                 "--batch-size", "40")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].endswith("episode pool 50")
 
 
 @pytest.mark.parametrize(
