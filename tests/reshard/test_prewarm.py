@@ -213,7 +213,10 @@ def test_cli_prewarms_and_prints_a_summary(sample_resharded_ds: Path, tmp_path: 
                      "--pool-size", "3", "--seed", "5", "--episodes", "1", "--quiet")  # fmt: skip
         assert result.exit_code == 0, result.output
         assert len(downloads(server)) == 3  # a data file and one episode of two cameras, both workers' first
-    assert result.output.startswith("prewarm: 3 files, ") and "for 2 consumers (2 admissions, 1 episodes)" in result.output
+    assert (
+        result.output.startswith("prewarm: 3 files, ")
+        and "for 2 consumers (2 admissions, 1 episodes)" in result.output
+    )
 
 
 def test_cli_dry_run_prints_the_plan(sample_resharded_ds: Path, tmp_path: Path) -> None:
