@@ -108,6 +108,35 @@ def test_unreadable_files_are_decode_errors(tmp_path: Path, content: bytes | Non
         Decoders(1).get(str(path), WHERE)
 
 
+def test_a_cursor_serves_windows_from_the_frames_it_keeps(
+    small: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = str(small[1] / f"videos/{CAM}/chunk-000/file-001.mp4")  # lrs/1: episode 1 alone, 22 frames
+    cursor = Decoders(1).get(path, WHERE, keep=2)
+    reference = VideoDecoder(path, seek_mode="approximate")
+    asked: list[list[int]] = []
+    real = cursor.decoder.get_frames_at
+    monkeypatch.setattr(
+        cursor.decoder, "get_frames_at", lambda indices: (asked.append(indices), real(indices=indices))[1]
+    )
+    for frame in range(2, 12):  # a window [-2, -1, 0] slid forward one frame at a time
+        window = [(frame + d) / 30 for d in (-2, -1, 0)]
+        got = decode_frames(cursor, window, tolerance_s=1e-4, return_uint8=True, where=WHERE)
+        assert torch.equal(got, reference.get_frames_at([frame - 2, frame - 1, frame]).data)
+    assert asked == [[0, 1, 2]] + [[f] for f in range(3, 12)]  # each frame decoded once
+
+
+def test_a_cursor_past_the_end_of_its_video_is_a_decode_error(small: tuple[Path, Path]) -> None:
+    # A video with fewer frames than its table: the frame the table asks for is not there.
+    path = str(small[1] / f"videos/{CAM}/chunk-000/file-001.mp4")
+    cursor = Decoders(1).get(path, WHERE, keep=1)
+    with pytest.raises(
+        DecodeError,
+        match=r"Invalid video videos/x\.mp4 \(episode 3, camera 'observation\.images\.cam1'\): cannot decode the frames at \[0\.7",
+    ):
+        decode_frames(cursor, [21 / 30, 22 / 30], tolerance_s=1e-4, return_uint8=True, where=WHERE)
+
+
 def test_decoder_lru_is_bounded_and_reuses_open_decoders(small: tuple[Path, Path]) -> None:
     paths = [str(p) for p in sorted(small[1].glob(f"videos/{CAM}/*/*.mp4"))][:3]
     decoders = Decoders(2)
