@@ -20,18 +20,17 @@ measured; a buffered run is 8 RGB frames.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import random
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -123,30 +122,46 @@ def runs_buffered(files: list[list[str]], samples: list[tuple[int, int]]) -> Non
 
 def runs_cursor(files: list[list[str]], samples: list[tuple[int, int]], threads: int = 0) -> None:
     open_: dict[str, Any] = {}
+    locks = {path: threading.Lock() for paths in files for path in paths}  # a decoder is not thread-safe
 
     def one(episode: int, frame: int) -> None:
         for path in files[episode]:
-            d = open_.get(path) or open_.setdefault(path, decoder(path))
-            d.get_frames_at(indices=[frame]).data  # noqa: B018
+            with locks[path]:
+                d = open_.get(path) or open_.setdefault(path, decoder(path))
+                d.get_frames_at(indices=[frame]).data  # noqa: B018
 
     if not threads:
         for episode, frame in samples:
             one(episode, frame)
         return
-    with ThreadPoolExecutor(threads) as pool:  # consecutive samples are distinct pieces (a round)
+    with ThreadPoolExecutor(threads) as pool:
         for future in [pool.submit(one, e, f) for e, f in samples]:
             future.result()
 
 
+DECODER_MB = """
+import gc, json, sys, psutil
+from torchcodec.decoders import VideoDecoder
+paths = json.loads(sys.argv[1])
+process = psutil.Process()
+VideoDecoder(paths[0], seek_mode="approximate", num_ffmpeg_threads=1).get_frames_at(indices=[1])  # warm up
+gc.collect()
+before = process.memory_full_info().uss
+kept = [VideoDecoder(p, seek_mode="approximate", num_ffmpeg_threads=1) for p in paths]
+for d in kept:
+    d.get_frames_at(indices=[1])
+gc.collect()
+print((process.memory_full_info().uss - before) / len(kept) / 2**20)
+"""
+
+
 def decoder_mb(files: list[list[str]]) -> float:
-    process = psutil.Process()
-    gc.collect()
-    before = process.memory_full_info().uss
-    kept = [decoder(path) for paths in files for path in paths]
-    for d in kept:
-        d.get_frames_at(indices=[1]).data  # noqa: B018
-    gc.collect()
-    return (process.memory_full_info().uss - before) / len(kept) / 2**20
+    """USS of an open decoder that has decoded a frame, measured in a fresh process."""
+    paths = [path for paths in files for path in paths]
+    out = subprocess.run(
+        [sys.executable, "-c", DECODER_MB, json.dumps(paths)], check=True, capture_output=True, text=True
+    )
+    return float(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
