@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torchcodec.decoders import VideoDecoder
 
+from reader.depth import DepthDecoder, open_depth_decoder
 from reader.errors import DecodeError
 
 SeekMode = Literal["exact", "approximate"]
@@ -73,14 +74,14 @@ class Cursor:
     """An open decoder read forward by one piece, keeping the frames a delta window reads again.
 
     Args:
-        decoder: the open torchcodec decoder.
+        decoder: the open torchcodec decoder (or `DepthDecoder`).
         keep: how many frames before the newest decoded one to keep (a camera window's span, 0 without
             a window): the next sample of the piece, one frame later, reads them again.
 
     Use it from one thread at a time (`lock`).
     """
 
-    def __init__(self, decoder: VideoDecoder, keep: int = 0) -> None:
+    def __init__(self, decoder: VideoDecoder | DepthDecoder, keep: int = 0) -> None:
         self.decoder = decoder
         self.metadata = decoder.metadata
         self.keep = keep
@@ -143,6 +144,7 @@ class Decoders:
         *,
         locate: Callable[[], AbstractContextManager[str]] | None = None,
         keep: int = 0,
+        depth_pix_fmt: str | None = None,
     ) -> Cursor:
         """The open cursor of `key` (opened now if needed, evicting the least recently used).
 
@@ -153,6 +155,8 @@ class Decoders:
             where: the episode, camera and file, for error messages.
             locate: yields the local path while the decoder opens it (default: `key` is that path).
             keep: frames the cursor keeps for delta windows (see `Cursor`).
+            depth_pix_fmt: for a depth stream, its feature's pixel format: the stream is decoded with
+                PyAV into its raw codes (`reader.depth.DepthDecoder`) instead of torchcodec's RGB.
 
         Raises:
             DecodeError: the file is missing or not a video torchcodec can open.
@@ -162,7 +166,7 @@ class Decoders:
             if cursor is not None:
                 self._open.move_to_end(key)
                 return cursor
-            cursor = Cursor(self._open_decoder(where, key, locate), keep)
+            cursor = Cursor(self._open_decoder(where, key, locate, depth_pix_fmt), keep)
             self._open[key] = cursor
             self.opened += 1
             while len(self._open) > self.capacity:
@@ -170,11 +174,17 @@ class Decoders:
             return cursor
 
     def _open_decoder(
-        self, where: VideoWhere, key: str, locate: Callable[[], AbstractContextManager[str]] | None
-    ) -> VideoDecoder:
+        self,
+        where: VideoWhere,
+        key: str,
+        locate: Callable[[], AbstractContextManager[str]] | None,
+        depth_pix_fmt: str | None,
+    ) -> VideoDecoder | DepthDecoder:
         with locate() if locate is not None else contextlib.nullcontext(key) as path:
             if not os.path.isfile(path):
                 raise DecodeError(f"Invalid video {where}: missing. Expected an MP4 file at {path}.")
+            if depth_pix_fmt is not None:
+                return open_depth_decoder(path, expected_pix_fmt=depth_pix_fmt, where=where)
             try:
                 decoder = VideoDecoder(
                     path, seek_mode=self.seek_mode, num_ffmpeg_threads=self.num_threads, device=self.device
@@ -192,7 +202,7 @@ class Decoders:
 
 
 def decode_frames(
-    decoder: VideoDecoder | Cursor,
+    decoder: VideoDecoder | Cursor | DepthDecoder,
     timestamps: Sequence[float],
     *,
     tolerance_s: float,

@@ -27,6 +27,7 @@ import torch
 from cache import CacheStats, FetchError, IntegrityError, LrsError, NodeCache
 from reader.catalog import Catalog, EpisodeRef, VideoRef
 from reader.decode import Decoders, VideoWhere, decode_frames
+from reader.depth import DepthUnit, Quantizer
 from reader.errors import DecodeError
 from reader.rows import EpisodeRows, RowGroupReader, read_episode
 from reader.schedule import Emission, Step
@@ -108,6 +109,8 @@ class Options:
     decode_threads: int = 0
     decode_ahead: int = 0
     keep: Mapping[str, int] = dataclasses.field(default_factory=dict)  # camera -> frames a window rereads
+    depth: Mapping[str, Quantizer] = dataclasses.field(default_factory=dict)  # depth camera -> quantizer
+    depth_unit: DepthUnit = "mm"
 
 
 @dataclass(frozen=True)
@@ -322,7 +325,8 @@ class Consumer:
         transform = self._options.image_transforms
         if transform is not None:  # on the consumer's thread: a user's transform need not be thread-safe
             for key in self._video_keys:
-                item[key] = transform(item[key])
+                if key not in self._options.depth:  # lerobot does not transform depth maps either
+                    item[key] = transform(item[key])
         self.position = step.step + 1
         return item
 
@@ -352,18 +356,22 @@ class Consumer:
     def _decode(
         self, pool: EpisodePool, slot: _Slot, video: VideoRef, where: VideoWhere, timestamps: list[float]
     ) -> torch.Tensor:
+        quantizer = self._options.depth.get(video.key)
         cursor = self._decoders.get(
             video.path,
             where,
             locate=lambda: pool.pinned(slot.ref, video),
             keep=self._options.keep.get(video.key, 0),
+            depth_pix_fmt=None if quantizer is None else quantizer.pix_fmt,
         )
         with cursor.lock:
             frames = decode_frames(
                 cursor,
                 [video.from_timestamp + t for t in timestamps],
                 tolerance_s=self._options.tolerance_s,
-                return_uint8=self._options.return_uint8,
+                return_uint8=self._options.return_uint8 or quantizer is not None,  # depth: raw codes
                 where=where,
             )
+        if quantizer is not None:
+            frames = quantizer.dequantize(frames, self._options.depth_unit)
         return frames.squeeze(0)

@@ -22,12 +22,14 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from cache import NodeCache, Remote
 from reader.catalog import Catalog
 from reader.decode import Decoders, SeekMode, check_device
-from reader.errors import StateError
+from reader.depth import DepthUnit, Quantizer, check_unit, is_depth
+from reader.errors import DatasetError, StateError
 from reader.loader_math import batches_per_epoch, check_int
 from reader.pool import Consumer, Counters, Options, ReaderStats
 from reader.rows import RowGroupReader
 from reader.schedule import Schedule
 from reader.state import Identity, Resume, parse_state, selection_digest
+from reader.v3 import INFO_PATH
 from reader.windows import Windows, delta_indices
 
 DEFAULT_POOL_SIZE = 16
@@ -89,6 +91,9 @@ class EpisodeStream(IterableDataset):
             `num_workers=0` two threads use two cores without worker processes.
         decode_ahead: samples built ahead of the one handed out. Memory: this many samples' frames
             (cameras x window frames x H x W x 3 bytes, x4 for float32).
+        depth_output_unit: depth cameras (lerobot's `is_depth_map` features) come as float32 (1, H, W)
+            depth in millimetres ("mm", rounded, lerobot's default) or metres ("m"), whatever
+            `return_uint8` says; `image_transforms` is not applied to them (as in lerobot).
 
     Raises:
         ValueError: a bad argument (the message names it).
@@ -119,6 +124,7 @@ class EpisodeStream(IterableDataset):
         seek_mode: SeekMode = "approximate",
         decode_threads: int = DEFAULT_DECODE_THREADS,
         decode_ahead: int = DEFAULT_DECODE_AHEAD,
+        depth_output_unit: DepthUnit = "mm",
     ) -> None:
         super().__init__()
         if episode_pool_size is None:
@@ -156,6 +162,8 @@ class EpisodeStream(IterableDataset):
             decode_threads=decode_threads,
             decode_ahead=decode_ahead if decode_threads else 0,
             keep={k: max(d) - min(d) for k, d in windows.offsets.items() if k in video_keys},
+            depth=_quantizers(self.catalog),
+            depth_unit=check_unit(depth_output_unit),
         )
         self._cleanup: weakref.finalize | None = None
         self._decoding = (
@@ -433,6 +441,25 @@ def _selection(episodes: Sequence[int] | None, total: int) -> list[int]:
     if not chosen:
         raise ValueError("Invalid episodes ([]). Expected at least one episode index.")
     return chosen
+
+
+def _quantizers(catalog: Catalog) -> dict[str, Quantizer]:
+    """The quantizer of each depth camera, from `meta/info.json`.
+
+    Raises:
+        DatasetError: a depth camera's quantizer parameters are invalid (naming the camera).
+    """
+    features = catalog.info.features
+    quantizers = {}
+    for key in catalog.info.video_keys:
+        if is_depth(features[key]):
+            try:
+                quantizers[key] = Quantizer.from_feature(features[key])
+            except ValueError as exc:
+                raise DatasetError(
+                    f"Invalid depth camera {key!r}: {exc}", file=catalog.remote.display(INFO_PATH)
+                ) from exc
+    return quantizers
 
 
 def _decoder_capacity(given: int | None, pool_size: int, ahead: int, cameras: int) -> int:

@@ -46,7 +46,7 @@ class PartType(click.ParamType):
     type=click.Choice(VIDEO_MODES),
     default="copy",
     show_default=True,
-    help="copy: lossless split (episodes not starting on a keyframe are re-encoded); hevc/h264: re-encode all.",
+    help="copy: lossless split (episodes not starting on a keyframe are re-encoded); hevc/h264: re-encode all but depth cameras, which stay lossless at their bit depth.",
 )
 @click.option(
     "--gop",
@@ -130,6 +130,13 @@ def reshard_cmd(
         )
     else:
         click.echo(f"resharded {result.episodes} episodes into {out} in {result.seconds:.1f} s.")
+    if result.finalized and video != "copy":
+        depth = _depth_keys(out)
+        if depth:
+            click.echo(
+                f"depth cameras {', '.join(depth)} kept as they were (lossless, at their bit depth), "
+                f"not re-encoded to {video}."
+            )
     if result.reencoded:
         click.echo(
             f"warning: {len(result.reencoded)} episode videos did not start on a keyframe and were re-encoded "
@@ -141,6 +148,15 @@ def reshard_cmd(
         from reshard.push import push  # the upload stack is imported only when pushing
 
         click.echo(push(out, push_url, create=push_create, endpoint_url=endpoint_url, quiet=quiet).describe())
+
+
+def _depth_keys(out: Path) -> list[str]:
+    import json
+
+    from reader.depth import is_depth
+
+    features = json.loads((out / "meta/info.json").read_text()).get("features", {})
+    return [k for k, f in features.items() if f.get("dtype") == "video" and is_depth(f)]
 
 
 @cli.command(name="verify")

@@ -46,6 +46,13 @@ from reshard.source import describe, open_source, validate
     help="Number of video cameras.",
 )
 @click.option(
+    "--depth-cameras",
+    type=click.IntRange(0),
+    default=SampleSpec.depth_cameras,
+    show_default=True,
+    help="Number of depth cameras, written as lerobot does: 12-bit log-quantized depth, lossless HEVC gray12le.",
+)
+@click.option(
     "--height",
     type=click.IntRange(48),
     default=SampleSpec.height,
@@ -115,7 +122,8 @@ def sample(directory: Path, quiet: bool, unaligned: bool, **options: object) -> 
     spec = SampleSpec(keyframe_aligned=not unaligned, **options)  # type: ignore[arg-type]
     with tqdm(total=spec.episodes, unit="ep", desc="sample", disable=quiet) as bar:
         write_sample(directory, spec, progress=bar.update)
-    click.echo(f"wrote {spec.episodes} episodes, {spec.cameras} cameras ({spec.codec}) to {directory}")
+    depth = f" and {spec.depth_cameras} depth cameras (hevc gray12le)" if spec.depth_cameras else ""
+    click.echo(f"wrote {spec.episodes} episodes, {spec.cameras} cameras ({spec.codec}){depth} to {directory}")
 
 
 @cli.command(name="describe")

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from cache.remote import Remote
 from cache.store import atomic_write
+from reader.depth import is_depth
 from reshard.meta import (
     DataRecord,
     Record,
@@ -245,6 +246,7 @@ def _run_video_task(
                     preset=options.preset,
                     episode=video.episode,
                     camera=video.key,
+                    depth=is_depth(source.info.features[video.key]),
                 )
                 record = VideoRecord(
                     path=video.path,

@@ -8,7 +8,9 @@ many episodes (datasets converted from v2.1 look like that).
 
 Frames are identifiable from their pixels: a band of large black/white blocks at the top encodes the
 episode index, the frame index and the camera index in binary, readable after lossy compression with
-`read_frame_id`. Everything is deterministic for a seed.
+`read_frame_id`. Depth cameras (`depth_cameras`) are written as lerobot 0.6.1 writes them: depth in
+metres (`depth_frame`, a known pattern) log-quantized to 12 bits (`reader.depth.Quantizer`) and
+encoded as lossless HEVC `gray12le`, with the same `info` keys. Everything is deterministic for a seed.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import torch
 
+from reader.depth import Quantizer
 from reader.v3 import CODEBASE_VERSION, DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH
 from reshard.plan import chunk_file
 from reshard.videos import ENCODERS, add_video_stream, encoder_options  # noqa: F401 - encoder_options re-exported
@@ -50,6 +54,7 @@ class SampleSpec:
         episodes: number of episodes.
         min_length, max_length: episode lengths are drawn uniformly in [min_length, max_length].
         cameras: number of video cameras (`observation.images.cam0`, ...).
+        depth_cameras: number of depth cameras (`observation.images.depth0`, ...), 12-bit HEVC.
         height, width: frame size in pixels (width >= 64, height >= 48, both even).
         fps: frames per second.
         tasks: number of distinct task strings (episode e does task e % tasks).
@@ -69,6 +74,7 @@ class SampleSpec:
     min_length: int = 12
     max_length: int = 40
     cameras: int = 2
+    depth_cameras: int = 0
     height: int = 64
     width: int = 96
     fps: int = 30
@@ -88,6 +94,7 @@ class SampleSpec:
             (self.episodes >= 0, "episodes", ">= 0"),
             (1 <= self.min_length <= self.max_length, "min_length/max_length", "1 <= min <= max"),
             (self.cameras >= 0, "cameras", ">= 0"),
+            (self.depth_cameras >= 0, "depth_cameras", ">= 0"),
             (self.width >= 64 and self.width % 2 == 0, "width", "even and >= 64"),
             (self.height >= 48 and self.height % 2 == 0, "height", "even and >= 48"),
             (self.fps > 0, "fps", "> 0"),
@@ -107,6 +114,10 @@ class SampleSpec:
     @property
     def camera_keys(self) -> list[str]:
         return [f"observation.images.cam{i}" for i in range(self.cameras)]
+
+    @property
+    def depth_keys(self) -> list[str]:
+        return [f"observation.images.depth{i}" for i in range(self.depth_cameras)]
 
     def lengths(self) -> list[int]:
         """Episode lengths, deterministic for the seed."""
@@ -137,6 +148,15 @@ def draw_frame(
             on = (value >> bit) & 1
             img[row * b : (row + 1) * b, bit * b : (bit + 1) * b] = _LIGHT if on else _DARK
     return img
+
+
+def depth_frame(episode: int, frame: int, camera: int, *, height: int, width: int) -> np.ndarray:
+    """An HxW float32 depth map in metres (0.3 to about 2.5): a slope across the image that moves with the
+    frame and differs per episode and camera, so a wrong frame reads as wrong depth (one frame is 8 mm,
+    several 12-bit log quanta, apart)."""
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    base = 0.3 + 0.05 * (episode % 20) + 0.1 * camera + 0.008 * (frame % 100)
+    return (base + 0.004 * xx + 0.002 * yy).astype(np.float32)
 
 
 def read_frame_id(image: np.ndarray | Any) -> tuple[int, int, int]:
@@ -218,6 +238,25 @@ def _features(spec: SampleSpec) -> dict[str, Any]:
             "names": ["height", "width", "channels"],
             "info": video_info(spec.codec, spec.height, spec.width, spec.fps, gop=spec.gop, crf=spec.crf),
         }
+    for key in spec.depth_keys:
+        info = video_info(
+            "hevc", spec.height, spec.width, spec.fps, gop=spec.gop, crf=spec.crf, pix_fmt="gray12le"
+        )
+        info.update(
+            {
+                "video.channels": 1,
+                "video.extra_options": {"x265-params": "lossless=1"},
+                **Quantizer().info(),
+                "is_depth_map": True,
+                "depth_unit": "mm",  # the unit of the stats
+            }
+        )
+        features[key] = {
+            "dtype": "video",
+            "shape": [spec.height, spec.width, 1],
+            "names": ["height", "width", "channels"],
+            "info": info,
+        }
     for key, dtype in (
         ("timestamp", "float32"),
         ("frame_index", "int64"),
@@ -286,6 +325,14 @@ def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
+def depth_stats(millimetres: np.ndarray) -> dict[str, np.ndarray]:
+    """Stats of sampled depth frames (N,H,W, millimetres), shaped (1,1,1) like lerobot's."""
+    stats = feature_stats(millimetres.reshape(-1, 1))
+    out = {k: v.reshape(1, 1, 1) for k, v in stats.items() if k != "count"}
+    out["count"] = np.array([len(millimetres)])
+    return out
+
+
 def aggregate_stats(per_episode: list[dict[str, dict[str, np.ndarray]]]) -> dict[str, dict[str, Any]]:
     """Dataset stats from episode stats: exact min/max/mean/std, count-weighted quantiles (as lerobot)."""
     out: dict[str, dict[str, Any]] = {}
@@ -346,6 +393,27 @@ def encode_frames(
             frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
             frame.pts = i
             frame.time_base = Fraction(1, fps)
+            for packet in stream.encode(frame):
+                container.mux(packet)
+            count += 1
+        for packet in stream.encode():
+            container.mux(packet)
+    return count
+
+
+def encode_depth(
+    codes: Iterator[np.ndarray], out: str | io.BytesIO, *, fps: int, gop: int, height: int, width: int
+) -> int:
+    """Encode 12-bit depth codes (HxW uint16) as lossless HEVC `gray12le`, as lerobot does."""
+    with av.open(out, mode="w", format="mp4") as container:
+        stream = add_video_stream(
+            container, "hevc", fps=fps, width=width, height=height, gop=gop, crf=0,
+            preset=SAMPLE_PRESETS["hevc"], pix_fmt="gray12le", lossless=True,
+        )  # fmt: skip
+        count = 0
+        for i, plane in enumerate(codes):
+            frame = av.VideoFrame.from_ndarray(plane, format="gray12le")
+            frame.pts, frame.time_base = i, Fraction(1, fps)
             for packet in stream.encode(frame):
                 container.mux(packet)
             count += 1
@@ -427,22 +495,28 @@ def _write(root: Path, spec: SampleSpec, progress: Callable[[int], None] | None)
     # Video: per camera, encode each episode, then concatenate groups of episodes into files.
     video_ptrs: dict[int, dict[str, tuple[int, int, float, float]]] = {e: {} for e in range(spec.episodes)}
     image_samples: dict[int, dict[str, np.ndarray]] = {e: {} for e in range(spec.episodes)}
-    for cam, key in enumerate(spec.camera_keys):
+    cameras = [(cam, key, False) for cam, key in enumerate(spec.camera_keys)]
+    cameras += [(cam, key, True) for cam, key in enumerate(spec.depth_keys)]
+    quantizer = Quantizer()
+    for cam, key, depth in cameras:
         for first in range(0, spec.episodes, spec.episodes_per_video_file):
             group = list(range(first, min(first + spec.episodes_per_video_file, spec.episodes)))
             chunk, file = chunk_file(first // spec.episodes_per_video_file, spec.chunks_size)
             path = root / DEFAULT_VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file)
             path.parent.mkdir(parents=True, exist_ok=True)
-            ep_starts = _write_video_file(path, group, lengths, cam, spec)
+            ep_starts = _write_video_file(path, group, lengths, cam, spec, depth=depth)
             for ep, start in zip(group, ep_starts, strict=True):
                 video_ptrs[ep][key] = (chunk, file, start, start + lengths[ep] / spec.fps)
                 idx = np.linspace(0, lengths[ep] - 1, num=min(lengths[ep], 4)).astype(int)
-                image_samples[ep][key] = np.stack(
-                    [
-                        draw_frame(ep, int(i), cam, height=spec.height, width=spec.width, seed=spec.seed)
-                        for i in idx
-                    ]
-                )
+                size = {"height": spec.height, "width": spec.width}
+                if depth:  # the stats of what the reader returns: dequantized, in millimetres
+                    codes = np.stack([quantizer.quantize(depth_frame(ep, int(i), cam, **size)) for i in idx])
+                    mm = quantizer.dequantize(torch.from_numpy(codes.astype(np.int32))[:, None], "mm")
+                    image_samples[ep][key] = mm.numpy()[:, 0]
+                else:
+                    image_samples[ep][key] = np.stack(
+                        [draw_frame(ep, int(i), cam, seed=spec.seed, **size) for i in idx]
+                    )
 
     # Data files.
     tables = [
@@ -465,6 +539,8 @@ def _write(root: Path, spec: SampleSpec, progress: Callable[[int], None] | None)
             }
             for key in spec.camera_keys:
                 stats[key] = image_stats(image_samples[ep][key])
+            for key in spec.depth_keys:
+                stats[key] = depth_stats(image_samples[ep][key])
             for col in ("timestamp", "frame_index", "episode_index", "index", "task_index"):
                 stats[col] = feature_stats(table.column(col).to_numpy().reshape(-1, 1))
             ep_stats.append(stats)
@@ -477,7 +553,7 @@ def _write(root: Path, spec: SampleSpec, progress: Callable[[int], None] | None)
                 "dataset_from_index": int(starts[ep]),
                 "dataset_to_index": int(starts[ep] + lengths[ep]),
             }
-            for key in spec.camera_keys:
+            for key in [*spec.camera_keys, *spec.depth_keys]:
                 vchunk, vfile, t0, t1 = video_ptrs[ep][key]
                 row.update(
                     {
@@ -501,23 +577,32 @@ def _write(root: Path, spec: SampleSpec, progress: Callable[[int], None] | None)
 
 
 def _write_video_file(
-    path: Path, group: list[int], lengths: list[int], cam: int, spec: SampleSpec
+    path: Path, group: list[int], lengths: list[int], cam: int, spec: SampleSpec, *, depth: bool = False
 ) -> list[float]:
+    size = {"height": spec.height, "width": spec.width}
+    quantizer = Quantizer()
+
     def frames(ep: int) -> Iterator[np.ndarray]:
         for i in range(lengths[ep]):
-            yield draw_frame(ep, i, cam, height=spec.height, width=spec.width, seed=spec.seed)
+            if depth:
+                yield quantizer.quantize(depth_frame(ep, i, cam, **size))
+            else:
+                yield draw_frame(ep, i, cam, seed=spec.seed, **size)
 
-    kwargs = dict(
-        codec=spec.codec, fps=spec.fps, gop=spec.gop, crf=spec.crf, height=spec.height, width=spec.width
-    )
+    def encode(frames: Iterator[np.ndarray], out: str | io.BytesIO) -> None:
+        if depth:
+            encode_depth(frames, out, fps=spec.fps, gop=spec.gop, **size)
+        else:
+            encode_frames(frames, out, codec=spec.codec, fps=spec.fps, gop=spec.gop, crf=spec.crf, **size)
+
     if not spec.keyframe_aligned:
-        encode_frames((f for ep in group for f in frames(ep)), str(path), **kwargs)
+        encode((f for ep in group for f in frames(ep)), str(path))
         offsets = np.concatenate([[0], np.cumsum([lengths[e] for e in group])])[:-1]
         return [float(o) / spec.fps for o in offsets]
     parts = []
     for ep in group:
         buf = io.BytesIO()
-        encode_frames(frames(ep), buf, **kwargs)
+        encode(frames(ep), buf)
         parts.append(buf.getvalue())
     return concat_remux(parts, str(path))
 
@@ -606,7 +691,7 @@ def _write_meta(
         "fps": spec.fps,
         "splits": {"train": f"0:{spec.episodes}"},
         "data_path": DEFAULT_DATA_PATH,
-        "video_path": DEFAULT_VIDEO_PATH if spec.cameras else None,
+        "video_path": DEFAULT_VIDEO_PATH if spec.cameras or spec.depth_cameras else None,
         "features": _features(spec),
     }
     (meta / "info.json").write_text(json.dumps(info, indent=4))

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cache.remote import Remote, resolve
+from reader.depth import is_depth
 from reader.errors import DatasetError, LayoutError
 from reader.index import FILES_INDEX
 from reader.layout import Layout
@@ -446,6 +447,9 @@ def _check_source_videos(run: _Run) -> None:
     reencoded = {(r["episode"], r["camera"]) for r in layout.layout.get("reencoded", [])}
     copy_mode = layout.params.get("video", "copy") == "copy"
     for key in src.video_keys:
+        # A depth map's 12-bit codes must come back bit for bit (copied, or re-encoded losslessly): equal
+        # codes are equal depth; an 8-bit view's PSNR would hide a destroyed depth stream.
+        depth = is_depth(src.info.features[key])
         for rel, episodes in src.episodes_by_video_file(key).items():
             with run.local(src.remote, rel) as src_path:
                 for episode in episodes:
@@ -461,19 +465,27 @@ def _check_source_videos(run: _Run) -> None:
                             episode=ep,
                             camera=key,
                         )
-                    was_reencoded = not copy_mode or (ep, key) in reencoded
+                    was_reencoded = (not copy_mode or (ep, key) in reencoded) and not depth
                     run.videos.append(
                         VideoQuality(
                             ep, key, was_reencoded, result.identical, result.psnr_min_db, result.psnr_mean_db
                         )
                     )
-                    _judge(run, video.path, ep, result, was_reencoded)
+                    _judge(run, video.path, ep, result, was_reencoded, depth=depth)
 
 
-def _judge(run: _Run, rel: str, ep: int, result: Any, reencoded: bool) -> None:
+def _judge(run: _Run, rel: str, ep: int, result: Any, reencoded: bool, *, depth: bool = False) -> None:
     for problem in result.problems:
         run.fail("source-videos", problem, rel, ep)
-    if not reencoded and not result.identical:
+    if depth and not result.identical:
+        run.fail(
+            "source-videos",
+            "Invalid depth frames (not the source's codes). Expected the source's 12-bit depth codes "
+            "exactly: a depth map is copied or re-encoded losslessly, never to fewer bits.",
+            rel,
+            ep,
+        )
+    elif not reencoded and not result.identical:
         run.fail(
             "source-videos",
             f"Invalid frames (PSNR min {result.psnr_min_db:.1f} dB). Expected frames identical to the source's "

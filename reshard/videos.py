@@ -113,6 +113,7 @@ def encoder_options(
     preset: str | int | None = None,
     bframes: int = 0,
     threads: int | None = None,
+    lossless: bool = False,
 ) -> dict[str, str]:
     """Encoder options for PyAV: fixed keyframe interval, no scene cuts, closed GOP, `bframes` B-frames.
 
@@ -123,7 +124,10 @@ def encoder_options(
         preset: encoder speed preset; None picks `DEFAULT_PRESET[codec]`.
         bframes: consecutive B-frames allowed (x264/x265 only).
         threads: worker threads; None leaves the encoder's default (x265: one per core).
+        lossless: x265's lossless mode (`crf` is then ignored): what lerobot writes depth maps with.
     """
+    if lossless and codec != "hevc":
+        raise ValueError(f"Invalid codec ({codec!r}) for a lossless encode. Expected 'hevc'.")
     if codec not in ENCODERS:
         raise ValueError(f"Invalid codec ({codec!r}). Expected one of {sorted(ENCODERS)}.")
     preset = DEFAULT_PRESET[codec] if preset is None else str(preset)
@@ -133,7 +137,7 @@ def encoder_options(
     if codec == "h264":
         return {"crf": str(crf), "preset": preset, "x264-params": ":".join(params)}
     # x265 ignores AVCodecContext.thread_count: its thread pool and frame threads are set here.
-    params += ["open-gop=0", "log-level=error"]
+    params += ["open-gop=0", "log-level=error"] + (["lossless=1"] if lossless else [])
     if threads:
         params += [f"pools={threads}"] + (["frame-threads=1"] if threads == 1 else [])
     return {"crf": str(crf), "preset": preset, "x265-params": ":".join(params)}
@@ -152,6 +156,7 @@ def add_video_stream(
     bframes: int = 0,
     threads: int | None = None,
     pix_fmt: str = "yuv420p",
+    lossless: bool = False,
 ) -> VideoStream:
     """Add an encoding video stream to an output container, time base `1 / fps`.
 
@@ -161,9 +166,12 @@ def add_video_stream(
         fps: frame rate.
         width, height: frame size in pixels.
         pix_fmt: the pixel format to encode.
+        lossless: as `encoder_options`.
     """
     rate = frame_rate(fps)
-    options = encoder_options(codec, gop=gop, crf=crf, preset=preset, bframes=bframes, threads=threads)
+    options = encoder_options(
+        codec, gop=gop, crf=crf, preset=preset, bframes=bframes, threads=threads, lossless=lossless
+    )
     stream = container.add_stream(ENCODERS[codec], rate=rate, options=options)
     stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
     stream.time_base = 1 / rate
@@ -224,6 +232,7 @@ def write_episode_video(
     threads: int | None = None,
     episode: int | None = None,
     camera: str | None = None,
+    depth: bool = False,
 ) -> EpisodeVideo:
     """Write one episode of a packed source MP4 to its own MP4, frame `i` at `i / fps`, atomically.
 
@@ -245,6 +254,9 @@ def write_episode_video(
         bframes: B-frames allowed in a re-encode (0: none, so decode order is presentation order).
         threads: decoder and encoder threads (default 1: callers parallelise across processes).
         episode, camera: named in error messages.
+        depth: the stream is a depth map (12-bit codes): it is never re-encoded lossily nor to another
+            pixel format, whatever `mode` says. It is copied; an episode that does not start on a
+            keyframe is re-encoded as lossless HEVC in its own pixel format.
 
     Returns:
         What was written.
@@ -268,8 +280,10 @@ def write_episode_video(
     ref = VideoRef(src_path, episode, camera)
     segment = Segment(from_timestamp, length, frame_rate(fps))
     threads = 1 if threads is None else threads
-    if mode == "copy":
-        return _copy_episode(ref, out_path, segment, gop=gop, crf=crf, preset=preset, threads=threads)
+    if mode == "copy" or depth:
+        return _copy_episode(
+            ref, out_path, segment, gop=gop, crf=crf, preset=preset, threads=threads, depth=depth
+        )
     encode = _Encode(
         codec=mode,
         pix_fmt="yuv420p",
@@ -346,6 +360,7 @@ class _Encode:
     preset: str | None
     bframes: int
     threads: int
+    lossless: bool = False
 
 
 def _reencode(
@@ -368,6 +383,7 @@ def _reencode(
                 bframes=encode.bframes,
                 threads=encode.threads,
                 pix_fmt=encode.pix_fmt,
+                lossless=encode.lossless,
             )
             for i, frame in frames:
                 if frame.format.name != encode.pix_fmt:
@@ -408,6 +424,7 @@ def _copy_episode(
     crf: int | None,
     preset: str | None,
     threads: int,
+    depth: bool = False,
 ) -> EpisodeVideo:
     with open_video(ref, threads) as (container, stream):
         codec, pix_fmt = codec_name(stream), stream.codec_context.pix_fmt
@@ -433,6 +450,12 @@ def _copy_episode(
                 crf=crf,
                 reencoded=False,
             )
+    if depth:  # depth codes must come back bit for bit: lossless HEVC in the source's pixel format
+        encode = _Encode(
+            codec="hevc", pix_fmt=pix_fmt, gop=source_gop or DEFAULT_GOP, crf=0, preset=None, bframes=0,
+            threads=threads, lossless=True,
+        )  # fmt: skip
+        return _reencode(ref, out_path, segment, encode, reason=plan)
     if codec not in ENCODERS:
         raise ReshardError(
             f"{ref.error(plan)} Invalid source codec for a re-encode ({codec!r}). Expected one of "
