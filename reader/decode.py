@@ -103,8 +103,10 @@ class Cursor:
             torch.stack([kept[i][0] for i in indices]),
             torch.tensor([kept[i][1] for i in indices], dtype=torch.float64),
         )
-        oldest = max(indices) - self.keep
-        self._kept = {i: v for i, v in kept.items() if i >= oldest}
+        # Only what the piece's next sample, one frame later, reads again: runs come in a random order,
+        # so frames beyond the newest are dropped too.
+        newest = max(indices)
+        self._kept = {i: v for i, v in kept.items() if newest - self.keep <= i <= newest}
         return frames
 
 
@@ -166,11 +168,16 @@ class Decoders:
             if cursor is not None:
                 self._open.move_to_end(key)
                 return cursor
-            cursor = Cursor(self._open_decoder(where, key, locate, depth_pix_fmt), keep)
-            self._open[key] = cursor
-            self.opened += 1
-            while len(self._open) > self.capacity:
-                self._open.popitem(last=False)
+        # Opened outside the lock: locating may download the file again, and the other decode threads
+        # keep decoding meanwhile. Two threads rarely open one key at once; the first one in is kept.
+        opened = Cursor(self._open_decoder(where, key, locate, depth_pix_fmt), keep)
+        with self._lock:
+            cursor = self._open.setdefault(key, opened)
+            self._open.move_to_end(key)
+            if cursor is opened:
+                self.opened += 1
+                while len(self._open) > self.capacity:
+                    self._open.popitem(last=False)
             return cursor
 
     def _open_decoder(

@@ -47,7 +47,8 @@ class ReaderStats:
     Attributes:
         samples: samples emitted.
         skipped: samples a resume skipped by arithmetic (never read, fetched or decoded).
-        episodes_admitted: pieces admitted into a pool (an episode cut between two consumers counts twice).
+        episodes_admitted: pieces admitted into a pool (every worker of a rank admits its share of each of
+            the rank's episodes).
         admissions_waited: admissions whose videos were not local yet when needed.
         samples_local: samples whose videos were already local when their piece was admitted.
         frames_decoded: video frames decoded (a window of T frames on C cameras counts T * C).
@@ -358,7 +359,8 @@ class Consumer:
     ) -> torch.Tensor:
         quantizer = self._options.depth.get(video.key)
         cursor = self._decoders.get(
-            video.path,
+            # One decoder per piece and camera: pieces of a packed v3 file each read their own part.
+            f"{video.path}#{slot.ref.episode_index}",
             where,
             locate=lambda: pool.pinned(slot.ref, video),
             keep=self._options.keep.get(video.key, 0),

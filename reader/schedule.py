@@ -405,10 +405,10 @@ def _round_major(key: np.uint64, rnd: np.ndarray, piece: np.ndarray) -> np.ndarr
     """Indices sorting (round, piece) pairs by round, then by one random order of the pieces that holds
     for every round (a piece joining the pool takes its place in that order).
 
-    A fixed cyclic order puts a piece's consecutive samples one whole round (the pool's size) apart, so
-    a batch no larger than the pool never holds two samples of one piece while the pool is full; a fresh
-    order per round would put them anywhere from 1 to 2K - 1 samples apart. Ties of the 64-bit hash fall
-    back to input order, which is piece order in every caller.
+    A fixed cyclic order puts a piece's consecutive samples one round (the pool's size K) apart, less the
+    pieces that left in between, so a batch smaller than the pool rarely holds two samples of one piece
+    while the pool is full; a fresh order per round would put them anywhere from 1 to 2K - 1 samples
+    apart. Ties of the 64-bit hash fall back to input order, which is piece order in every caller.
     """
     return np.lexsort((_hash(key, np.zeros_like(rnd), piece), rnd))
 

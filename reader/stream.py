@@ -65,8 +65,8 @@ class EpisodeStream(IterableDataset):
         episodes: episode indices to read (default: all), read in ascending order.
         episode_pool_size: episodes each consumer holds and mixes frames from (K). Default:
             `default_pool_size(batch_size)`, max(16, 1.25 x batch_size). The pool is visited in one
-            cyclic order, so a batch smaller than the pool holds each episode at most once while the
-            pool is full.
+            cyclic order, so a batch smaller than the pool rarely holds an episode twice while the pool
+            is full (a piece recurs one round later, less the pieces that left meanwhile).
         batch_size: the DataLoader's batch size, when known: the default pool follows it.
         shuffle: shuffle episodes and frames; False reads sequentially.
         seed: the run's seed; the order is a pure function of it, the epoch and the topology.

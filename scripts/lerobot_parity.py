@@ -7,8 +7,12 @@ file with the reference environment's Python (`../shared/lerobot-reference.sh` b
 
 Every index of both datasets is read with a delta window on `action` and on the first camera; keys,
 shapes, dtypes, tabular values and `_is_pad` masks must be equal, frames identical for copied videos
-and above the PSNR floor for re-encoded ones (the report gives the worst frame). Exits 1 on the first
-difference, naming the index and the key.
+and above the PSNR floor for re-encoded ones (the report gives the worst frame); depth cameras must be
+identical whatever the video mode. Exits 1 on the first difference, naming the index and the key.
+
+With `--reader` (the lrs repository on PYTHONPATH), lrs's own `EpisodeStream` also reads the output
+with the same windows, and every sample must equal lerobot's for the same index, key for key and bit
+for bit, depth cameras included (in millimetres, and again in metres).
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ def main() -> int:
     parser.add_argument("source", type=Path, help="The v3 dataset resharded.")
     parser.add_argument("output", type=Path, help="Its lrs/1 reshard.")
     parser.add_argument("--psnr-floor", type=float, default=30.0, help="Lowest PSNR of a re-encoded frame.")
+    parser.add_argument(
+        "--reader", action="store_true", help="Also compare lrs's EpisodeStream with lerobot on the output."
+    )
     args = parser.parse_args()
 
     import torch
@@ -33,7 +40,9 @@ def main() -> int:
     info = json.loads((args.source / "meta/info.json").read_text())
     fps = info["fps"]
     cameras = [k for k, f in info["features"].items() if f["dtype"] == "video"]
+    depth = {k for k in cameras if (info["features"][k].get("info") or {}).get("is_depth_map")}
     windows = {"action": [0, 1 / fps, 2 / fps], **({cameras[0]: [-1 / fps, 0]} if cameras else {})}
+    windows.update({k: [-2 / fps, 0, 1 / fps] for k in depth})
     layout = json.loads((args.output / "meta/lrs/layout.json").read_text())
     all_reencoded = layout.get("params", {}).get("video", "copy") != "copy"
     # In copy mode, episodes that did not start on a keyframe were re-encoded alone (listed here).
@@ -55,7 +64,7 @@ def main() -> int:
                 same = u == v
             elif u.shape != v.shape or u.dtype != v.dtype:
                 same = False
-            elif key in cameras and u.dtype.is_floating_point and not torch.equal(u, v):
+            elif key in cameras and key not in depth and u.dtype.is_floating_point and not torch.equal(u, v):
                 mse = float(((u - v) ** 2).mean())
                 worst = min(worst, 10 * math.log10(1 / mse))
                 same = all_reencoded or (int(x["episode_index"]), key) in reencoded
@@ -68,8 +77,38 @@ def main() -> int:
     print(
         f"{len(a)} samples: tabular values, masks and shapes equal; frames "
         + ("identical" if worst == math.inf else f"worst PSNR {worst:.1f} dB")
+        + (f"; depth cameras {sorted(depth)} identical" if depth else "")
     )
-    return 0 if floor_ok else 1
+    if not floor_ok:
+        return 1
+    return compare_reader(args.output, windows, depth) if args.reader else 0
+
+
+def compare_reader(root: Path, windows: dict, depth: set[str]) -> int:
+    """lrs's EpisodeStream against lerobot's LeRobotDataset on the same dataset: every sample equal."""
+    import torch
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from reader import EpisodeStream
+
+    for unit in ("mm", "m") if depth else ("mm",):
+        lerobot = LeRobotDataset("local/output", root=root, delta_timestamps=windows, depth_output_unit=unit)
+        count = 0
+        for item in EpisodeStream(root, delta_timestamps=windows, depth_output_unit=unit, seed=0):
+            want = lerobot[int(item["index"])]
+            for key in sorted(set(want) | set(item)):
+                u, v = want.get(key), item.get(key)
+                same = (
+                    torch.equal(u, v) and u.dtype == v.dtype
+                    if isinstance(u, torch.Tensor) and isinstance(v, torch.Tensor)
+                    else u == v
+                )
+                if not same:
+                    print(f"Invalid EpisodeStream value at index {int(item['index'])}, key {key!r} ({unit}).")
+                    return 1
+            count += 1
+        print(f"EpisodeStream ({unit}): {count} samples equal to LeRobotDataset's, every key bit for bit")
+    return 0
 
 
 if __name__ == "__main__":

@@ -124,6 +124,9 @@ def test_a_cursor_serves_windows_from_the_frames_it_keeps(
         got = decode_frames(cursor, window, tolerance_s=1e-4, return_uint8=True, where=WHERE)
         assert torch.equal(got, reference.get_frames_at([frame - 2, frame - 1, frame]).data)
     assert asked == [[0, 1, 2]] + [[f] for f in range(3, 12)]  # each frame decoded once
+    # Another run starts earlier in the episode: only the window's frames stay kept, none beyond.
+    decode_frames(cursor, [3 / 30, 4 / 30], tolerance_s=1e-4, return_uint8=True, where=WHERE)
+    assert asked[-1] == [3, 4] and sorted(cursor._kept) == [3, 4]
 
 
 def test_a_cursor_past_the_end_of_its_video_is_a_decode_error(small: tuple[Path, Path]) -> None:

@@ -45,6 +45,20 @@ def pairs_of(loader: DataLoader) -> list[list[tuple[int, int]]]:
     ]
 
 
+def planned_batches(ds: EpisodeStream, *, batch_size: int, num_workers: int) -> list[list[tuple[int, int]]]:
+    """The batches the schedule plans (a pure function): each worker batches its own samples, and the
+    DataLoader takes a batch from each worker in turn, skipping those that have run out."""
+    schedule = ds.schedule(num_workers)
+    chunks = []
+    for worker in range(max(1, num_workers)):
+        emission = schedule.emission(0, ds.rank, worker)
+        pieces, frames = emission.arrays()
+        episodes = [ds.episodes[emission.piece(p).episode] for p in pieces.tolist()]
+        pairs = list(zip(episodes, frames.tolist(), strict=True))
+        chunks.append([pairs[i : i + batch_size] for i in range(0, len(pairs), batch_size)])
+    return [c[k] for k in range(max(len(c) for c in chunks)) for c in chunks if k < len(c)]
+
+
 def job(spec: dict[str, Any], tmp_path: Path, name: str) -> dict[str, Any]:
     """Run `tests.reader.loader_job` in a new Python process and return what it wrote."""
     out = tmp_path / f"{name}.json"
@@ -76,14 +90,9 @@ def test_a_stream_pickles_and_opens_nothing_until_it_iterates(small: Path) -> No
 def test_every_start_method_gives_the_same_samples_exactly_once(
     small: Path, method: str, num_workers: int
 ) -> None:
-    def run(context: str | None) -> list[list[tuple[int, int]]]:
-        ds = stream(small, delta_timestamps=DELTAS)
-        return pairs_of(
-            DataLoader(ds, batch_size=4, num_workers=num_workers, multiprocessing_context=context)
-        )
-
-    got = run(method)
-    assert got == run("fork")
+    ds = stream(small, delta_timestamps=DELTAS)
+    got = pairs_of(DataLoader(ds, batch_size=4, num_workers=num_workers, multiprocessing_context=method))
+    assert got == planned_batches(ds, batch_size=4, num_workers=num_workers)
     seen = Counter(p for batch in got for p in batch)
     assert len(seen) == TOTAL and max(seen.values()) == 1
 
