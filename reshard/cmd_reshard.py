@@ -109,7 +109,10 @@ def reshard_cmd(
         part = slurm_part()
     if push_url and part is not None:
         raise click.UsageError("--push-bucket needs a finished output: use it with --finalize, not --part.")
-    options = ReshardOptions(video=video, gop=gop, crf=crf, preset=preset, data_file_mb=data_file_mb)  # type: ignore[arg-type]
+    try:
+        options = ReshardOptions(video=video, gop=gop, crf=crf, preset=preset, data_file_mb=data_file_mb)  # type: ignore[arg-type]
+    except ValueError as exc:  # checked before any work, so nothing is left behind
+        raise click.UsageError(str(exc)) from exc
     result = reshard(
         src,
         out,

@@ -119,7 +119,12 @@ def sample(directory: Path, quiet: bool, unaligned: bool, **options: object) -> 
     Frames carry their episode, frame and camera index as visible blocks, so tests and you can check
     that a loader decoded the right frame (reshard.sample.read_frame_id).
     """
-    spec = SampleSpec(keyframe_aligned=not unaligned, **options)  # type: ignore[arg-type]
+    try:
+        spec = SampleSpec(keyframe_aligned=not unaligned, **options)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise click.UsageError(f"Invalid DIRECTORY ({directory}). Expected a new or empty directory.")
     with tqdm(total=spec.episodes, unit="ep", desc="sample", disable=quiet) as bar:
         write_sample(directory, spec, progress=bar.update)
     depth = f" and {spec.depth_cameras} depth cameras (hevc gray12le)" if spec.depth_cameras else ""

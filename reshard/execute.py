@@ -36,7 +36,7 @@ from reshard.meta import (
 from reshard.plan import DataTask, Task, VideoTask
 from reshard.source import Source
 from reshard.tables import write_data_file
-from reshard.videos import DEFAULT_GOP, VIDEO_MODES, VideoMode, write_episode_video
+from reshard.videos import DEFAULT_GOP, VIDEO_MODES, X26X_PRESETS, VideoMode, write_episode_video
 
 # Test hook: "<point>:<n>" makes the process SIGKILL itself at the n-th time it reaches <point>
 # (staged, recorded, published, meta), to prove that any crash point resumes to identical bytes.
@@ -71,6 +71,10 @@ class ReshardOptions:
             raise ValueError(f"Invalid crf ({self.crf}). Expected 0..63.")
         if not self.data_file_mb > 0:
             raise ValueError(f"Invalid data_file_mb ({self.data_file_mb}). Expected > 0.")
+        if self.video != "copy" and self.preset is not None and self.preset not in X26X_PRESETS:
+            raise ValueError(
+                f"Invalid preset ({self.preset!r}) for --video {self.video}. Expected one of {list(X26X_PRESETS)}."
+            )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

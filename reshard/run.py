@@ -80,12 +80,45 @@ def default_work_dir(out: Path) -> Path:
 
 
 def slurm_part(environ: dict[str, str] | None = None) -> tuple[int, int] | None:
-    """The part of a SLURM array task, `(SLURM_ARRAY_TASK_ID - MIN, SLURM_ARRAY_TASK_COUNT)`, or None."""
+    """The part of a SLURM array task, `((SLURM_ARRAY_TASK_ID - MIN) / STEP, SLURM_ARRAY_TASK_COUNT)`,
+    or None outside an array (`--array=0-62:2` has tasks 0, 2, ..., 62: parts 0 to 31 of 32).
+
+    Raises:
+        ReshardError: the variables do not describe a task of the array.
+    """
     env = os.environ if environ is None else environ
     if "SLURM_ARRAY_TASK_ID" not in env or "SLURM_ARRAY_TASK_COUNT" not in env:
         return None
-    index = int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
-    return index, int(env["SLURM_ARRAY_TASK_COUNT"])
+    names = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_STEP", "SLURM_ARRAY_TASK_COUNT")
+    raw = {
+        n: env.get(n, {"SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_STEP": "1"}.get(n, "")) for n in names
+    }
+    try:
+        task, low, step, count = (int(raw[n]) for n in names)
+    except ValueError:
+        raise ReshardError(f"Invalid SLURM array variables ({raw}). Expected integers.") from None
+    index, off_step = divmod(task - low, step) if step > 0 else (-1, 0)
+    if off_step or not 0 <= index < count:
+        raise ReshardError(
+            f"Invalid SLURM array task ({raw}). Expected a task MIN + k * STEP with 0 <= k < COUNT."
+        )
+    return index, count
+
+
+def _check_same_filesystem(work: Path, out: Path) -> None:
+    """Outputs are published by renaming them from the work directory into `out`: both must be on one
+    filesystem, checked before any work (a rename across filesystems fails only at the end)."""
+
+    def device(path: Path) -> int:
+        while not path.exists():
+            path = path.parent
+        return path.stat().st_dev
+
+    if device(work) != device(out):
+        raise ReshardError(
+            f"Invalid work directory ({work}): on another filesystem than --out ({out}). Expected one "
+            "filesystem, so that finished files are moved into place by a rename."
+        )
 
 
 def source_sizes(source: Source) -> dict[str, int]:
@@ -216,6 +249,8 @@ def reshard(
     """
     started = time.monotonic()
     out = Path(out).absolute()
+    if work_dir:
+        _check_same_filesystem(Path(work_dir).absolute(), out)
     ws = Workspace(Path(work_dir).absolute() if work_dir else default_work_dir(out))
     source = open_source(src, storage_options=storage_options)
     doc = _job_doc(source, options)

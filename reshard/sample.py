@@ -107,9 +107,8 @@ class SampleSpec:
         ]
         for ok, name, expected in checks:
             if not ok:
-                raise ValueError(
-                    f"Invalid {name} ({getattr(self, name.split('/')[0])}). Expected {expected}."
-                )
+                value = "/".join(str(getattr(self, part)) for part in name.split("/"))
+                raise ValueError(f"Invalid {name} ({value}). Expected {expected}.")
 
     @property
     def camera_keys(self) -> list[str]:
@@ -388,16 +387,20 @@ def encode_frames(
             preset=preset,
             bframes=bframes,
         )
-        count = 0
-        for i, rgb in enumerate(frames):
-            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
-            frame.pts = i
-            frame.time_base = Fraction(1, fps)
-            for packet in stream.encode(frame):
-                container.mux(packet)
-            count += 1
-        for packet in stream.encode():
+        return _encode_all(container, stream, frames, pix_fmt="rgb24", fps=fps)
+
+
+def _encode_all(container: Any, stream: Any, images: Iterator[np.ndarray], *, pix_fmt: str, fps: int) -> int:
+    """Encode images (frame i at i / fps) and flush; returns how many."""
+    count = 0
+    for i, image in enumerate(images):
+        frame = av.VideoFrame.from_ndarray(image, format=pix_fmt)
+        frame.pts, frame.time_base = i, Fraction(1, fps)
+        for packet in stream.encode(frame):
             container.mux(packet)
+        count += 1
+    for packet in stream.encode():
+        container.mux(packet)
     return count
 
 
@@ -410,16 +413,7 @@ def encode_depth(
             container, "hevc", fps=fps, width=width, height=height, gop=gop, crf=0,
             preset=SAMPLE_PRESETS["hevc"], pix_fmt="gray12le", lossless=True,
         )  # fmt: skip
-        count = 0
-        for i, plane in enumerate(codes):
-            frame = av.VideoFrame.from_ndarray(plane, format="gray12le")
-            frame.pts, frame.time_base = i, Fraction(1, fps)
-            for packet in stream.encode(frame):
-                container.mux(packet)
-            count += 1
-        for packet in stream.encode():
-            container.mux(packet)
-    return count
+        return _encode_all(container, stream, codes, pix_fmt="gray12le", fps=fps)
 
 
 def concat_remux(parts: list[bytes], out_path: str) -> list[float]:

@@ -32,7 +32,7 @@ from reader.depth import is_depth
 from reader.errors import DatasetError, LayoutError
 from reader.index import FILES_INDEX
 from reader.layout import Layout
-from reader.v3 import EPISODES_DIR, STATS_PATH, TASKS_PATH
+from reader.v3 import EPISODES_DIR, INFO_PATH, STATS_PATH, TASKS_PATH
 from reshard.execute import list_files, local_copy
 from reshard.meta import file_sha256
 from reshard.source import Source, check_rows, open_source
@@ -175,10 +175,13 @@ def verify(
         The checks passed and the violations of the first failing class.
 
     Raises:
-        DatasetError: `against` is not a readable v3 dataset.
+        DatasetError: `against` is not a readable v3 dataset, or `url` holds no dataset at all (no
+            `meta/info.json`): nothing to check, which is an input error, not a failed check.
     """
     source = open_source(against, storage_options=storage_options) if against else None
     remote = resolve(url, storage_options=storage_options)
+    if not remote.exists(INFO_PATH):
+        raise DatasetError("missing: not a LeRobot dataset root", file=remote.display(INFO_PATH))
     try:
         layout = Layout.load(remote)
         # Missing files are the next class's business, reported there with the rest.

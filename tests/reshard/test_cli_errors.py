@@ -1,0 +1,89 @@
+"""The command line as a newcomer meets it: bad input gets one line and the documented exit code (2 usage,
+3 data or I/O, 1 a failed check), checked before any work, leaving nothing behind."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from reshard import commands  # noqa: F401 - registers the commands
+from reshard.cli import cli
+from reshard.errors import ReshardError
+from reshard.run import slurm_part
+
+
+def lrs(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args), env=env)
+    assert "Traceback" not in result.output, result.output
+    return result.exit_code, result.output.strip().splitlines()[-1] if result.output.strip() else ""
+
+
+def test_sample_refuses_a_directory_that_holds_files(tmp_path: Path) -> None:
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "keep.txt").write_text("mine")
+    code, line = lrs("sample", str(tmp_path / "ds"), "--quiet")
+    assert (code, line) == (
+        2,
+        f"Error: Invalid DIRECTORY ({tmp_path / 'ds'}). Expected a new or empty directory.",
+    )
+    assert os.listdir(tmp_path / "ds") == ["keep.txt"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--height", "49"], "Error: Invalid height (49). Expected even and >= 48."),
+        (
+            ["--min-length", "50", "--max-length", "10"],
+            "Error: Invalid min_length/max_length (50/10). Expected 1 <= min <= max.",
+        ),
+    ],
+    ids=["odd-height", "min-over-max"],
+)
+def test_sample_options_are_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    assert lrs("sample", str(tmp_path / "ds"), "--quiet", *args) == (2, message)
+    assert not (tmp_path / "ds").exists()
+
+
+def test_verify_of_no_dataset_is_an_input_error_not_a_failed_check(tmp_path: Path) -> None:
+    code, line = lrs("verify", str(tmp_path / "nothing"))
+    assert (code, line) == (
+        3,
+        f"Error: {tmp_path / 'nothing'}/meta/info.json: missing: not a LeRobot dataset root",
+    )
+
+
+def test_a_bad_preset_is_refused_before_any_work(sample_ds: Path, tmp_path: Path) -> None:
+    code, line = lrs(
+        "reshard", str(sample_ds), "--out", str(tmp_path / "out"), "--video", "hevc", "--preset", "bogus"
+    )
+    assert code == 2 and line.startswith(
+        "Error: Invalid preset ('bogus') for --video hevc. Expected one of ["
+    )
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_work_dir_on_another_filesystem_is_refused_before_any_work(sample_ds: Path, tmp_path: Path) -> None:
+    other = Path("/dev/shm")
+    if not other.is_dir() or other.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("no second filesystem here")
+    work = other / f"lrs-test-{os.getpid()}"
+    code, line = lrs("reshard", str(sample_ds), "--out", str(tmp_path / "out"), "--work-dir", str(work))
+    assert code == 3 and line.startswith(f"Error: Invalid work directory ({work}): on another filesystem")
+    assert os.listdir(tmp_path) == [] and not work.exists()
+
+
+def test_slurm_arrays_with_a_step_map_to_parts() -> None:
+    env = {"SLURM_ARRAY_TASK_COUNT": "32", "SLURM_ARRAY_TASK_STEP": "2", "SLURM_ARRAY_TASK_MIN": "0"}
+    assert [slurm_part({**env, "SLURM_ARRAY_TASK_ID": str(t)}) for t in (0, 2, 62)] == [
+        (0, 32),
+        (1, 32),
+        (31, 32),
+    ]
+    assert slurm_part({"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_COUNT": "8"}) == (7, 8)
+    for task in ("61", "64", "x"):
+        with pytest.raises(ReshardError, match=r"Invalid SLURM array (task|variables)"):
+            slurm_part({**env, "SLURM_ARRAY_TASK_ID": task})
