@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cache.remote import Remote
-from reader.errors import LayoutError
+from reader.errors import DatasetError, LayoutError
 from reader.index import LAYOUT_JSON, parse_layout_json
 from reshard.execute import local_copy
 from reshard.source import Source, open_source
@@ -82,6 +83,14 @@ def _sql_list(paths: list[str]) -> str:
 
 def _data_report(source: Source, tmp: Path) -> dict[str, Any]:
     footers = _footers(source, tmp)
+    for rel, path in footers.items():  # a bad file is named here, not in a DuckDB traceback
+        try:
+            pq.read_metadata(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise DatasetError(
+                f"Invalid parquet file ({exc}). Expected a readable parquet footer.",
+                file=source.remote.display(rel),
+            ) from exc
     files = _sql_list(list(footers.values()))
     con = duckdb.connect()
     groups = con.execute(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -87,3 +88,11 @@ def test_slurm_arrays_with_a_step_map_to_parts() -> None:
     for task in ("61", "64", "x"):
         with pytest.raises(ReshardError, match=r"Invalid SLURM array (task|variables)"):
             slurm_part({**env, "SLURM_ARRAY_TASK_ID": task})
+
+
+def test_inspect_names_a_data_file_that_is_not_parquet(sample_ds: Path, copy_ds: Any) -> None:
+    root = copy_ds(sample_ds)
+    (root / "data/chunk-000/file-000.parquet").write_bytes(b"garbage")
+    code, line = lrs("inspect", str(root))
+    assert code == 3
+    assert line.startswith(f"Error: {root}/data/chunk-000/file-000.parquet: Invalid parquet file (")
