@@ -27,19 +27,6 @@ def flip(frames: torch.Tensor) -> torch.Tensor:
     return frames.flip(-1)
 
 
-class FreezeCount(torch.utils.data.IterableDataset):
-    """Yields, from the process that iterates, how many objects the GC froze after the stream's first item."""
-
-    def __init__(self, stream: EpisodeStream) -> None:
-        self.stream = stream
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        import gc
-
-        next(iter(self.stream))
-        yield gc.get_freeze_count()
-
-
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     stream = EpisodeStream(
         spec["root"],
