@@ -26,6 +26,8 @@ from reader.errors import DecodeError
 if TYPE_CHECKING:
     import torch
 
+    from reader.decode import Frames
+
 DepthUnit = Literal["mm", "m"]
 DEPTH_QMAX = 4095  # 12-bit codes
 MM_PER_METRE = 1000.0
@@ -104,10 +106,7 @@ class Quantizer:
         for name, default in DEFAULTS.items():
             value = info.get(f"video.{name}")
             values[name] = default if value is None else value
-        pix_fmt = info.get("video.pix_fmt") or "gray12le"
-        if isinstance(values["depth_min"], int) and not isinstance(values["depth_min"], bool):
-            values["depth_min"] = float(values["depth_min"])
-        return cls(pix_fmt=pix_fmt, **values)
+        return cls(pix_fmt=info.get("video.pix_fmt") or "gray12le", **values)
 
     def _scale_offset(self) -> tuple[float, float]:
         if self.use_log:
@@ -172,14 +171,6 @@ class _Metadata:
         self.num_frames = num_frames
 
 
-class DepthFrames:
-    """What `DepthDecoder.get_frames_at` returns (torchcodec's `FrameBatch` fields)."""
-
-    def __init__(self, data: torch.Tensor, pts_seconds: torch.Tensor) -> None:
-        self.data = data
-        self.pts_seconds = pts_seconds
-
-
 class DepthDecoder:
     """A depth stream decoded with PyAV into its raw codes, read forward like a torchcodec decoder.
 
@@ -239,9 +230,11 @@ class DepthDecoder:
         self._frames = None
         raise IndexError(f"no frame {index} in the stream")
 
-    def get_frames_at(self, indices: list[int]) -> DepthFrames:
+    def get_frames_at(self, indices: list[int]) -> Frames:
         import av
         import torch
+
+        from reader.decode import Frames  # imported here: `reader.decode` loads torch and torchcodec
 
         try:
             decoded = {i: self._read_until(i) for i in sorted(set(indices))}
@@ -250,7 +243,7 @@ class DepthDecoder:
             raise RuntimeError(str(exc)) from exc
         data = torch.stack([torch.from_numpy(decoded[i][0].astype(np.uint16, copy=False)) for i in indices])
         pts = torch.tensor([decoded[i][1] for i in indices], dtype=torch.float64)
-        return DepthFrames(data.unsqueeze(1), pts)
+        return Frames(data.unsqueeze(1), pts)
 
     def close(self) -> None:
         self._container.close()

@@ -90,9 +90,8 @@ def slurm_part(environ: dict[str, str] | None = None) -> tuple[int, int] | None:
     if "SLURM_ARRAY_TASK_ID" not in env or "SLURM_ARRAY_TASK_COUNT" not in env:
         return None
     names = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_STEP", "SLURM_ARRAY_TASK_COUNT")
-    raw = {
-        n: env.get(n, {"SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_STEP": "1"}.get(n, "")) for n in names
-    }
+    defaults = {"SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_STEP": "1"}
+    raw = {n: env.get(n, defaults.get(n, "")) for n in names}
     try:
         task, low, step, count = (int(raw[n]) for n in names)
     except ValueError:

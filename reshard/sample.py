@@ -30,7 +30,6 @@ import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 
 from reader.depth import Quantizer
 from reader.v3 import CODEBASE_VERSION, DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH
@@ -315,21 +314,22 @@ def feature_stats(values: np.ndarray) -> dict[str, np.ndarray]:
     return stats
 
 
+def _channel_stats(pixels: np.ndarray, frames: int) -> dict[str, np.ndarray]:
+    """Per-channel stats of pixels (P, C), shaped (C,1,1) like lerobot's, counting `frames` frames."""
+    channels = pixels.shape[1]
+    out = {k: v.reshape(channels, 1, 1) for k, v in feature_stats(pixels).items() if k != "count"}
+    out["count"] = np.array([frames])
+    return out
+
+
 def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
     """Per-channel stats of sampled frames (N,H,W,3 uint8), shaped (3,1,1) in [0,1] like lerobot's."""
-    pixels = frames.reshape(-1, 3).astype(np.float64) / 255.0
-    stats = feature_stats(pixels)
-    out = {k: v.reshape(3, 1, 1) for k, v in stats.items() if k != "count"}
-    out["count"] = np.array([len(frames)])
-    return out
+    return _channel_stats(frames.reshape(-1, 3).astype(np.float64) / 255.0, len(frames))
 
 
 def depth_stats(millimetres: np.ndarray) -> dict[str, np.ndarray]:
     """Stats of sampled depth frames (N,H,W, millimetres), shaped (1,1,1) like lerobot's."""
-    stats = feature_stats(millimetres.reshape(-1, 1))
-    out = {k: v.reshape(1, 1, 1) for k, v in stats.items() if k != "count"}
-    out["count"] = np.array([len(millimetres)])
-    return out
+    return _channel_stats(millimetres.reshape(-1, 1), len(millimetres))
 
 
 def aggregate_stats(per_episode: list[dict[str, dict[str, np.ndarray]]]) -> dict[str, dict[str, Any]]:
@@ -504,6 +504,8 @@ def _write(root: Path, spec: SampleSpec, progress: Callable[[int], None] | None)
                 idx = np.linspace(0, lengths[ep] - 1, num=min(lengths[ep], 4)).astype(int)
                 size = {"height": spec.height, "width": spec.width}
                 if depth:  # the stats of what the reader returns: dequantized, in millimetres
+                    import torch  # here only: `lrs` commands start without torch
+
                     codes = np.stack([quantizer.quantize(depth_frame(ep, int(i), cam, **size)) for i in idx])
                     mm = quantizer.dequantize(torch.from_numpy(codes.astype(np.int32))[:, None], "mm")
                     image_samples[ep][key] = mm.numpy()[:, 0]
