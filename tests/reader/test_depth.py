@@ -61,7 +61,19 @@ def test_quantizer_reads_lerobots_info_and_defaults() -> None:
 def test_dequantize_inverts_quantize_within_half_a_quantum(use_log: bool) -> None:
     q = Quantizer(use_log=use_log)
     depth = np.linspace(0.01, 10.0, 5000, dtype=np.float32)
-    back = q.dequantize(torch.from_numpy(q.quantize(depth).astype(np.int32))[None, None], "m")[0, 0].numpy()
+    codes = q.quantize(depth)
+    # One intra-op thread: with 2, torch 2.13 returned, in about 1 run of 5, one element of this 5000-long
+    # tensor off its quantum's centre (7.8123 instead of 7.8140 m; still inside the quantum). Open; see
+    # the closing note of issue 20. DataLoader workers run with one thread.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        back = q.dequantize(torch.from_numpy(codes.astype(np.int32))[None, None], "m")[0, 0].numpy()
+    finally:
+        torch.set_num_threads(threads)
+    assert np.array_equal(q.quantize(back), codes)  # each code's depth is inside its own quantum
+    # The distances in float64: float32 logs of the test itself were off by more than the 1e-6 allowed.
+    back, depth = back.astype(np.float64), depth.astype(np.float64)
     if use_log:  # half a quantum in log(depth + shift)
         step = (math.log(10.0 + 3.5) - math.log(0.01 + 3.5)) / DEPTH_QMAX
         assert np.all(np.abs(np.log(back + 3.5) - np.log(depth + 3.5)) <= step / 2 + 1e-6)
