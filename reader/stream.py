@@ -25,11 +25,12 @@ from reader.decode import Decoders, SeekMode, check_device
 from reader.depth import DepthUnit, Quantizer, check_unit, is_depth
 from reader.errors import DatasetError, StateError
 from reader.loader_math import batches_per_epoch, check_int
+from reader.metadata import DatasetMeta
 from reader.pool import Consumer, Counters, Options, ReaderStats
 from reader.rows import RowGroupReader
 from reader.schedule import Schedule
 from reader.state import Identity, Resume, parse_state, selection_digest
-from reader.v3 import INFO_PATH
+from reader.v3 import INFO_PATH, STATS_PATH
 from reader.windows import Windows, delta_indices
 
 DEFAULT_POOL_SIZE = 16
@@ -189,12 +190,48 @@ class EpisodeStream(IterableDataset):
         )
         self._resume: Resume | None = None
         self._process: _Process | None = None
+        self._meta: DatasetMeta | None = None
 
     def __repr__(self) -> str:
         return (
             f"EpisodeStream({self.catalog.remote.url!r}, {self.catalog.kind}, episodes={len(self.episodes)}, "
             f"rank={self.rank}/{self.world_size}, pool={self.episode_pool_size}, seed={self.seed}, epoch={self.epoch})"
         )
+
+    @property
+    def meta(self) -> DatasetMeta:
+        """The dataset's metadata under lerobot's `LeRobotDatasetMetadata` names, for
+        `make_policy(cfg, ds_meta=stream.meta)`: features, stats (depth in `depth_output_unit`), fps,
+        camera keys, tasks (`reader.metadata`). Describes the whole dataset, whatever `episodes` selects.
+
+        Raises:
+            DatasetError: `meta/stats.json` is malformed (a missing one gives `stats=None`, as in lerobot).
+            FetchError: it could not be read.
+        """
+        if self._meta is None:
+            remote = self.catalog.remote
+            try:
+                stats_json: bytes | None = remote.cat(STATS_PATH)
+            except FileNotFoundError:
+                stats_json = None
+            self._meta = DatasetMeta.build(
+                self.catalog.info,
+                stats_json,
+                self.catalog.tasks,
+                depth_output_unit=self.options.depth_unit,
+                repo_id=remote.url,
+                file=remote.display(STATS_PATH),
+            )
+        return self._meta
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        """`meta/info.json`'s features (lerobot's `LeRobotDataset.features`)."""
+        return self.meta.features
+
+    @property
+    def fps(self) -> int | float:
+        return self.catalog.info.fps
 
     @property
     def lengths(self) -> list[int]:

@@ -2,12 +2,14 @@
 
 The job is four steps, each safe to interrupt:
 
-1. check the source directory against its own `meta/lrs/files.parquet`;
+1. check the source directory against its own `meta/lrs/files.parquet` (every file there, of its size);
 2. list the target and keep only files that are missing or differ (size, then hash where the store
    hands one out), so a rerun after a crash uploads only the rest;
 3. upload in publish phases (`publish_phase`): data and videos, then `meta/`, then the `meta/lrs/`
    index, then `meta/lrs/layout.json`; a phase starts only when the previous one has fully landed, so a
-   reader that finds the index also finds every file it points at;
+   reader that finds the index also finds every file it points at. Each file is hashed just before it
+   goes up and must have the sha256 the index records: a file changed since `lrs reshard` stops the push
+   before any `meta/` file is uploaded, so a new target publishes nothing;
 4. list the target again and check every indexed file is there with its size.
 
 Credentials never reach a message: every error text goes through `push_retry.scrub`.
@@ -28,6 +30,7 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from cache.remote import resolve
+from cache.store import file_sha256
 from reader.index import FILES_INDEX, LAYOUT_JSON, LRS_DIR, files_from_table
 from reshard.errors import LayoutError, PushError
 from reshard.push_hf import HfBucketTarget
@@ -154,7 +157,7 @@ def load_manifest(local_dir: str | os.PathLike[str]) -> list[LocalFile]:
     files = []
     for entry in entries:
         _check_rel(entry.path, seen, index)
-        files.append(_checked_local(root, entry.path, entry.bytes, index))
+        files.append(_checked_local(root, entry.path, entry.bytes, entry.sha256, index))
     files.append(LocalFile(FILES_INDEX, index, index.stat().st_size))
     return files
 
@@ -170,7 +173,7 @@ def _check_rel(rel: str, seen: set[str], index: Path) -> None:
     seen.add(rel)
 
 
-def _checked_local(root: Path, rel: str, size: int, index: Path) -> LocalFile:
+def _checked_local(root: Path, rel: str, size: int, sha256: str, index: Path) -> LocalFile:
     path = root / rel
     if not path.is_file():
         raise LayoutError(
@@ -183,7 +186,31 @@ def _checked_local(root: Path, rel: str, size: int, index: Path) -> LocalFile:
             f"Invalid file size ({actual} bytes) of {rel}. Expected {size} bytes as the index lists.",
             file=str(index),
         )
-    return LocalFile(rel, path, size)
+    return LocalFile(rel, path, size, sha256)
+
+
+def check_content(item: LocalFile) -> None:
+    """Hash a file about to be uploaded and compare it with the sha256 the index records.
+
+    Raises:
+        LayoutError: the file changed since `lrs reshard` indexed it (names it and both hashes).
+    """
+    if item.sha256 is None:
+        return
+    fd = os.open(item.path, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        actual = file_sha256(fd)
+    finally:
+        os.close(fd)
+    if st.st_size != item.bytes or actual != item.sha256:
+        raise LayoutError(
+            f"Invalid content of {item.rel} (sha256 {actual[:16]}..., {st.st_size} bytes). Expected sha256 "
+            f"{item.sha256[:16]}... and {item.bytes} bytes as the index lists: the file changed after "
+            "`lrs reshard` wrote it. Nothing was published; run `lrs verify` on the directory, or reshard "
+            "again.",
+            file=str(item.path),
+        )
 
 
 def open_target(url: str, *, endpoint_url: str | None = None, source: Path | None = None) -> Target:
@@ -317,6 +344,8 @@ def _upload_phases(
 
 
 def _upload_unit(target: Target, unit: list[LocalFile], bar: _Progress) -> None:
+    for item in unit:
+        check_content(item)
     where = f"{target.url}/{unit[0].rel}" + (f" (+{len(unit) - 1} files)" if len(unit) > 1 else "")
     try:
         retrying(lambda: target.upload(unit), doing=f"upload of {where}")

@@ -27,11 +27,13 @@ _HASH_BLOCK = 1 << 20
 
 @dataclass(frozen=True)
 class LocalFile:
-    """One file to push: its dataset-relative path, where it is on disk, and its size."""
+    """One file to push: its dataset-relative path, where it is on disk, its size, and the sha256 the
+    index records for it (None for the files index itself)."""
 
     rel: str
     path: Path
     bytes: int
+    sha256: str | None = None
 
     def __repr__(self) -> str:
         return f"LocalFile({self.rel!r}, {self.bytes} B)"

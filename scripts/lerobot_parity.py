@@ -12,7 +12,8 @@ identical whatever the video mode. Exits 1 on the first difference, naming the i
 
 With `--reader` (the lrs repository on PYTHONPATH), lrs's own `EpisodeStream` also reads the output
 with the same windows, and every sample must equal lerobot's for the same index, key for key and bit
-for bit, depth cameras included (in millimetres, and again in metres).
+for bit, depth cameras included (in millimetres, and again in metres), and `EpisodeStream.meta` must
+equal lerobot's `dataset.meta` (features, stats with depth rescaled to the unit, keys, counts, tasks).
 """
 
 from __future__ import annotations
@@ -93,8 +94,14 @@ def compare_reader(root: Path, windows: dict, depth: set[str]) -> int:
 
     for unit in ("mm", "m") if depth else ("mm",):
         lerobot = LeRobotDataset("local/output", root=root, delta_timestamps=windows, depth_output_unit=unit)
+        stream = EpisodeStream(root, delta_timestamps=windows, depth_output_unit=unit, seed=0)
+        problem = compare_meta(lerobot.meta, stream.meta)
+        if problem:
+            print(f"Invalid EpisodeStream.meta ({unit}): {problem}")
+            return 1
+        print(f"EpisodeStream.meta ({unit}): features, stats, keys, counts and tasks equal to lerobot's")
         count = 0
-        for item in EpisodeStream(root, delta_timestamps=windows, depth_output_unit=unit, seed=0):
+        for item in stream:
             want = lerobot[int(item["index"])]
             for key in sorted(set(want) | set(item)):
                 u, v = want.get(key), item.get(key)
@@ -109,6 +116,36 @@ def compare_reader(root: Path, windows: dict, depth: set[str]) -> int:
             count += 1
         print(f"EpisodeStream ({unit}): {count} samples equal to LeRobotDataset's, every key bit for bit")
     return 0
+
+
+def compare_meta(want, got) -> str | None:  # noqa: ANN001 - lerobot's and lrs's metadata objects
+    """lerobot's `LeRobotDatasetMetadata` against `EpisodeStream.meta`: what differs, or None."""
+    import numpy as np
+
+    names = ["features", "fps", "robot_type", "total_episodes", "total_frames", "total_tasks"]
+    names += ["camera_keys", "video_keys", "image_keys", "depth_keys", "names", "shapes"]
+    for name in names:
+        if getattr(want, name) != getattr(got, name):
+            return f"{name} {getattr(got, name)!r}, expected {getattr(want, name)!r}"
+    if not want.tasks.equals(got.tasks):
+        return f"tasks {got.tasks!r}, expected {want.tasks!r}"
+    if (want.stats is None) != (got.stats is None):
+        return f"stats {got.stats is None and 'missing' or 'present'}, expected the opposite"
+
+    def leaves(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            out.update(leaves(v, f"{prefix}{k}/") if isinstance(v, dict) else {f"{prefix}{k}": v})
+        return out
+
+    a, b = leaves(want.stats or {}), leaves(got.stats or {})
+    if a.keys() != b.keys():
+        return f"stats keys differ: {sorted(a.keys() ^ b.keys())}"
+    for key, u in a.items():
+        v = b[key]
+        if u.dtype != v.dtype or u.shape != v.shape or not np.array_equal(u, v, equal_nan=True):
+            return f"stats {key} {v!r}, expected {u!r}"
+    return None
 
 
 if __name__ == "__main__":

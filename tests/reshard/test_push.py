@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 from pathlib import Path
 
@@ -180,6 +181,29 @@ def test_source_is_validated_before_any_upload(dataset: Path, tmp_path: Path, da
     with pytest.raises(LayoutError, match=match):
         push(source, str(tmp_path / "out"), quiet=True)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("rel", ["videos/observation.images.wrist/chunk-000/file-001.mp4", "meta/info.json"])
+def test_a_file_changed_after_reshard_is_refused_and_nothing_published(
+    dataset: Path, tmp_path: Path, rel: str
+) -> None:
+    """One byte flipped, same size: the sizes agree, only the index's sha256 tells."""
+    source = copy_dataset(dataset, tmp_path / "src")
+    data = bytearray((source / rel).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (source / rel).write_bytes(bytes(data))
+    result = _invoke(str(source), str(tmp_path / "out"), "--quiet", "--workers", "2")
+    assert result.exit_code == 3, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ")
+    assert f"Invalid content of {rel} (sha256 " in lines[0] and "Nothing was published" in lines[0]
+    landed = all_files(tmp_path / "out") if (tmp_path / "out").exists() else {}
+    assert rel not in landed
+    assert not any(r.startswith("meta/lrs/") for r in landed)
+    # Repaired, the same push completes and a rerun is a no-op.
+    shutil.copy(dataset / rel, source / rel)
+    assert _invoke(str(source), str(tmp_path / "out"), "--quiet").exit_code == 0
+    assert all_files(tmp_path / "out") == expected_files(dataset)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,198 @@
+"""`DatasetMeta`: what lerobot's `LeRobotDatasetMetadata` gives a training script, without lerobot.
+
+lerobot builds a policy from its dataset's metadata (`make_policy(cfg, ds_meta=dataset.meta)` reads
+`features` and `stats`; training scripts read `fps`, `camera_keys` and the rest), so `EpisodeStream.meta`
+offers the same names with the same values:
+
+- `features` (shapes as tuples, as lerobot loads them), `fps`, `robot_type`, `total_episodes`, `total_frames`, `total_tasks`, `names`, `shapes`,
+  `info` (the whole `meta/info.json`), and the key lists `camera_keys`, `video_keys`, `image_keys`,
+  `depth_keys`;
+- `stats`: `meta/stats.json` as numpy arrays (lerobot's `cast_stats_to_numpy`: every leaf through
+  `np.atleast_1d`), None when the file is missing, with depth features' stats rescaled from the unit
+  recorded in `info.depth_unit` to the stream's `depth_output_unit` (lerobot's `rescale_depth_stats`:
+  every statistic but `count`);
+- `tasks`: lerobot's pandas DataFrame (index `task`, column `task_index`), built on first use (pandas
+  is imported then, as lerobot has it); `task_names` gives the strings by task index without pandas.
+
+Importing this module loads neither torch nor pandas.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from reader.depth import MM_PER_METRE, DepthUnit, check_unit, is_depth
+from reader.errors import DatasetError
+from reader.v3 import STATS_PATH, Info
+
+
+def stats_to_numpy(stats: Mapping[str, Any]) -> dict[str, Any]:
+    """lerobot's `cast_stats_to_numpy`: nested dicts kept, every leaf `np.atleast_1d(np.array(leaf))`."""
+    return {
+        key: stats_to_numpy(value) if isinstance(value, Mapping) else np.atleast_1d(np.array(value))
+        for key, value in stats.items()
+    }
+
+
+def rescale_depth_stats(
+    stats: dict[str, Any], features: Mapping[str, Mapping[str, Any]], unit: DepthUnit
+) -> dict[str, Any]:
+    """lerobot's `rescale_depth_stats`: depth stats from their recorded `depth_unit` to `unit`.
+
+    A depth feature without a recorded unit keeps its stats as they are (lerobot warns and does the same).
+    """
+    out = dict(stats)
+    for key, feature in features.items():
+        stored = (feature.get("info") or {}).get("depth_unit")
+        if not is_depth(feature) or stored is None or stored == unit or key not in out:
+            continue
+        factor = MM_PER_METRE if stored == "m" else 1.0 / MM_PER_METRE
+        out[key] = {stat: v if stat == "count" else v * factor for stat, v in out[key].items()}
+    return out
+
+
+@dataclass(frozen=True)
+class DatasetMeta:
+    """A dataset's metadata under lerobot's `LeRobotDatasetMetadata` names (see the module docstring).
+
+    Attributes:
+        info: `meta/info.json`, verbatim.
+        stats: per-feature statistics as numpy arrays (depth in `depth_output_unit`), or None.
+        task_names: task strings by task index.
+        depth_output_unit: the unit depth features' frames and stats are given in.
+        repo_id: where the dataset is (a path or URL).
+    """
+
+    info: dict[str, Any] = field(repr=False)
+    stats: dict[str, Any] | None = field(repr=False)
+    task_names: tuple[str, ...] = field(repr=False)
+    depth_output_unit: DepthUnit = "mm"
+    repo_id: str = ""
+
+    @classmethod
+    def build(
+        cls,
+        info: Info,
+        stats_json: bytes | None,
+        task_names: tuple[str, ...],
+        *,
+        depth_output_unit: DepthUnit = "mm",
+        repo_id: str = "",
+        file: str = STATS_PATH,
+    ) -> DatasetMeta:
+        """Metadata from a parsed `info.json`, the raw `meta/stats.json` (None: no stats) and the tasks.
+
+        Raises:
+            DatasetError: `meta/stats.json` is not a JSON object of per-feature objects.
+        """
+        unit = check_unit(depth_output_unit)
+        stats = None
+        if stats_json is not None:
+            try:
+                raw = json.loads(stats_json)
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise DatasetError(f"not valid JSON ({exc})", file=file) from exc
+            if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+                raise DatasetError("Invalid stats. Expected a JSON object of per-feature objects.", file=file)
+            try:
+                stats = rescale_depth_stats(stats_to_numpy(raw), info.features, unit)
+            except (TypeError, ValueError) as exc:
+                raise DatasetError(f"Invalid stats ({exc}). Expected numbers.", file=file) from exc
+        raw_info = copy.deepcopy(info.raw)
+        for feature in raw_info["features"].values():
+            if isinstance(feature, dict) and isinstance(feature.get("shape"), list):
+                feature["shape"] = tuple(feature["shape"])  # as lerobot's `load_info` gives them
+        return cls(
+            info=raw_info,
+            stats=stats,
+            task_names=tuple(task_names),
+            depth_output_unit=unit,
+            repo_id=repo_id,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"DatasetMeta({self.repo_id!r}, fps={self.fps}, episodes={self.total_episodes}, "
+            f"frames={self.total_frames}, cameras={self.camera_keys})"
+        )
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        """Every feature of `meta/info.json` (dtype, shape, names, info)."""
+        return self.info["features"]
+
+    @property
+    def fps(self) -> int | float:
+        return self.info["fps"]
+
+    @property
+    def robot_type(self) -> str | None:
+        return self.info.get("robot_type")
+
+    @property
+    def total_episodes(self) -> int:
+        return int(self.info.get("total_episodes", 0))
+
+    @property
+    def total_frames(self) -> int:
+        return int(self.info.get("total_frames", 0))
+
+    @property
+    def total_tasks(self) -> int:
+        return int(self.info.get("total_tasks", len(self.task_names)))
+
+    @property
+    def video_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f.get("dtype") == "video"]
+
+    @property
+    def image_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f.get("dtype") == "image"]
+
+    @property
+    def camera_keys(self) -> list[str]:
+        """Cameras, stored as video or as images, in `features` order."""
+        return [k for k, f in self.features.items() if f.get("dtype") in ("video", "image")]
+
+    @property
+    def depth_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if is_depth(f)]
+
+    @property
+    def names(self) -> dict[str, Any]:
+        return {k: f.get("names") for k, f in self.features.items()}
+
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {k: tuple(f["shape"]) for k, f in self.features.items()}
+
+    @property
+    def tasks(self) -> Any:
+        """lerobot's tasks table: a pandas DataFrame indexed by task string, with column `task_index`.
+
+        Raises:
+            ImportError: pandas is not installed (lerobot installs it; `task_names` needs nothing).
+        """
+        try:
+            import pandas as pd
+        except ImportError as exc:
+            raise ImportError(
+                "DatasetMeta.tasks is a pandas DataFrame, as in lerobot: install pandas, or use "
+                "meta.task_names (task strings by task index)."
+            ) from exc
+        return pd.DataFrame(
+            {"task_index": range(len(self.task_names))}, index=pd.Index(list(self.task_names), name="task")
+        )
+
+    def get_task_index(self, task: str) -> int | None:
+        """The index of a task string, or None (lerobot's name)."""
+        try:
+            return self.task_names.index(task)
+        except ValueError:
+            return None
