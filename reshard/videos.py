@@ -137,7 +137,13 @@ def encoder_options(
     if codec == "h264":
         return {"crf": str(crf), "preset": preset, "x264-params": ":".join(params)}
     # x265 ignores AVCodecContext.thread_count: its thread pool and frame threads are set here.
-    params += ["open-gop=0", "log-level=error"] + (["lossless=1"] if lossless else [])
+    # Reproducible output (a resumed reshard equals an uninterrupted one): with x265's sliced lookahead
+    # two encodes of the same frames in one process differed about every other run, and with weighted
+    # prediction's analysis they differed between processes (measured, 1 pool thread). Without both,
+    # every encode was byte-identical, at the same speed; robot cameras rarely fade, which is what
+    # weighted prediction is for.
+    params += ["open-gop=0", "log-level=error", "lookahead-slices=0", "weightp=0"]
+    params += ["lossless=1"] if lossless else []
     if threads:
         params += [f"pools={threads}"] + (["frame-threads=1"] if threads == 1 else [])
     return {"crf": str(crf), "preset": preset, "x265-params": ":".join(params)}
