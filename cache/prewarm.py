@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from cache.errors import CacheError, LrsError
 from cache.node import NodeCache
+from cache.progress import progress_bar
 from cache.stats import CacheStats
 from cache.store import open_fd, touch
 
@@ -104,7 +105,7 @@ def fetch_in_order(
     # Files already there finish at once: leaving them out of the bar keeps its rate and ETA honest.
     missing = [f.bytes for f, here in zip(files, present, strict=True) if not here]
     total = None if None in missing else sum(size or 0 for size in missing)
-    with tqdm(
+    with progress_bar(
         total=total,
         unit="B",
         unit_scale=True,

@@ -268,13 +268,23 @@ class Remote:
 
         return with_retries(read, what=self.display(rel), policy=self.retry)
 
-    def cat_many(self, rels: Sequence[str]) -> Reads:
+    def cat_many(self, rels: Sequence[str], *, probe_ranges: bool = False) -> Reads:
         """Read several small files concurrently: about the time of one request, not one per file.
 
         Each read is retried like `cat`; one that fails keeps its error, which `Reads.cat` raises again,
         so a caller handles a missing or unreadable file as it would with `cat` (and no read is retried
-        twice).
+        twice). With `probe_ranges`, an HTTP(S) remote's Range support is probed alongside
+        (`check_ranges`), in the same round.
+
+        Raises:
+            FetchError: `probe_ranges` and the server ignores Range requests.
         """
+        if probe_ranges and self.is_http:
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lrs-probe") as probe:
+                checked = probe.submit(self.check_ranges, RANGE_PROBE)
+                reads = self.cat_many(rels)
+                checked.result()
+            return reads
 
         def read(rel: str) -> tuple[str, bytes | OSError | LrsError]:
             try:
@@ -288,15 +298,43 @@ class Remote:
             return Reads(self, dict(pool.map(read, rels)))
 
     def cat_range(self, rel: str, start: int, end: int) -> bytes:
-        """Bytes `[start, end)` of `rel`, in one ranged request; a short body is retried."""
+        """Bytes `[start, end)` of `rel`, in one ranged request; a short body is retried.
+
+        Raises:
+            FetchError: also when the server answers with more bytes than asked for: it ignores Range
+                requests (retrying would not help).
+        """
 
         def read() -> bytes:
             data = self.fs.cat_file(self.path(rel), start=start, end=end)
-            if len(data) != end - start:
+            if len(data) < end - start:
                 raise TruncatedRead(f"got {len(data)} of {end - start} bytes at offset {start}")
             return data
 
-        return with_retries(read, what=f"{self.display(rel)} [{start}:{end})", policy=self.retry)
+        data = with_retries(read, what=f"{self.display(rel)} [{start}:{end})", policy=self.retry)
+        if len(data) > end - start:
+            raise _range_ignored(self.display(rel), len(data), end - start)
+        return data
+
+    @property
+    def is_http(self) -> bool:
+        return self.url.startswith(("http://", "https://"))
+
+    def check_ranges(self, rel: str) -> None:
+        """Ask for the first byte of `rel` alone: a server that answers with more ignores Range requests.
+
+        One try, not retried: a failed probe (a missing `rel`, a server error) proves nothing and is left
+        for the reads that follow to report, with their retries.
+
+        Raises:
+            FetchError: the server answered and ignores Range requests.
+        """
+        try:
+            data = self.fs.cat_file(self.path(rel), start=0, end=1)
+        except Exception:  # noqa: BLE001 - see the docstring
+            return
+        if len(data) > 1:
+            raise _range_ignored(self.display(rel), len(data), 1)
 
     def get(self, rel: str, local: str, *, expect_size: int | None = None) -> None:
         """Download `rel` to the local file `local` (overwritten), retried as a whole."""
@@ -335,15 +373,32 @@ class Reads:
         return result
 
 
-def resolve(url: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> Remote:
+# Every dataset root has it: the file an HTTP(S) root's Range support is probed with.
+RANGE_PROBE = "meta/info.json"
+
+
+def _range_ignored(where: str, got: int, asked: int) -> FetchError:
+    return FetchError(
+        f"Invalid server for {where}: it ignores HTTP Range requests (answered {got} bytes to a request "
+        f"for {asked}). Expected a server that supports Range (nginx, S3, a Hugging Face bucket; "
+        "`python -m http.server` does not), or a local copy of the dataset."
+    )
+
+
+def resolve(
+    url: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None, probe_ranges: bool = True
+) -> Remote:
     """Resolve a dataset location to a `Remote`.
 
     Args:
         url: a path or URL in one of the forms of this module's docstring.
         storage_options: passed to the fsspec filesystem (e.g. `endpoint_url`, `token`).
+        probe_ranges: for HTTP(S), ask for one byte of `meta/info.json` now (`Remote.check_ranges`);
+            False leaves it to the caller (`Remote.cat_many(probe_ranges=True)` does it in its round).
 
     Raises:
         ValueError: the URL is empty or of an unknown form.
+        FetchError: an HTTP(S) server that ignores Range requests.
     """
     text = os.fspath(url).strip()
     if not text:
@@ -363,7 +418,12 @@ def resolve(url: str | os.PathLike[str], *, storage_options: dict[str, Any] | No
         return _resolve_hf(rest, options)
     if protocol in ("http", "https"):
         fs = fsspec.filesystem(protocol, **options)
-        return Remote(url=f"{protocol}://{rest}", fs=fs, root=f"{protocol}://{rest}")
+        remote = Remote(url=f"{protocol}://{rest}", fs=fs, root=f"{protocol}://{rest}")
+        # lrs reads row groups and prefetches by range: a server that ignores Range (`python -m
+        # http.server`) is named now, not when training's first ranged read gets a whole file.
+        if probe_ranges:
+            remote.check_ranges(RANGE_PROBE)
+        return remote
     if protocol == "s3":
         options = _s3_options(options)
     fs = fsspec.filesystem(protocol, **options)

@@ -115,14 +115,16 @@ class Catalog:
         """
         try:
             remote = (
-                source if isinstance(source, Remote) else resolve(source, storage_options=storage_options)
+                source
+                if isinstance(source, Remote)
+                else resolve(source, storage_options=storage_options, probe_ranges=False)
             )
         except ValueError as exc:
             raise DatasetError(str(exc)) from exc
         # Every metadata file either layout needs, read at once: on a bucket that takes the time of one
         # request instead of five, most of the time to a first batch. A failed read raises its error
         # where the file is used, so a missing or broken file gets the error it always had.
-        reads = remote.cat_many(_METADATA)
+        reads = remote.cat_many(_METADATA, probe_ranges=True)
         try:
             reads.cat(LAYOUT_JSON)
         except FileNotFoundError:

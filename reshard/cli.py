@@ -38,10 +38,37 @@ def handle_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def quiet_requested(local: bool = False) -> bool:
+    """Whether progress bars are off: the command's own `--quiet`, or `-q/--quiet` given to `lrs`."""
+    return local or bool(click.get_current_context().find_root().params.get("quiet"))
+
+
+# Flags that mean the same to every command and may stand anywhere on the line (`lrs verify X --debug`):
+# `main` moves them before the command name, where the group reads them.
+GLOBAL_FLAGS = {"--debug": "--debug", "-q": "--quiet", "--quiet": "--quiet"}
+
+
+def hoist_global_flags(args: list[str]) -> list[str]:
+    """`args` with `--debug` and `-q/--quiet` moved to the front (none after a `--`)."""
+    flags: list[str] = []
+    rest: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            rest.extend(args[i:])
+            break
+        if arg in GLOBAL_FLAGS:
+            if GLOBAL_FLAGS[arg] not in flags:
+                flags.append(GLOBAL_FLAGS[arg])
+        else:
+            rest.append(arg)
+    return flags + rest
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs (anywhere on the line).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars (anywhere on the line).")
 @click.version_option(package_name="lrs")
-def cli(debug: bool) -> None:
+def cli(debug: bool, quiet: bool) -> None:
     """lrs: reshard LeRobot v3 datasets for fast training from object storage, and stream them.
 
     Typical flow: `lrs reshard SRC --out DIR`, `lrs verify DIR --against SRC`, `lrs push DIR URL`,
@@ -58,4 +85,4 @@ def main() -> None:
     """Console-script entry point."""
     from reshard import commands  # noqa: F401 - registers the commands on `cli`
 
-    cli()
+    cli(args=hoist_global_flags(sys.argv[1:]), prog_name="lrs")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from reshard.cli import cli, handle_errors
+from reshard.cli import cli, handle_errors, quiet_requested
 
 if TYPE_CHECKING:
     from reader.prewarm import Plan
@@ -25,7 +25,8 @@ _SHOWN_FILES = 10
 
 
 class ByteSize(click.ParamType):
-    """A byte count: `1048576`, `500M`, `50G`, `1.5TiB` (K, M, G, T, P are powers of 1024)."""
+    """A byte count with the units' true meanings: `50GB` is 50 x 1000^3 bytes, `50GiB` 50 x 1024^3;
+    a bare letter (`50G`, `500M`) is binary, as `du -h` and `ls -h` print sizes; `1048576` is bytes."""
 
     name = "SIZE"
 
@@ -34,9 +35,16 @@ class ByteSize(click.ParamType):
             count = value
         else:
             match = _SIZE.match(str(value))
-            count = int(float(match[1]) * 1024 ** _UNITS[match[2].lower()]) if match else 0
+            count = 0
+            if match:
+                decimal = (match[3] or "").lower() == "b" and match[2] != ""
+                count = int(float(match[1]) * (1000 if decimal else 1024) ** _UNITS[match[2].lower()])
         if count < 1:
-            self.fail(f"Invalid size ({value}). Expected a positive byte count like 500M, 50G or 1048576.")
+            self.fail(
+                f"Invalid size ({value}). Expected a positive byte count like 50GiB, 50GB, 500M or 1048576.",
+                param,
+                ctx,
+            )
         return count
 
 
@@ -79,6 +87,8 @@ def node_ranks(
     Raises:
         click.UsageError: the options contradict each other or do not name this node's ranks.
     """
+    if nnodes is not None and nproc_per_node is None and world_size is None:
+        nproc_per_node = 1  # torchrun's default: --nnodes 2 alone is 2 processes
     if nnodes is not None and nproc_per_node is not None:
         if world_size is not None and world_size != nnodes * nproc_per_node:
             raise click.UsageError(
@@ -165,7 +175,8 @@ def _node_block(
     "--epoch", type=click.IntRange(0), default=0, show_default=True, help="The epoch training starts with."
 )
 @click.option(
-    "--pool-size",
+    "--episode-pool-size",
+    "pool_size",
     type=click.IntRange(1),
     help="EpisodeStream episode_pool_size [default: EpisodeStream's, max(16, 1.25 x --batch-size)].",
 )
@@ -176,12 +187,13 @@ def _node_block(
 )
 @click.option("--shuffle/--no-shuffle", default=True, show_default=True, help="EpisodeStream shuffle.")
 @click.option(
-    "--episode-indices",
+    "--episodes",
+    "episode_indices",
     type=IndexList(),
     help="EpisodeStream episodes: the episode indices training reads, 0-99,120 [default: all].",
 )
 @click.option(
-    "--episodes",
+    "--num-episodes",
     "episodes_per_consumer",
     type=click.IntRange(1),
     help="Fetch only the first N episodes each consumer (rank x worker) admits [default: the epoch].",
@@ -189,7 +201,8 @@ def _node_block(
 @click.option(
     "--max-bytes",
     type=ByteSize(),
-    help="Fetch at most this much, e.g. 50G (stops before the first file that would exceed it).",
+    help="Fetch at most this much: 50GiB or 50G (x 1024^3), 50GB (x 1000^3). Stops before the first "
+    "file that would exceed it.",
 )
 @click.option(
     "--cache-max-bytes",
@@ -203,7 +216,7 @@ def _node_block(
     show_default=True,
     help="Print the plan (consumers, episodes, files, bytes, the first files); fetch nothing.",
 )
-@click.option("--quiet", is_flag=True, default=False, show_default=True, help="No progress bar.")
+@click.option("-q", "--quiet", is_flag=True, default=False, show_default=True, help="No progress bar.")
 @handle_errors
 def prewarm_command(
     url: str,
@@ -234,7 +247,7 @@ def prewarm_command(
     its set_epoch(),
     and the DataLoader's num_workers. Run it on each node with that node's --node-rank (or --ranks).
 
-    Without --episodes or --max-bytes it fetches everything the node reads in one epoch, within the
+    Without --num-episodes or --max-bytes it fetches everything the node reads in one epoch, within the
     cache budget. Files already cached are skipped, so a rerun resumes an interrupted prewarm.
     """
     from reader.stream import default_pool_size
@@ -257,7 +270,7 @@ def prewarm_command(
             max_bytes=max_bytes,
             cache_max_bytes=cache_max_bytes,
             dry_run=dry_run,
-            progress=not quiet,
+            progress=not quiet_requested(quiet),
             shuffle=shuffle,
         )
     except ValueError as exc:

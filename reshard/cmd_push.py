@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import click
 
-from reshard.cli import cli, handle_errors
+from reshard.cli import cli, handle_errors, quiet_requested
 from reshard.push import push
 
 
@@ -36,7 +37,7 @@ from reshard.push import push
     show_default=True,
     help="Print what would be uploaded; upload nothing.",
 )
-@click.option("--quiet", is_flag=True, default=False, show_default=True, help="No progress bar.")
+@click.option("-q", "--quiet", is_flag=True, default=False, show_default=True, help="No progress bar.")
 @handle_errors
 def push_command(
     local_dir: Path,
@@ -53,6 +54,7 @@ def push_command(
     fsspec URL. Files already there with the same size (and hash, where the store has one) are skipped,
     so rerunning an interrupted push uploads only the rest.
     """
+    _one_line_per_hub_warning()
     summary = push(
         local_dir,
         url,
@@ -60,7 +62,7 @@ def push_command(
         create=create,
         endpoint_url=endpoint_url,
         dry_run=dry_run,
-        quiet=quiet,
+        quiet=quiet_requested(quiet),
     )
     if dry_run:
         for rel in summary.uploaded:
@@ -68,3 +70,38 @@ def push_command(
         for rel in summary.skipped:
             click.echo(f"skip   {rel}")
     click.echo(summary.describe())
+
+
+def _one_line_per_hub_warning() -> None:
+    """One warning line per retry of huggingface_hub's own retry loop.
+
+    The hub logs through a handler of its own and propagates to the root logger, where `lrs` has one too,
+    so every line came out twice; and it logs each retry as two lines (the error, then "Retrying in").
+    Keep lrs's handler (it names the logger) and fold each pair into one line.
+    """
+    if logging.getLogger().handlers:
+        hub = logging.getLogger("huggingface_hub")
+        for handler in list(hub.handlers):
+            if type(handler) is logging.StreamHandler:
+                hub.removeHandler(handler)
+    http_log = logging.getLogger("huggingface_hub.utils._http")
+    if not any(isinstance(f, _FoldRetries) for f in http_log.filters):
+        http_log.addFilter(_FoldRetries())
+
+
+class _FoldRetries(logging.Filter):
+    """Holds the hub's "... thrown while requesting ..." line and prints it with the next "Retrying in"."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._held: str | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if " thrown while requesting " in message:
+            self._held = message
+            return False
+        if message.startswith("Retrying in") and self._held is not None:
+            record.msg, record.args = f"{self._held}; {message[0].lower()}{message[1:]}", None
+            self._held = None
+        return True

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from reshard.cli import EXIT_CHECK_FAILED, cli, handle_errors
+from reshard.cli import EXIT_CHECK_FAILED, cli, handle_errors, quiet_requested
 from reshard.execute import ReshardOptions
 from reshard.inspect import inspect_dataset, render
 from reshard.run import reshard, slurm_part
@@ -79,7 +79,7 @@ class PartType(click.ParamType):
 @click.option("--push-bucket", "push_url", help="After finishing, push the output to this URL (lrs push).")
 @click.option("--push-create", is_flag=True, help="With --push-bucket: create the bucket if missing.")
 @click.option("--endpoint-url", help="With --push-bucket: S3-compatible or Hub endpoint.")
-@click.option("--quiet", is_flag=True, help="No progress bars.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
 @handle_errors
 def reshard_cmd(
     src: str,
@@ -121,7 +121,7 @@ def reshard_cmd(
         part=part,
         finalize_only=finalize,
         work_dir=work_dir,
-        quiet=quiet,
+        quiet=quiet_requested(quiet),
     )
     if result.already_complete:
         click.echo(f"{out} is already a complete reshard of {src} with these options.")
@@ -150,7 +150,11 @@ def reshard_cmd(
     if push_url and result.finalized:
         from reshard.push import push  # the upload stack is imported only when pushing
 
-        click.echo(push(out, push_url, create=push_create, endpoint_url=endpoint_url, quiet=quiet).describe())
+        click.echo(
+            push(
+                out, push_url, create=push_create, endpoint_url=endpoint_url, quiet=quiet_requested(quiet)
+            ).describe()
+        )
 
 
 def _depth_keys(out: Path) -> list[str]:

@@ -8,9 +8,9 @@ import tempfile
 from pathlib import Path
 
 import click
-from tqdm import tqdm
 
-from reshard.cli import EXIT_CHECK_FAILED, cli, handle_errors
+from cache.progress import progress_bar
+from reshard.cli import EXIT_CHECK_FAILED, cli, handle_errors, quiet_requested
 from reshard.sample import ENCODERS, SampleSpec, write_sample
 from reshard.source import describe, open_source, validate
 
@@ -18,11 +18,12 @@ from reshard.source import describe, open_source, validate
 @cli.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option(
-    "--episodes",
+    "--num-episodes",
+    "episodes",
     type=click.IntRange(1),
     default=SampleSpec.episodes,
     show_default=True,
-    help="Number of episodes.",
+    help="How many episodes to write.",
 )
 @click.option(
     "--min-length",
@@ -111,7 +112,7 @@ from reshard.source import describe, open_source, validate
     help="Encode each video file as one stream, so episode starts are not keyframe aligned.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @handle_errors
 def sample(directory: Path, quiet: bool, unaligned: bool, **options: object) -> None:
     """Write a synthetic LeRobot v3.0 dataset, the way lerobot's recorder does.
@@ -125,7 +126,7 @@ def sample(directory: Path, quiet: bool, unaligned: bool, **options: object) -> 
         raise click.UsageError(str(exc)) from exc
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise click.UsageError(f"Invalid DIRECTORY ({directory}). Expected a new or empty directory.")
-    with tqdm(total=spec.episodes, unit="ep", desc="sample", disable=quiet) as bar:
+    with progress_bar(total=spec.episodes, unit="ep", desc="sample", disable=quiet_requested(quiet)) as bar:
         write_sample(directory, spec, progress=bar.update)
     depth = f" and {spec.depth_cameras} depth cameras (hevc gray12le)" if spec.depth_cameras else ""
     click.echo(f"wrote {spec.episodes} episodes, {spec.cameras} cameras ({spec.codec}){depth} to {directory}")
@@ -158,7 +159,14 @@ def describe_cmd(source: str, as_json: bool, full: bool) -> None:
     default=None,
     help="Where the demo's files go (its subdirectories there are replaced) [default: a temporary directory].",
 )
-@click.option("--episodes", type=click.IntRange(2), default=12, show_default=True, help="Sample size.")
+@click.option(
+    "--num-episodes",
+    "episodes",
+    type=click.IntRange(2),
+    default=12,
+    show_default=True,
+    help="Episodes of the sample.",
+)
 @click.option("--keep", is_flag=True, help="Keep the sample, output, bucket and cache afterwards.")
 @handle_errors
 def demo(workdir: Path | None, episodes: int, keep: bool) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 from tqdm import tqdm
 
+from cache.progress import progress_bar
 from cache.remote import Remote
 from cache.store import atomic_write
 from reader.depth import is_depth
@@ -319,7 +320,7 @@ class _Progress:
             of_kind = [(task, left) for task, left in pending if isinstance(task, kind)]
             total = sum(task.size for task, _ in of_kind)
             if total:
-                self.bars[kind] = tqdm(
+                self.bars[kind] = progress_bar(
                     total=total,
                     initial=total - sum(left for _, left in of_kind),
                     desc=desc,

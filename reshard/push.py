@@ -27,8 +27,8 @@ from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm.auto import tqdm
 
+from cache.progress import progress_bar
 from cache.remote import resolve
 from cache.store import file_sha256
 from reader.index import FILES_INDEX, LAYOUT_JSON, LRS_DIR, files_from_table
@@ -116,13 +116,13 @@ def push(
     target = open_target(url, endpoint_url=endpoint_url, source=Path(local_dir))
     with target.session():
         if create and not dry_run:
-            retrying(target.ensure_exists, doing=f"creating {target.url}")
+            retrying(target.ensure_exists, doing=f"creating {target.url}", policy=target.retry)
         remote = _list_target(target, missing_ok=dry_run)
         upload, skip = plan_push(files, remote, target, workers=workers)
         if not dry_run:
             _upload_phases(target, upload, workers=workers, quiet=quiet, progress=progress)
             check_remote(files, _list_target(target, missing_ok=False), url=target.url)
-            retrying(target.finish, doing=f"tidying {target.url}")
+            retrying(target.finish, doing=f"tidying {target.url}", policy=target.retry)
     return PushSummary(
         url=scrub(target.url),
         uploaded=tuple(f.rel for f in upload),
@@ -309,7 +309,7 @@ class _Progress:
     def __init__(self, total: int, *, quiet: bool, callback: Callable[[int], None] | None) -> None:
         self._lock = threading.Lock()
         self._callback = callback
-        self._bar = tqdm(
+        self._bar = progress_bar(
             total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="push", disable=quiet
         )
 
@@ -348,7 +348,7 @@ def _upload_unit(target: Target, unit: list[LocalFile], bar: _Progress) -> None:
         check_content(item)
     where = f"{target.url}/{unit[0].rel}" + (f" (+{len(unit) - 1} files)" if len(unit) > 1 else "")
     try:
-        retrying(lambda: target.upload(unit), doing=f"upload of {where}")
+        retrying(lambda: target.upload(unit), doing=f"upload of {where}", policy=target.retry)
     except FileNotFoundError as exc:
         raise PushError(
             scrub(f"Upload of {where} failed: not found ({exc}). Expected an existing bucket (or --create).")
@@ -369,7 +369,7 @@ def _run_all(futures: list[Future[None]]) -> None:
 
 def _list_target(target: Target, *, missing_ok: bool) -> dict[str, RemoteFile]:
     try:
-        return retrying(target.list_files, doing=f"listing of {target.url}")
+        return retrying(target.list_files, doing=f"listing of {target.url}", policy=target.retry)
     except FileNotFoundError:
         if missing_ok:
             return {}

@@ -15,13 +15,16 @@ from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
-from cache.remote import http_status
+from cache.remote import RetryPolicy, http_status
 from reshard.push_target import LocalFile, RemoteFile
 
 # One `batch_bucket_files` call is one xet upload commit plus one /batch request: bound both its file count
 # (the Hub chunks at 1000 itself) and its bytes, so a failed batch costs little to redo.
 BATCH_MAX_FILES = 256
 BATCH_MAX_BYTES = 2 << 30
+# huggingface_hub retries each request itself (5 retries, waiting 1, 2, 4, 8 and 8 s, on network errors
+# and 5xx): lrs adds one more try after a second, not its own six, so that the budgets do not multiply.
+HUB_RETRY = RetryPolicy(attempts=2, base_delay_s=1.0, max_delay_s=1.0)
 
 
 def parse_bucket_url(url: str) -> tuple[str, str]:
@@ -44,6 +47,7 @@ class HfBucketTarget:
         self.bucket_id, self.prefix = parse_bucket_url(url)
         self.url = f"hf://buckets/{self.bucket_id}" + (f"/{self.prefix}" if self.prefix else "")
         self.api = api or HfApi(endpoint=endpoint)
+        self.retry = HUB_RETRY
 
     def __repr__(self) -> str:
         return f"HfBucketTarget({self.url!r})"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from cache.errors import FetchError
-from cache.remote import http_status, redact, with_retries
+from cache.remote import DEFAULT_RETRY, RetryPolicy, http_status, redact, with_retries
 from reshard.errors import PushError
 
 T = TypeVar("T")
@@ -26,8 +26,9 @@ _AUTH_HINT = (
 )
 
 
-def retrying(fn: Callable[[], T], *, doing: str) -> T:
-    """Run one request under the shared retry policy; a final failure becomes a PushError without secrets."""
+def retrying(fn: Callable[[], T], *, doing: str, policy: RetryPolicy = DEFAULT_RETRY) -> T:
+    """Run one request under `policy` (the target's, see `Target.retry`); a final failure becomes a
+    PushError without secrets. Each retry logs one warning."""
 
     def on_retry(exc: BaseException, attempt: int) -> None:
         log.warning(
@@ -35,7 +36,7 @@ def retrying(fn: Callable[[], T], *, doing: str) -> T:
         )
 
     try:
-        return with_retries(fn, what=doing, verb="", on_retry=on_retry)
+        return with_retries(fn, what=doing, verb="", on_retry=on_retry, policy=policy)
     except FetchError as exc:
         message = str(exc).strip()
         status = http_status(exc.__cause__) if exc.__cause__ is not None else None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from cache.remote import Remote
+from cache.remote import DEFAULT_RETRY, Remote, RetryPolicy
 
 # Uploads to a local directory land in `<name><PARTIAL_MARK><random>` first, then are renamed.
 PARTIAL_MARK = ".lrs-partial-"
@@ -58,6 +58,9 @@ class Target(Protocol):
 
     url: str
 
+    retry: RetryPolicy
+    """How lrs retries each request to this store (on top of any retries of the store's own client)."""
+
     def session(self) -> contextlib.AbstractContextManager[None]:
         """A context held for the whole push (e.g. to silence the store's own progress bars)."""
         ...
@@ -93,6 +96,7 @@ class FsspecTarget:
     def __init__(self, remote: Remote) -> None:
         self.remote = remote
         self.url = remote.url
+        self.retry = DEFAULT_RETRY
 
     def __repr__(self) -> str:
         return f"FsspecTarget({self.url!r})"

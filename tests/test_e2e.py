@@ -224,7 +224,7 @@ def test_the_demo_stream_is_one_process_whatever_the_environment_says(
 
 
 def test_lrs_demo_prints_the_table_and_cleans_up(tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["demo", "--workdir", str(tmp_path), "--episodes", "3"])
+    result = CliRunner().invoke(cli, ["demo", "--workdir", str(tmp_path), "--num-episodes", "3"])
     assert result.exit_code == 0, result.output
     assert result.output.startswith(f"lrs demo in {tmp_path}\n")
     for step in STEPS:
@@ -249,7 +249,7 @@ def test_lrs_demo_exits_1_when_the_resume_check_fails(
         )
 
     monkeypatch.setattr(demo_module, "stream_epoch", off_by_one)
-    result = CliRunner().invoke(cli, ["demo", "--workdir", str(tmp_path), "--episodes", "3", "--keep"])
+    result = CliRunner().invoke(cli, ["demo", "--workdir", str(tmp_path), "--num-episodes", "3", "--keep"])
     assert result.exit_code == EXIT_CHECK_FAILED, result.output
     assert "check failed: Invalid resumed stream (batch " in result.output
     assert "lrs demo: " not in result.output  # no table after a failed check
@@ -264,7 +264,7 @@ def test_lrs_demo_exits_1_when_verify_fails(tmp_path: Path, monkeypatch: pytest.
         return VerifyReport(url, against, ("layout",), (Violation("files", "sha256 differs", "data/x"),))
 
     monkeypatch.setattr(demo_module, "verify", failing)
-    result = CliRunner().invoke(cli, ["demo", "--workdir", str(tmp_path), "--episodes", "2"])
+    result = CliRunner().invoke(cli, ["demo", "--workdir", str(tmp_path), "--num-episodes", "2"])
     assert result.exit_code == EXIT_CHECK_FAILED, result.output
     assert "check failed: Invalid resharded dataset" in result.output
     assert "FAIL  files: 1 violation(s)" in result.output

@@ -27,8 +27,12 @@ def test_lrs_metadata_is_read_in_one_round_each_file_once(pair: tuple[Path, Path
         catalog = Catalog.open(server.url)
         assert catalog.kind == "lrs/1" and len(catalog.episodes) == 3
         assert server.max_in_flight >= 4  # layout.json, info.json, the two index tables, tasks
-        gets = [r.path for r in server.requests if r.method == "GET"]
+        gets = [r.path for r in server.requests if r.method == "GET" and r.byte_range is None]
         assert len(gets) == len(set(gets)), f"a metadata file was read twice: {sorted(gets)}"
+        # Range support is probed in the same round: one byte of info.json.
+        probes = [(r.path, r.byte_range) for r in server.requests if r.byte_range is not None]
+        assert probes == [("meta/info.json", "bytes=0-0")]
+        assert server.max_in_flight >= 5
 
 
 def test_plain_v3_opens_over_http_asking_for_layout_json_once(pair: tuple[Path, Path]) -> None:

@@ -210,7 +210,7 @@ def test_cli_prewarms_and_prints_a_summary(sample_resharded_ds: Path, tmp_path: 
     cache_dir = tmp_path / "cache"
     with RangeServer(sample_resharded_ds) as server:
         result = lrs("prewarm", server.url, "--cache-dir", str(cache_dir), "--num-workers", "2",
-                     "--pool-size", "3", "--seed", "5", "--episodes", "1", "--quiet")  # fmt: skip
+                     "--episode-pool-size", "3", "--seed", "5", "--num-episodes", "1", "--quiet")  # fmt: skip
         assert result.exit_code == 0, result.output
         assert len(downloads(server)) == 3  # a data file and one episode of two cameras, both workers' first
     assert (
@@ -222,7 +222,7 @@ def test_cli_prewarms_and_prints_a_summary(sample_resharded_ds: Path, tmp_path: 
 def test_cli_dry_run_prints_the_plan(sample_resharded_ds: Path, tmp_path: Path) -> None:
     with RangeServer(sample_resharded_ds) as server:
         result = lrs("prewarm", server.url, "--cache-dir", str(tmp_path / "cache"), "--dry-run",
-                     "--num-workers", "2", "--pool-size", "3", "--seed", "5", "--max-bytes", "60K")  # fmt: skip
+                     "--num-workers", "2", "--episode-pool-size", "3", "--seed", "5", "--max-bytes", "60K")  # fmt: skip
         assert downloads(server) == []
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
@@ -285,8 +285,17 @@ def test_cli_topology_options(
         (8, None, 0, 2, None, NodeRanks(8, (0, 1, 2, 3))),
         (8, (0, 5), None, None, None, NodeRanks(8, (0, 5))),
         (4, None, None, None, 4, NodeRanks(4, (0, 1, 2, 3))),
+        (None, None, 1, 2, None, NodeRanks(2, (1,))),
     ],
-    ids=["default", "torchrun", "no-world-size", "nnodes-only", "ranks", "single-node"],
+    ids=[
+        "default",
+        "torchrun",
+        "no-world-size",
+        "nnodes-only",
+        "ranks",
+        "single-node",
+        "torchrun-nnodes-alone",
+    ],
 )
 def test_node_ranks(world_size, ranks, node_rank, nnodes, nproc, expected) -> None:
     assert node_ranks(world_size, ranks, node_rank, nnodes, nproc) == expected
@@ -327,8 +336,9 @@ def test_node_ranks_errors(args: tuple, message: str) -> None:
 @pytest.mark.parametrize(
     ("text", "count"),
     [("1048576", 1048576), ("500M", 500 * 1024**2), ("50G", 50 * 1024**3), ("1.5K", 1536), ("2GiB", 2 * 1024**3),
-     ("10gb", 10 * 1024**3), (" 3 t ", 3 * 1024**4)],
-    ids=["bytes", "mega", "giga", "fraction", "gib", "lower-gb", "spaces"],
+     ("10gb", 10 * 1000**3), ("50GB", 50 * 1000**3), ("500MB", 500 * 1000**2), ("50GiB", 50 * 1024**3),
+     (" 3 t ", 3 * 1024**4), ("100B", 100)],
+    ids=["bytes", "mega", "giga", "fraction", "gib", "lower-gb", "gb", "mb", "50gib", "spaces", "b"],
 )  # fmt: skip
 def test_byte_sizes(text: str, count: int) -> None:
     assert ByteSize().convert(text, None, None) == count
@@ -357,8 +367,8 @@ def test_bad_byte_sizes(text: str) -> None:
         (["--max-bytes", "12X"], 2, r"Invalid size \(12X\)"),
         (["--ranks", "1-"], 2, r"Invalid list \(1-\)"),
         (["--node-rank", "1"], 2, r"Invalid --node-rank without --nproc-per-node"),
-        (["--episodes", "0"], 2, r"Invalid value for '--episodes'"),
-        (["--episode-indices", "0,99"], 2, r"Invalid episode index \(99\)\. Expected < 8"),
+        (["--num-episodes", "0"], 2, r"Invalid value for '--num-episodes'"),
+        (["--episodes", "0,99"], 2, r"Invalid episode index \(99\)\. Expected < 8"),
     ],
     ids=["ranks", "size", "list", "node-rank", "episodes", "selection"],
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -257,3 +258,47 @@ def test_parse_bucket_url(url: str, bucket: str, prefix: str) -> None:
 def test_parse_bucket_url_rejects(url: str) -> None:
     with pytest.raises(ValueError, match=r"Invalid bucket URL \(.*\)\. Expected hf://buckets/<owner>/<name>"):
         push_hf.parse_bucket_url(url)
+
+
+def test_hub_retries_print_one_line_each_through_lrs_logging() -> None:
+    """huggingface_hub's own retry loop (the real `http_backoff`, against a closed port): one line per
+    retry, not the hub's two lines twice (its own handler and lrs's)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging, sys\n"
+        "logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')\n"
+        "from reshard.cmd_push import _one_line_per_hub_warning\n"
+        "_one_line_per_hub_warning()\n"
+        "from huggingface_hub.utils import http_backoff\n"
+        "try:\n"
+        "    http_backoff('GET', 'http://127.0.0.1:1/api/x', max_retries=3, base_wait_time=0.01, max_wait_time=0.01)\n"
+        "except Exception as exc:\n"
+        "    print('failed', type(exc).__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip().startswith("failed"), done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 3, done.stderr
+    for k, line in enumerate(lines, 1):
+        assert "thrown while requesting GET http://127.0.0.1:1/api/x; retrying in" in line
+        assert line.endswith(f"[Retry {k}/3].")
+
+
+def test_lrs_adds_one_try_to_the_hubs_own_retries(
+    dataset: Path, hub: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upload that keeps failing with 503 is tried twice by lrs (the hub's client retried each try)."""
+    monkeypatch.setattr(push_hf, "HUB_RETRY", push_hf.RetryPolicy(attempts=2, base_delay_s=0, max_delay_s=0))
+    failures = [0]
+
+    def always_503(_: int) -> BaseException:
+        failures[0] += 1
+        return _http_error(503, "unavailable")
+
+    hub.faults.append(always_503)
+    with pytest.raises(PushError, match="after 2 attempts"):
+        push(dataset, f"hf://buckets/{BUCKET}", workers=1, create=True, quiet=True)
+    tries = Counter(tuple(dests) for dests in hub.batches())
+    assert max(tries.values()) == 2 and failures[0] == sum(tries.values())

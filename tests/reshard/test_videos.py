@@ -690,9 +690,14 @@ def test_probe_a_packed_file(packed: Path) -> None:
         (
             "hevc",
             1,
-            "keyint=2:min-keyint=2:scenecut=0:bframes=0:open-gop=0:log-level=error:pools=1:frame-threads=1",
+            "keyint=2:min-keyint=2:scenecut=0:bframes=0:open-gop=0:log-level=error:lookahead-slices=0:weightp=0"
+            ":pools=1:frame-threads=1",
         ),
-        ("hevc", None, "keyint=2:min-keyint=2:scenecut=0:bframes=0:open-gop=0:log-level=error"),
+        (
+            "hevc",
+            None,
+            "keyint=2:min-keyint=2:scenecut=0:bframes=0:open-gop=0:log-level=error:lookahead-slices=0:weightp=0",
+        ),
         ("h264", 1, "keyint=2:min-keyint=2:scenecut=0:bframes=0"),
     ],
     ids=["hevc-1-thread", "hevc-default-threads", "h264"],
