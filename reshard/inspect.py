@@ -196,6 +196,16 @@ def _layout_report(remote: Remote) -> dict[str, Any]:
     }
 
 
+def plural(count: int, noun: str) -> str:
+    """`1 file`, `2 files`."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def _params(params: dict[str, Any]) -> str:
+    """`{'video': 'copy', 'gop': None}` -> `video=copy, gop=-`."""
+    return ", ".join(f"{k}={'-' if v is None else v}" for k, v in params.items())
+
+
 def render(report: dict[str, Any]) -> str:
     """The report as text for humans."""
 
@@ -206,10 +216,10 @@ def render(report: dict[str, Any]) -> str:
     lines = [
         f"dataset   {report['url']} ({report['codebase_version']}, {report['fps']} fps)",
         f"lrs/1     {'yes' if lrs['is_lrs'] else 'no'}"
-        + (f" ({lrs['tool']}, params {lrs['params']})" if lrs["is_lrs"] else f" ({lrs['why']})"),
+        + (f" ({lrs['tool']}; {_params(lrs['params'])})" if lrs["is_lrs"] else f" ({lrs['why']})"),
         f"episodes  {report['episodes']} ({report['frames']} frames; length min/median/max "
         f"{spread(report['episode_length'])}), {report['tasks']} tasks",
-        f"data      {data['files']} files, {data['row_groups']} row groups "
+        f"data      {plural(data['files'], 'file')}, {plural(data['row_groups'], 'row group')} "
         f"({', '.join(data['compression'])}); page index: {data['page_index']}",
         f"          row groups per file {spread(data['row_groups_per_file'])}, episodes per row group "
         f"{spread(data['episodes_per_row_group'])}, {data['episodes_split_across_row_groups']} episodes split "
@@ -218,12 +228,12 @@ def render(report: dict[str, Any]) -> str:
     for key, video in report["videos"].items():
         starts = video["episode_starts_on_keyframe"]
         lines.append(
-            f"video     {key}: {video['codec']} {video['pix_fmt']} g={video['gop']}, {video['files']} files, "
+            f"video     {key}: {video['codec']} {video['pix_fmt']} g={video['gop']}, {plural(video['files'], 'file')}, "
             f"episodes per file {spread(video['episodes_per_file'])}"
         )
         if video["probed_files"]:
             lines.append(
-                f"          probed {video['probed_files']} files: {video['probed_codec']} GOP "
+                f"          probed {plural(video['probed_files'], 'file')}: {video['probed_codec']} GOP "
                 f"{video['probed_gop']}, {starts['aligned']}/{starts['probed']} episode starts on a keyframe"
             )
     return "\n".join(lines)

@@ -80,3 +80,23 @@ def test_cli(as_json: bool, sample_ds: Path) -> None:
 def test_cli_on_a_non_dataset(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["inspect", str(tmp_path)])
     assert result.exit_code == 3 and "meta/info.json: missing" in result.output
+
+
+def test_describe_and_inspect_print_readable_text(sample_ds: Path, sample_resharded_ds: Path) -> None:
+    """No Python reprs, plurals that agree, and `describe --full` says what it checked."""
+    runner = CliRunner()
+    plain = runner.invoke(cli, ["describe", str(sample_ds)])
+    full = runner.invoke(cli, ["describe", str(sample_ds), "--full"])
+    report = runner.invoke(cli, ["inspect", str(sample_resharded_ds)])
+    for result in (plain, full, report):
+        assert result.exit_code == 0, result.output
+        assert "{" not in result.output and "['" not in result.output and "None" not in result.output
+    lines = plain.output.splitlines()
+    assert lines[0] == f"dataset   {sample_ds} (LeRobot v3.0, 30 fps)"
+    assert lines[1].startswith("episodes  8, ") and f"cameras   {CAM0}  av1" in lines
+    assert "files     3 data files, 6 video files" in lines
+    assert full.output.splitlines()[:-1] == lines
+    assert full.output.splitlines()[-1].startswith("checked   every data file")
+    assert "video=copy, gop=-" in report.output and "1 files" not in report.output
+    as_json = json.loads(runner.invoke(cli, ["describe", str(sample_ds), "--json", "--full"]).output)
+    assert as_json["episodes"] == 8 and as_json["checked"] == {"data_files": 3, "video_files": 6}
