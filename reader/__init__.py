@@ -2,7 +2,9 @@
 
 `from reader import EpisodeStream` streams an lrs/1 (or plain v3) dataset as a torch IterableDataset;
 `ResumableLoader` counts the batches a trainer consumes so that `state_dict()` can resume exactly;
-`collate` is an optional `collate_fn` that hands each batch from a worker over as one shared buffer.
+`collate` is an optional `collate_fn` that hands each batch from a worker over as one shared buffer;
+`DatasetMeta.open(url)` reads a dataset's metadata under lerobot's names (fps, features, stats) without
+a stream.
 
 The stream's names are imported on first use (PEP 562): the contract modules (`reader.v3`,
 `reader.index`, `reader.layout`) stay importable without loading torch and torchcodec, which keeps
@@ -16,16 +18,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from reader.batch import collate
+    from reader.metadata import DatasetMeta
     from reader.pool import ReaderStats
     from reader.stream import EpisodeStream, ResumableLoader
 
-__all__ = ["EpisodeStream", "ReaderStats", "ResumableLoader", "collate"]
+__all__ = ["DatasetMeta", "EpisodeStream", "ReaderStats", "ResumableLoader", "collate"]
 
 _LAZY = {
     "EpisodeStream": "reader.stream",
     "ResumableLoader": "reader.stream",
     "ReaderStats": "reader.pool",
     "collate": "reader.batch",
+    "DatasetMeta": "reader.metadata",
 }
 
 

@@ -116,6 +116,43 @@ class DatasetMeta:
             repo_id=repo_id,
         )
 
+    @classmethod
+    def open(
+        cls,
+        source: str,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        depth_output_unit: DepthUnit = "mm",
+    ) -> DatasetMeta:
+        """The metadata of the dataset at `source` (a path or URL, lrs/1 or v3), without a stream: what
+        lerobot's `LeRobotDatasetMetadata(repo_id)` is for, e.g. the fps to write `delta_timestamps` in.
+
+        Raises:
+            DatasetError: the metadata is missing or malformed.
+            FetchError: it could not be read.
+        """
+        from reader.catalog import Catalog
+
+        catalog = Catalog.open(source, storage_options=storage_options)
+        return cls.from_catalog(catalog, depth_output_unit=depth_output_unit)
+
+    @classmethod
+    def from_catalog(cls, catalog: Any, *, depth_output_unit: DepthUnit = "mm") -> DatasetMeta:
+        """The metadata of an opened `reader.catalog.Catalog`, reading `meta/stats.json` (if any)."""
+        remote = catalog.remote
+        try:
+            stats_json: bytes | None = remote.cat(STATS_PATH)
+        except FileNotFoundError:
+            stats_json = None
+        return cls.build(
+            catalog.info,
+            stats_json,
+            catalog.tasks,
+            depth_output_unit=depth_output_unit,
+            repo_id=remote.url,
+            file=remote.display(STATS_PATH),
+        )
+
     def __repr__(self) -> str:
         return (
             f"DatasetMeta({self.repo_id!r}, fps={self.fps}, episodes={self.total_episodes}, "

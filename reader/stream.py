@@ -30,7 +30,7 @@ from reader.pool import Consumer, Counters, Options, ReaderStats
 from reader.rows import RowGroupReader
 from reader.schedule import Schedule
 from reader.state import Identity, Resume, parse_state, selection_digest
-from reader.v3 import INFO_PATH, STATS_PATH
+from reader.v3 import INFO_PATH
 from reader.windows import Windows, delta_indices
 
 DEFAULT_POOL_SIZE = 16
@@ -209,19 +209,7 @@ class EpisodeStream(IterableDataset):
             FetchError: it could not be read.
         """
         if self._meta is None:
-            remote = self.catalog.remote
-            try:
-                stats_json: bytes | None = remote.cat(STATS_PATH)
-            except FileNotFoundError:
-                stats_json = None
-            self._meta = DatasetMeta.build(
-                self.catalog.info,
-                stats_json,
-                self.catalog.tasks,
-                depth_output_unit=self.options.depth_unit,
-                repo_id=remote.url,
-                file=remote.display(STATS_PATH),
-            )
+            self._meta = DatasetMeta.from_catalog(self.catalog, depth_output_unit=self.options.depth_unit)
         return self._meta
 
     @property

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from cache.errors import LrsError
+from reshard import DISTRIBUTION
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -67,7 +68,7 @@ def hoist_global_flags(args: list[str]) -> list[str]:
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs (anywhere on the line).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars (anywhere on the line).")
-@click.version_option(package_name="lrs")
+@click.version_option(package_name=DISTRIBUTION)
 def cli(debug: bool, quiet: bool) -> None:
     """lrs: reshard LeRobot v3 datasets for fast training from object storage, and stream them.
 

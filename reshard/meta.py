@@ -44,6 +44,7 @@ from reader.index import (
     kind_of,
 )
 from reader.v3 import DEFAULT_EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH
+from reshard import DISTRIBUTION
 from reshard.plan import Plan
 from reshard.source import Source
 from reshard.tables import RowGroupSpan
@@ -133,7 +134,7 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 def tool_version() -> str:
     """`lrs <version>`, recorded in layout.json."""
     try:
-        return f"lrs {importlib_metadata.version('lrs')}"
+        return f"lrs {importlib_metadata.version(DISTRIBUTION)}"
     except importlib_metadata.PackageNotFoundError:
         return "lrs (unknown version)"
 

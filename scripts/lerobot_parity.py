@@ -1,7 +1,8 @@
 """Check that lerobot's own `LeRobotDataset` reads an lrs/1 reshard with the values of its v3 source.
 
 lerobot 0.6.1 needs Python 3.12 and an older torch, so it cannot live in the project's venv: run this
-file with the reference environment's Python (`../shared/lerobot-reference.sh` builds one):
+file with the Python of a lerobot 0.6.1 environment (`python3.12 -m venv V && V/bin/pip install
+lerobot==0.6.1`):
 
     HF_HUB_OFFLINE=1 /tmp/lerobot-venv/bin/python scripts/lerobot_parity.py SRC OUT [--psnr-floor 30]
 

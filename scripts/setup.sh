@@ -29,7 +29,7 @@ if ! command -v ffmpeg >/dev/null 2>&1; then
 fi
 
 stamp="$VENV/.lrs-setup-stamp"
-want="$(cat pyproject.toml scripts/constraints.txt | sha256sum | cut -d' ' -f1)"
+want="$(cat pyproject.toml scripts/constraints.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)"
 if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
@@ -45,6 +45,12 @@ elif [ -z "${LRS_TORCH_INDEX_URL+x}" ]; then
 elif [ -n "$LRS_TORCH_INDEX_URL" ]; then
   PIP_ARGS+=(--extra-index-url "$LRS_TORCH_INDEX_URL")
 fi
+# editable_mode=compat puts the repository itself on sys.path: setuptools' default editable finder loses
+# to a namespace directory of the same name in the working directory (a node cache in ./cache made
+# `from reader import EpisodeStream` fail), while a regular package on sys.path always wins over one.
+PIP_ARGS+=(--config-settings editable_mode=compat)
+# lrs was distributed as `lrs` before (a name PyPI gives to an unrelated package): drop that install.
+"$VENV/bin/python" -m pip uninstall -y -q lrs >/dev/null 2>&1 || true
 log "installing lrs (editable, dev extras) into $VENV (log: $VENV/setup.log)"
 if ! { "$VENV/bin/python" -m pip install -q --upgrade pip \
        && "$VENV/bin/python" -m pip install "${PIP_ARGS[@]}" -e '.[dev]'; } >"$VENV/setup.log" 2>&1; then
