@@ -42,7 +42,8 @@ ROW_THREADS = 4
 
 @dataclass(frozen=True)
 class ReaderStats:
-    """Counters of the reader in this process (each DataLoader worker counts its own).
+    """Counters of the reader: of this process, or summed over the processes of one stream
+    (`EpisodeStream.stats(all_processes=True)`: the DataLoader workers' too).
 
     Attributes:
         samples: samples emitted.
@@ -56,7 +57,8 @@ class ReaderStats:
         decoders_opened: decoders opened (the LRU keeps them open across samples).
         row_reads: ranged reads of parquet footers and row groups.
         row_bytes: their bytes.
-        cache: this process's node cache counters (`cache.aggregate_stats` sums all processes).
+        cache: the node cache counters: this process's, or with `all_processes` every process's that
+            used the cache for this dataset (`cache.aggregate_stats`).
     """
 
     samples: int = 0
@@ -89,12 +91,15 @@ class Counters:
         "decode_seconds",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, on_add: Callable[[], None] | None = None) -> None:
         self.values: dict[str, float] = dict.fromkeys(self._FIELDS, 0)
+        self.on_add = on_add  # e.g. publish the counters for other processes (at most once a second)
 
     def add(self, **deltas: float) -> None:
         for name, delta in deltas.items():
             self.values[name] += delta
+        if self.on_add is not None:
+            self.on_add()
 
 
 @dataclass(frozen=True)

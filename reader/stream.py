@@ -8,18 +8,24 @@ process that iterates, so the stream pickles and forks cleanly into DataLoader w
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import tempfile
+import time
+import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from cache import NodeCache, Remote
+from cache import NodeCache, Remote, aggregate_stats
+from cache.stats import CacheStats
+from cache.store import META_DIR, atomic_write
 from reader.catalog import Catalog
 from reader.decode import Decoders, SeekMode, check_device
 from reader.depth import DepthUnit, Quantizer, check_unit, is_depth
@@ -191,6 +197,7 @@ class EpisodeStream(IterableDataset):
         self._resume: Resume | None = None
         self._process: _Process | None = None
         self._meta: DatasetMeta | None = None
+        self._run = uuid.uuid4().hex[:12]  # names this stream's published counters (see `stats`)
 
     def __repr__(self) -> str:
         return (
@@ -276,7 +283,7 @@ class EpisodeStream(IterableDataset):
             counters=process.counters,
         )
         process.cursor = _Cursor(consumer, self.epoch, logical, num_workers)
-        return iter(consumer)
+        return _publishing(consumer, process)
 
     def state_dict(
         self,
@@ -340,16 +347,32 @@ class EpisodeStream(IterableDataset):
             return 0
         return resume.batches[0]
 
-    def stats(self) -> ReaderStats:
-        """This process's counters (each DataLoader worker has its own; see `cache.aggregate_stats`)."""
-        process = self._runtime()
-        rows = process.rows
-        return replace(
-            ReaderStats(**process.counters.values),
-            decoders_opened=process.decoders.opened,
-            row_reads=rows.range_reads,
-            row_bytes=rows.bytes_read,
-            cache=self.cache.stats(),
+    def stats(self, all_processes: bool = False) -> ReaderStats:
+        """The reader's counters: this process's, or with `all_processes` the sum over every process that
+        iterated this stream (the DataLoader workers included, also those that have exited), which is
+        what a trainer with `num_workers > 0` wants.
+
+        Each process publishes its counters under the cache directory (`.lrs/reader-stats/`) at most once
+        a second while it iterates and when its iteration ends, so a running worker's share can lag by
+        up to a second. The cache counters are then `cache.aggregate_stats` for this dataset: every
+        process that used this cache directory for it, earlier runs included.
+        """
+        if not all_processes:
+            return self._runtime().snapshot(self.cache.stats())
+        total = dict.fromkeys(_PUBLISHED, 0.0)
+        for counters in _read_published(self.cache.cache_dir, self._run):
+            for name in _PUBLISHED:
+                total[name] += counters.get(name, 0)
+        process = self._process
+        if process is not None and process.pid == os.getpid() and not process.published:
+            mine = process.snapshot(CacheStats())  # this process has not published yet
+            for name in _PUBLISHED:
+                total[name] += getattr(mine, name)
+        ints = {name: int(value) for name, value in total.items() if name != "decode_seconds"}
+        return ReaderStats(
+            **ints,
+            decode_seconds=total["decode_seconds"],
+            cache=aggregate_stats(self.cache.cache_dir, fingerprint=self.catalog.fingerprint),
         )
 
     def __getstate__(self) -> dict[str, Any]:
@@ -373,7 +396,9 @@ class EpisodeStream(IterableDataset):
                 pid=os.getpid(),
                 rows=RowGroupReader(self.cache, self._data_file_size, self.catalog.remote.display),
                 decoders=Decoders(capacity, device=device, seek_mode=seek_mode),
+                stats_path=_published_path(self.cache.cache_dir, self._run),
             )
+            process.counters.on_add = process.publish
         return process
 
     def _data_file_size(self, rel: str) -> int:
@@ -403,6 +428,84 @@ class _Process:
     decoders: Decoders
     counters: Counters = field(default_factory=Counters)
     cursor: _Cursor | None = None
+    stats_path: str | None = None
+    published: bool = False
+    published_at: float = float("-inf")
+
+    def snapshot(self, cache: CacheStats) -> ReaderStats:
+        return replace(
+            ReaderStats(**self.counters.values),
+            decoders_opened=self.decoders.opened,
+            row_reads=self.rows.range_reads,
+            row_bytes=self.rows.bytes_read,
+            cache=cache,
+        )
+
+    def publish(self, *, force: bool = False) -> None:
+        """Write this process's counters for `EpisodeStream.stats(all_processes=True)`: at most once a
+        second unless `force`. A failed write (a full disk) only loses the figures."""
+        now = time.monotonic()
+        if self.stats_path is None or (not force and now - self.published_at < _PUBLISH_INTERVAL_S):
+            return
+        self.published_at = now
+        counters = self.snapshot(CacheStats()).to_dict()
+        counters.pop("cache")
+        try:
+            atomic_write(self.stats_path, json.dumps({"pid": self.pid, "counters": counters}).encode())
+            self.published = True
+        except OSError:
+            pass
+
+
+_PUBLISH_INTERVAL_S = 1.0
+_PUBLISHED = tuple(f.name for f in fields(ReaderStats) if f.name != "cache")
+# Published counters older than this are removed when a process starts publishing (runs long gone).
+_PUBLISHED_MAX_AGE_S = 24 * 3600.0
+
+
+def _published_dir(cache_dir: str, run: str) -> str:
+    return os.path.join(cache_dir, META_DIR, "reader-stats", run)
+
+
+def _published_path(cache_dir: str, run: str) -> str:
+    directory = _published_dir(cache_dir, run)
+    _prune_published(os.path.dirname(directory))
+    return os.path.join(directory, f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json")
+
+
+def _prune_published(root: str) -> None:
+    try:
+        runs = os.listdir(root)
+    except FileNotFoundError:
+        return
+    cutoff = time.time() - _PUBLISHED_MAX_AGE_S
+    for run in runs:
+        path = os.path.join(root, run)
+        with contextlib.suppress(OSError):
+            if os.path.getmtime(path) < cutoff:
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _read_published(cache_dir: str, run: str) -> Iterator[dict[str, float]]:
+    directory = _published_dir(cache_dir, run)
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+    except FileNotFoundError:
+        return
+    for name in names:
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as f:
+                yield json.load(f)["counters"]
+        except (OSError, ValueError, KeyError):
+            continue  # being replaced, or not ours: the figures are advisory
+
+
+def _publishing(consumer: Consumer, process: _Process) -> Iterator[dict[str, Any]]:
+    """Iterate `consumer`, publishing the process's counters once more when the iteration ends."""
+    try:
+        yield from consumer
+    finally:
+        process.publish(force=True)
 
 
 class ResumableLoader:

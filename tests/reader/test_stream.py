@@ -401,3 +401,26 @@ def test_remote_source_without_cache_dir_uses_a_temporary_one(small: tuple[Path,
     del stream
     gc.collect()
     assert not temporary.exists()
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_stats_of_all_processes_sum_the_workers(
+    small: tuple[Path, Path], tmp_path: Path, method: str
+) -> None:
+    """In the trainer with num_workers > 0, `stats()` counts nothing (the workers read); with
+    `all_processes=True` it sums every worker's counters, exited ones too, for this stream only."""
+    from torch.utils.data import DataLoader
+
+    with RangeServer(small[1]) as server:
+        stream = EpisodeStream(server.url, cache_dir=tmp_path / "cache", batch_size=4)
+        loader = DataLoader(stream, batch_size=4, num_workers=2, multiprocessing_context=method)
+        samples = sum(len(batch["index"]) for batch in loader)
+        total = stream.stats(all_processes=True)
+        assert stream.stats().samples == 0 and samples == total.samples == 69
+        assert total.episodes_admitted >= 7 and total.frames_decoded >= 69 * 2 and total.decode_seconds > 0
+        assert total.admissions_waited + total.samples_local > 0 and total.row_reads > 0
+        assert total.cache.misses == 7 * 2  # every video fetched once on the node (rows: ranged reads)
+        # Another stream over the same cache starts from zero; its own iteration in this process counts.
+        other = EpisodeStream(server.url, cache_dir=tmp_path / "cache")
+        assert other.stats(all_processes=True).samples == 0
+        assert sum(1 for _ in other) == 69 and other.stats(all_processes=True).samples == 69
