@@ -86,4 +86,17 @@ def main() -> None:
     """Console-script entry point."""
     from reshard import commands  # noqa: F401 - registers the commands on `cli`
 
-    cli(args=hoist_global_flags(sys.argv[1:]), prog_name="lrs")
+    try:
+        code = cli.main(args=hoist_global_flags(sys.argv[1:]), prog_name="lrs", standalone_mode=False)
+    except click.UsageError as exc:
+        # One line, as every other failure: click's own form adds "Usage:" and "Try ..." lines.
+        command = exc.ctx.command_path if exc.ctx is not None else "lrs"
+        click.echo(f"Error: {exc.format_message()} (see `{command} --help`)", err=True)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

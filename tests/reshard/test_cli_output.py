@@ -83,3 +83,19 @@ def test_hoist_keeps_arguments_after_a_double_dash() -> None:
 
     assert hoist_global_flags(["verify", "x", "-q", "--debug", "-q"]) == ["--quiet", "--debug", "verify", "x"]
     assert hoist_global_flags(["sample", "--", "-q"]) == ["sample", "--", "-q"]
+
+
+def test_usage_errors_are_one_line_with_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x").write_text("not empty")
+    cases = [
+        (["sample", str(tmp_path / "d")], "Invalid DIRECTORY", "lrs sample --help"),
+        (["bogus"], "No such command 'bogus'", "lrs --help"),
+        (["prewarm", str(tmp_path), "--cache-dir", str(tmp_path / "c"), "--nnodes", "2"], "--node-rank", "lrs prewarm"),
+        (["prewarm", str(tmp_path), "--cache-dir", str(tmp_path / "c"), "--max-bytes", "5XB"], "Invalid size", ""),
+    ]  # fmt: skip
+    for args, message, hint in cases:
+        run = _lrs(*args)
+        lines = run.stderr.strip().splitlines()
+        assert run.returncode == 2 and len(lines) == 1, (args, run.stderr)
+        assert lines[0].startswith("Error: ") and message in lines[0] and hint in lines[0]
