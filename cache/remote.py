@@ -17,6 +17,7 @@ at once. A read that still fails raises `FetchError` naming the URL, without cre
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import random
 import re
@@ -32,6 +33,7 @@ from fsspec.implementations.local import LocalFileSystem
 from cache.errors import FetchError, LrsError
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _TRANSIENT_ERRNOS = {
@@ -154,7 +156,8 @@ def with_retries(
         what: names the request in the error (a URL without credentials).
         verb: what the request does, first word of the error ("Reading", "Uploading").
         policy: how many times and how long to wait.
-        on_retry: called with the error and the 0-based attempt before each wait (for counters).
+        on_retry: called with the error and the 0-based attempt before each wait; None logs one warning
+            per retry (what, the attempt, the wait and the error, without credentials).
 
     Raises:
         FileNotFoundError: the remote says the file does not exist (not wrapped: callers name it).
@@ -172,9 +175,20 @@ def with_retries(
                 raise FetchError(
                     f"{verb} {what} failed after {policy.attempts} attempts: {_describe(exc)}"
                 ) from exc
+            delay = policy.delay_s(attempt)
             if on_retry is not None:
                 on_retry(exc, attempt)
-            time.sleep(policy.delay_s(attempt))
+            else:
+                log.warning(
+                    "%s %s failed (attempt %d of %d), retrying in %.1f s: %s",
+                    verb,
+                    what,
+                    attempt + 1,
+                    policy.attempts,
+                    delay,
+                    _describe(exc),
+                )
+            time.sleep(delay)
     raise AssertionError("unreachable")
 
 

@@ -13,6 +13,7 @@ tensors (nested fixed-size lists N-D), scalars 0-d tensors; strings stay Python 
 from __future__ import annotations
 
 import io
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +33,8 @@ from reader.windows import Windows
 _FOOTER_GUESS = 64 * 1024
 _MAGIC = b"PAR1"
 _KEPT_ROW_GROUPS = 4
+
+log = logging.getLogger(__name__)
 
 
 class RangeReader(Protocol):
@@ -93,12 +96,29 @@ def _rows(values: torch.Tensor | list[Any], rows: np.ndarray) -> Any:
     return [values[r] for r in rows.tolist()]
 
 
+# The columns every lerobot v3 frame has, returned even where `info.json` does not declare them.
+STANDARD_COLUMNS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+_NOTED: set[tuple[str, ...]] = set()
+
+
+def _note_undeclared(names: list[str], file: str) -> None:
+    key = tuple(names)
+    if key not in _NOTED:
+        _NOTED.add(key)
+        log.warning(
+            "%s: columns %s are not features of meta/info.json; EpisodeStream leaves them out.", file, names
+        )
+
+
 def rows_from_table(table: pa.Table, order: Sequence[str], *, episode: int, file: str) -> EpisodeRows:
     """Convert an episode's rows (sorted by `index`) to tensors.
 
     Args:
         table: the rows.
-        order: column names in item order; columns of `table` not named come after, in table order.
+        order: the declared features' column names, in item order. lerobot's standard columns follow
+            when the features do not declare them; any other column (an annotation a newer lerobot
+            wrote, `language_events`, ...) is left out, as lerobot's streaming reader does, and named
+            once per process in a log line.
         episode: named in errors.
         file: named in errors.
 
@@ -106,7 +126,10 @@ def rows_from_table(table: pa.Table, order: Sequence[str], *, episode: int, file
         DatasetError: a column holds nulls, ragged lists, or a type lerobot would not turn into a tensor.
     """
     names = [n for n in order if n in table.column_names]
-    names += [n for n in table.column_names if n not in names]
+    names += [n for n in STANDARD_COLUMNS if n in table.column_names and n not in names]
+    undeclared = [n for n in table.column_names if n not in names]
+    if undeclared:
+        _note_undeclared(undeclared, file)
     columns = {name: _to_values(table.column(name), name=name, episode=episode, file=file) for name in names}
     if "timestamp" not in columns:
         raise DatasetError("missing column", file=file, episode=episode, field="timestamp")

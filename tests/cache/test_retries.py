@@ -64,3 +64,24 @@ def test_exists_and_size_survive_server_errors(source, serve):
         assert remote.exists(rel), rel
         assert remote.size(rel) == spec.size, rel
     assert not remote.exists("no/such/file.bin")
+
+
+def test_each_retry_logs_one_warning(source, serve, caplog):
+    """One line per retry, naming the file, the attempt and the error; the final failure is the error."""
+    import logging
+
+    from cache.errors import FetchError
+
+    root, files = source
+    rel = sorted(files)[0]
+    server = serve(root, Faults(seed=1, fail_rate=0.999))
+    remote = fast_remote(server.url)
+    with caplog.at_level(logging.WARNING, logger="cache.remote"), pytest.raises(FetchError) as info:
+        remote.cat(rel)
+    retries = [r.getMessage() for r in caplog.records if r.name == "cache.remote"]
+    attempts = remote.retry.attempts
+    assert len(retries) == attempts - 1
+    for k, message in enumerate(retries, 1):
+        assert message.startswith(f"Reading {remote.display(rel)} failed (attempt {k} of {attempts})")
+        assert "HTTP 500" in message
+    assert f"after {attempts} attempts" in str(info.value)
