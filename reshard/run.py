@@ -104,6 +104,22 @@ def slurm_part(environ: dict[str, str] | None = None) -> tuple[int, int] | None:
     return index, count
 
 
+def _check_apart(source: Source, out: Path, work: Path) -> None:
+    """`--out` (and the work directory) may neither be nor lie inside a local source, nor hold it: the
+    output would land inside the dataset it is read from, or replace it."""
+    root = source.remote.local_path("")
+    if root is None:
+        return
+    src = Path(root).resolve()
+    for name, path in (("--out", out), ("work directory", work)):
+        where = path.resolve()
+        if where == src or src in where.parents or where in src.parents:
+            raise ReshardError(
+                f"Invalid {name} ({path}): {'inside' if src in where.parents else 'overlapping'} the source "
+                f"dataset {src}. Expected a directory apart from the source."
+            )
+
+
 def _check_same_filesystem(work: Path, out: Path) -> None:
     """Outputs are published by renaming them from the work directory into `out`: both must be on one
     filesystem, checked before any work (a rename across filesystems fails only at the end)."""
@@ -252,6 +268,7 @@ def reshard(
         _check_same_filesystem(Path(work_dir).absolute(), out)
     ws = Workspace(Path(work_dir).absolute() if work_dir else default_work_dir(out))
     source = open_source(src, storage_options=storage_options)
+    _check_apart(source, out, ws.root)
     doc = _job_doc(source, options)
     if _completed(out, doc):
         shutil.rmtree(ws.root, ignore_errors=True)

@@ -112,9 +112,15 @@ class Source:
         return json.loads(self.remote.cat(rel))
 
 
-def _read_parquet(remote: Remote, rel: str, columns: list[str] | None = None) -> pa.Table:
+def _read_parquet(
+    remote: Remote, rel: str, columns: list[str] | None = None, *, missing_ok: bool = False
+) -> pa.Table:
+    """`rel` as a table (`columns` only; with `missing_ok`, those of them the file has)."""
     data = remote.cat(rel)
     try:
+        if missing_ok and columns is not None:
+            names = set(pq.read_schema(pa.BufferReader(data)).names)
+            columns = [c for c in columns if c in names]
         return pq.read_table(pa.BufferReader(data), columns=columns)
     except (pa.ArrowInvalid, OSError) as exc:
         raise DatasetError(f"not a readable parquet file ({exc})", file=remote.display(rel)) from exc
@@ -281,14 +287,17 @@ def check_rows(source: Source, data_file: str, table: pa.Table | None = None) ->
     """The rows of `data_file` are exactly its episodes' `[dataset_from_index, dataset_to_index)`.
 
     Checks the `index`, `episode_index` and `frame_index` columns: every episode's rows present once,
-    contiguous, in order, with frame indices 0..length-1.
+    contiguous, in order, with frame indices 0..length-1. Where `table` has them (`CHECKED_COLUMNS`),
+    also `timestamp` (finite, strictly increasing within the episode and, where the dataset has videos,
+    `frame_index / fps` within `TIMESTAMP_TOLERANCE_S`: lerobot finds video frames by timestamp) and
+    `task_index` (a row of the tasks table).
 
     Raises:
         DatasetError: naming the file, the episode and the column.
     """
     where = source.remote.display(data_file)
     if table is None:
-        table = _read_parquet(source.remote, data_file, ["index", "episode_index", "frame_index"])
+        table = _read_parquet(source.remote, data_file, list(CHECKED_COLUMNS), missing_ok=True)
     index = table.column("index").to_numpy()
     ep_col = table.column("episode_index").to_numpy()
     frame = table.column("frame_index").to_numpy()
@@ -325,12 +334,85 @@ def check_rows(source: Source, data_file: str, table: pa.Table | None = None) ->
                 episode=episode.episode_index,
                 field="frame_index",
             )
+        _check_timestamps(source, table, order[lo:hi], frame[lo:hi], episode.episode_index, where)
+        _check_task_index(source, table, order[lo:hi], episode.episode_index, where)
     covered = sum(e.length for e in episodes)
     if covered != len(index):
         raise DatasetError(
             f"Invalid row count ({len(index)}). Expected {covered}, the rows of the episodes pointing here.",
             file=where,
             field="index",
+        )
+
+
+# The columns `check_rows` reads; those after the first three are checked where a file has them.
+CHECKED_COLUMNS = ("index", "episode_index", "frame_index", "timestamp", "task_index")
+# lerobot's default `tolerance_s`: how far a timestamp may be from `frame_index / fps`.
+TIMESTAMP_TOLERANCE_S = 1e-4
+
+
+def _check_timestamps(
+    source: Source, table: pa.Table, rows: np.ndarray, frame: np.ndarray, episode: int, where: str
+) -> None:
+    if "timestamp" not in table.column_names:
+        return
+    column = table.column("timestamp")
+    if column.null_count:
+        raise DatasetError(
+            "Invalid timestamp (null). Expected a number per frame.",
+            file=where,
+            episode=episode,
+            field="timestamp",
+        )
+    t = column.to_numpy()[rows].astype(np.float64)
+    bad = np.flatnonzero(~np.isfinite(t))
+    if bad.size:
+        raise DatasetError(
+            f"Invalid timestamp ({t[bad[0]]}) at frame {int(frame[bad[0]])}. Expected a finite number of seconds.",
+            file=where,
+            episode=episode,
+            field="timestamp",
+        )
+    steps = np.flatnonzero(np.diff(t) <= 0)
+    if steps.size:
+        k = int(steps[0])
+        raise DatasetError(
+            f"Invalid timestamp ({t[k + 1]}) at frame {int(frame[k + 1])}, not after frame {int(frame[k])}'s "
+            f"({t[k]}). Expected strictly increasing timestamps within an episode.",
+            file=where,
+            episode=episode,
+            field="timestamp",
+        )
+    if not source.video_keys:
+        return
+    expected = frame.astype(np.float64) / float(source.info.fps)
+    # float32 timestamps carry their own rounding: about 2.4e-4 s at an hour.
+    tolerance = TIMESTAMP_TOLERANCE_S + 2 * np.spacing(np.abs(expected).astype(np.float32)).astype(np.float64)
+    off = np.flatnonzero(np.abs(t - expected) > tolerance)
+    if off.size:
+        k = int(off[0])
+        raise DatasetError(
+            f"Invalid timestamp ({t[k]:.6f}) at frame {int(frame[k])}. Expected frame_index / fps = "
+            f"{expected[k]:.6f} within {TIMESTAMP_TOLERANCE_S} s: lerobot finds each frame's video frame by "
+            f"its timestamp ({off.size} frames of the episode are off).",
+            file=where,
+            episode=episode,
+            field="timestamp",
+        )
+
+
+def _check_task_index(source: Source, table: pa.Table, rows: np.ndarray, episode: int, where: str) -> None:
+    if "task_index" not in table.column_names or not len(rows):
+        return
+    values = table.column("task_index").to_numpy(zero_copy_only=False)[rows]
+    bad = np.flatnonzero((values < 0) | (values >= len(source.tasks)))
+    if bad.size:
+        raise DatasetError(
+            f"Invalid task_index ({values[bad[0]]}) at row {int(bad[0])} of the episode. Expected < "
+            f"{len(source.tasks)}, the rows of meta/tasks.parquet.",
+            file=where,
+            episode=episode,
+            field="task_index",
         )
 
 

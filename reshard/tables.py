@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from cache.remote import Remote
 from reader.errors import DatasetError
 from reshard.plan import DataTask
-from reshard.source import Source, check_rows
+from reshard.source import CHECKED_COLUMNS, Source, check_rows
 
 INDEX_COLUMNS = ["index", "episode_index", "frame_index"]
 T = TypeVar("T")
@@ -94,7 +94,8 @@ class EpisodeRows:
             )
         # Single-threaded reads: row groups are small, per-call thread dispatch costs more than it
         # saves, and parallelism comes from running tasks in several processes (--workers).
-        index = self._read(lambda: self._file.read(columns=INDEX_COLUMNS, use_threads=False), episode)
+        checked = [c for c in CHECKED_COLUMNS if c in self._file.schema_arrow.names]
+        index = self._read(lambda: self._file.read(columns=checked, use_threads=False), episode)
         check_rows(source, rel, index)
         # Rows sorted by `index`: position k of `_order` is the file row holding the k-th smallest index.
         self._index = index.column("index").to_numpy()

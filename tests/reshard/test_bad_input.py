@@ -104,6 +104,25 @@ CORRUPT: dict[str, tuple[Callable[[Path], None], str]] = {
         extra_column,
         rf"{DATA1}, episode 3: Invalid schema \(.*extra: int32\)\. Expected the schema",
     ),
+    "nan-timestamp": (
+        lambda r: edit_rows(r, DATA1, lambda t: set_value(t, "timestamp", 2, float("nan"))),
+        rf"{DATA1}, episode 3, field 'timestamp': Invalid timestamp \(nan\) at frame 2\. Expected a finite",
+    ),
+    "timestamp-going-back": (
+        lambda r: edit_rows(r, DATA1, lambda t: set_value(t, "timestamp", 3, 0.0)),
+        rf"{DATA1}, episode 3, field 'timestamp': Invalid timestamp \(0\.0\) at frame 3, not after frame 2's "
+        r".*Expected strictly increasing",
+    ),
+    "timestamp-off-its-frame": (
+        lambda r: edit_rows(r, DATA1, lambda t: set_value(t, "timestamp", 3, 3 / 30 + 0.01)),
+        rf"{DATA1}, episode 3, field 'timestamp': Invalid timestamp \(0\.110000\) at frame 3\. Expected "
+        r"frame_index / fps = 0\.100000 within 0\.0001 s",
+    ),
+    "unknown-task-index": (
+        lambda r: edit_rows(r, DATA1, lambda t: set_value(t, "task_index", 1, 99)),
+        rf"{DATA1}, episode 3, field 'task_index': Invalid task_index \(99\) at row 1 of the episode\. "
+        r"Expected < 3",
+    ),
 }
 
 

@@ -96,3 +96,16 @@ def test_inspect_names_a_data_file_that_is_not_parquet(sample_ds: Path, copy_ds:
     code, line = lrs("inspect", str(root))
     assert code == 3
     assert line.startswith(f"Error: {root}/data/chunk-000/file-000.parquet: Invalid parquet file (")
+
+
+def test_an_out_inside_or_around_the_source_is_refused(sample_ds: Path, tmp_path: Path) -> None:
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(sample_ds, src)
+    before = sorted(p.relative_to(src) for p in src.rglob("*"))
+    for out, word in ((src / "out", "inside"), (src, "overlapping"), (tmp_path, "overlapping")):
+        code, line = lrs("reshard", str(src), "--out", str(out), "-q")
+        assert code == 3 and line.startswith(f"Error: Invalid --out ({out}): {word} the source dataset"), line
+    assert sorted(p.relative_to(src) for p in src.rglob("*")) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]

@@ -266,3 +266,30 @@ def test_verify_over_http(sample_resharded_ds: Path, sample_ds: Path) -> None:
     with RangeServer(sample_resharded_ds) as server:
         report = verify(server.url, against=str(sample_ds))
     assert report.ok, report.describe()
+
+
+def test_nan_values_copied_from_the_source_verify_equal(sample_ds: Path, tmp_path: Path) -> None:
+    """A sensor that reported NaN: the copy keeps the NaN, and NaN == NaN for verify (it said the rows
+    differed)."""
+    import shutil
+
+    from reshard.verify import tables_equal
+
+    src = tmp_path / "src"
+    shutil.copytree(sample_ds, src)
+    path = src / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    states = table.column("observation.state").to_pylist()
+    states[1][2] = float("nan")
+    column = table.schema.get_field_index("observation.state")
+    table = table.set_column(column, "observation.state", pa.array(states, table.schema.field(column).type))
+    pq.write_table(table, path)
+    out = tmp_path / "out"
+    assert CliRunner().invoke(cli, ["reshard", str(src), "--out", str(out), "-q"]).exit_code == 0
+    result = CliRunner().invoke(cli, ["verify", str(out), "--against", str(src)])
+    assert result.exit_code == 0, result.output
+    # NaN equals NaN, but a NaN against a number, or a null against a NaN, still differs.
+    nan = pa.table({"x": pa.array([[1.0, float("nan")]], pa.list_(pa.float32()))})
+    assert tables_equal(nan, nan.select(["x"]))
+    assert not tables_equal(nan, pa.table({"x": pa.array([[1.0, 2.0]], pa.list_(pa.float32()))}))
+    assert not tables_equal(nan, pa.table({"x": pa.array([[1.0, None]], pa.list_(pa.float32()))}))
