@@ -179,3 +179,55 @@ def test_bad_input_in_a_resumed_job_keeps_its_finished_work(
     assert result.exit_code == 3 and "not a readable parquet file" in result.output
     assert sorted((default_work_dir(out) / "done").rglob("*.json")) == records and records
     assert not out.exists()
+
+
+def _faststart_truncated(root: Path) -> Path:
+    """The first camera file remuxed with its index first (faststart), then cut at 60%: it opens, and
+    decoding fails in the middle of an episode."""
+    import av
+
+    rel = "videos/observation.images.cam0/chunk-000/file-000.mp4"
+    source, remuxed = root / rel, root / "remuxed.mp4"
+    with av.open(str(source)) as inp, av.open(str(remuxed), "w", options={"movflags": "faststart"}) as out:
+        stream = out.add_stream_from_template(inp.streams.video[0], opaque=True)
+        for packet in inp.demux(inp.streams.video[0]):
+            if packet.dts is not None:
+                packet.stream = stream
+                out.mux(packet)
+    data = remuxed.read_bytes()
+    source.write_bytes(data[: int(len(data) * 0.6)])
+    remuxed.unlink()
+    return root
+
+
+@pytest.mark.parametrize("cut", ["at-open", "mid-stream"])
+def test_a_truncated_video_is_exit_3_every_time(
+    cut: str, sample_ds: Path, copy_ds: Callable[[Path], Path], tmp_path: Path
+) -> None:
+    """No native abort at exit (issue: 1 run in 27 ended with SIGABRT after its error): 6 runs each,
+    copy and hevc, two worker processes, in new processes."""
+    import subprocess
+    import sys
+
+    root = copy_ds(sample_ds, "src")
+    if cut == "at-open":
+        truncate(root / CAM1_FILE1)
+    else:
+        _faststart_truncated(root)
+    for run in range(6):
+        out = tmp_path / f"out{run}"
+        video = "hevc" if run % 2 else "copy"
+        args = ["reshard", str(root), "--out", str(out), "-q", "--workers", "2", "--video", video]
+        done = subprocess.run(
+            [sys.executable, "-c", "from reshard.cli import main; main()", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 3, (run, done.returncode, done.stderr[-2000:])
+        assert done.stderr.startswith("Error: ") and len(done.stderr.strip().splitlines()) == 1
+        assert "terminate called" not in done.stderr and not out.exists()
+        expected = (
+            ["not a readable video"] if cut == "at-open" else ["corrupt video data", "Invalid video segment"]
+        )
+        assert any(e in done.stderr for e in expected), done.stderr
