@@ -65,6 +65,7 @@ class EpisodeRef:
         row_group: lrs/1 only: the row group holding exactly its rows.
         byte_range: lrs/1 only: `[start, end)` of that row group in `data_path`.
         videos: one per camera, in `info.json` feature order.
+        crc32: lrs/1 only, where the index records it: zlib's CRC-32 of `byte_range`.
     """
 
     episode_index: int
@@ -75,6 +76,7 @@ class EpisodeRef:
     row_group: int | None = None
     byte_range: tuple[int, int] | None = None
     videos: tuple[VideoRef, ...] = ()
+    crc32: int | None = None
 
     def __repr__(self) -> str:
         return f"EpisodeRef({self.episode_index}, length={self.length}, {self.data_path}, cameras={len(self.videos)})"
@@ -174,6 +176,7 @@ def _open_lrs(remote: Remote, reads: Reads) -> Catalog:
             first_row=-1,
             row_group=e.row_group,
             byte_range=(e.row_group_offset, e.row_group_offset + e.row_group_bytes),
+            crc32=e.row_group_crc32,
             videos=tuple(
                 VideoRef(v.key, v.path, v.from_timestamp, v.bytes, layout.files[v.path].sha256)
                 for v in e.videos

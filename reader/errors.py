@@ -12,6 +12,7 @@ __all__ = [
     "IntegrityError",
     "LayoutError",
     "LrsError",
+    "RowGroupMismatch",
     "StateError",
 ]
 
@@ -50,3 +51,7 @@ class StateError(LrsError):
 
 class DecodeError(LrsError):
     """A video could not be decoded. The message names the episode, camera and file."""
+
+
+class RowGroupMismatch(DatasetError):
+    """A row group's bytes are not those the lrs/1 index records (the file was replaced while reading)."""

@@ -41,6 +41,10 @@ _EPISODE_FIELDS = [
     pa.field("row_group_offset", pa.int64(), nullable=False),
     pa.field("row_group_bytes", pa.int64(), nullable=False),
 ]
+# Optional (lrs/1 indexes written before it lack the column; they read as None): the CRC-32 (zlib) of
+# the bytes [row_group_offset, row_group_offset + row_group_bytes), so that a reader can tell a row group
+# of another version of the file (a re-push while it reads) from the one the index describes.
+ROW_GROUP_CRC32 = pa.field("row_group_crc32", pa.int64(), nullable=True)
 _VIDEO_FIELDS = (
     ("path", pa.string()),
     ("bytes", pa.int64()),
@@ -51,7 +55,7 @@ _VIDEO_FIELDS = (
 
 def episodes_schema(video_keys: list[str]) -> pa.Schema:
     """The schema of `meta/lrs/episodes.parquet` for these cameras (`videos/<key>/<field>` columns)."""
-    fields = list(_EPISODE_FIELDS)
+    fields = [*_EPISODE_FIELDS, ROW_GROUP_CRC32]
     for key in video_keys:
         fields += [pa.field(f"videos/{key}/{name}", kind, nullable=False) for name, kind in _VIDEO_FIELDS]
     return pa.schema(fields)
@@ -80,6 +84,7 @@ class EpisodeEntry:
     row_group_offset: int
     row_group_bytes: int
     videos: tuple[VideoFile, ...]
+    row_group_crc32: int | None = None
 
     def __repr__(self) -> str:
         return (
@@ -105,6 +110,7 @@ def episodes_to_table(entries: list[EpisodeEntry], video_keys: list[str]) -> pa.
     for entry in entries:
         for f in _EPISODE_FIELDS:
             cols[f.name].append(getattr(entry, f.name))
+        cols[ROW_GROUP_CRC32.name].append(entry.row_group_crc32)
         by_key = {v.key: v for v in entry.videos}
         for key in video_keys:
             for name, _ in _VIDEO_FIELDS:
@@ -117,17 +123,22 @@ def episodes_from_table(
 ) -> list[EpisodeEntry]:
     """Parse the episodes index; raises LayoutError when it does not match the schema."""
     expected = episodes_schema(video_keys)
-    missing = [n for n in expected.names if n not in table.column_names]
+    missing = [n for n in expected.names if n not in table.column_names and n != ROW_GROUP_CRC32.name]
     if missing:
         raise LayoutError(f"missing columns {missing}", file=file)
-    cols = {n: table.column(n).to_pylist() for n in expected.names}
+    cols = {n: table.column(n).to_pylist() for n in expected.names if n in table.column_names}
+    crcs = cols.get(ROW_GROUP_CRC32.name, [None] * table.num_rows)
     entries = []
     for row in range(table.num_rows):
         videos = tuple(
             VideoFile(key, *(cols[f"videos/{key}/{name}"][row] for name, _ in _VIDEO_FIELDS))
             for key in video_keys
         )
-        entries.append(EpisodeEntry(*(cols[f.name][row] for f in _EPISODE_FIELDS), videos=videos))
+        entries.append(
+            EpisodeEntry(
+                *(cols[f.name][row] for f in _EPISODE_FIELDS), videos=videos, row_group_crc32=crcs[row]
+            )
+        )
     entries.sort(key=lambda e: e.episode_index)
     return entries
 

@@ -62,14 +62,14 @@ class DatasetMeta:
     """A dataset's metadata under lerobot's `LeRobotDatasetMetadata` names (see the module docstring).
 
     Attributes:
-        info: `meta/info.json`, verbatim.
+        parsed: `meta/info.json` (`info` is its content, verbatim but for shapes as tuples).
         stats: per-feature statistics as numpy arrays (depth in `depth_output_unit`), or None.
         task_names: task strings by task index.
         depth_output_unit: the unit depth features' frames and stats are given in.
         repo_id: where the dataset is (a path or URL).
     """
 
-    info: dict[str, Any] = field(repr=False)
+    parsed: Info = field(repr=False)
     stats: dict[str, Any] | None = field(repr=False)
     task_names: tuple[str, ...] = field(repr=False)
     depth_output_unit: DepthUnit = "mm"
@@ -109,7 +109,7 @@ class DatasetMeta:
             if isinstance(feature, dict) and isinstance(feature.get("shape"), list):
                 feature["shape"] = tuple(feature["shape"])  # as lerobot's `load_info` gives them
         return cls(
-            info=raw_info,
+            parsed=Info(raw=raw_info),
             stats=stats,
             task_names=tuple(task_names),
             depth_output_unit=unit,
@@ -160,13 +160,18 @@ class DatasetMeta:
         )
 
     @property
+    def info(self) -> dict[str, Any]:
+        """`meta/info.json`'s content."""
+        return self.parsed.raw
+
+    @property
     def features(self) -> dict[str, dict[str, Any]]:
         """Every feature of `meta/info.json` (dtype, shape, names, info)."""
-        return self.info["features"]
+        return self.parsed.features
 
     @property
     def fps(self) -> int | float:
-        return self.info["fps"]
+        return self.parsed.fps
 
     @property
     def robot_type(self) -> str | None:
@@ -174,11 +179,11 @@ class DatasetMeta:
 
     @property
     def total_episodes(self) -> int:
-        return int(self.info.get("total_episodes", 0))
+        return self.parsed.total_episodes
 
     @property
     def total_frames(self) -> int:
-        return int(self.info.get("total_frames", 0))
+        return self.parsed.total_frames
 
     @property
     def total_tasks(self) -> int:
@@ -186,11 +191,11 @@ class DatasetMeta:
 
     @property
     def video_keys(self) -> list[str]:
-        return [k for k, f in self.features.items() if f.get("dtype") == "video"]
+        return self.parsed.video_keys
 
     @property
     def image_keys(self) -> list[str]:
-        return [k for k, f in self.features.items() if f.get("dtype") == "image"]
+        return self.parsed.image_keys
 
     @property
     def camera_keys(self) -> list[str]:

@@ -28,7 +28,7 @@ from cache import CacheStats, FetchError, IntegrityError, LrsError, NodeCache
 from reader.catalog import Catalog, EpisodeRef, VideoRef
 from reader.decode import Decoders, VideoWhere, decode_frames
 from reader.depth import DepthUnit, Quantizer
-from reader.errors import DecodeError
+from reader.errors import DatasetError, DecodeError
 from reader.rows import EpisodeRows, RowGroupReader, read_episode
 from reader.schedule import Emission, Step
 from reader.windows import Windows
@@ -207,7 +207,7 @@ class EpisodePool:
                 continue
             ref = self._refs[piece]
             file = self._catalog.remote.display(ref.data_path)
-            rows = self._executor.submit(read_episode, self._rows, ref, self._catalog.column_order, file=file)
+            rows = self._executor.submit(_read_rows, self._rows, ref, self._catalog, file=file)
             self._ahead[piece] = (rows, [self._prefetch(v) for v in ref.videos])
 
     def _prefetch(self, video: VideoRef) -> Future[str]:
@@ -382,3 +382,31 @@ class Consumer:
         if quantizer is not None:
             frames = quantizer.dequantize(frames, self._options.depth_unit)
         return frames.squeeze(0)
+
+
+def _read_rows(reader: RowGroupReader, ref: EpisodeRef, catalog: Catalog, *, file: str) -> EpisodeRows:
+    """`read_episode`; when the rows cannot be read as the index describes them (row group bytes with
+    another CRC-32, a file of another size, an unreadable footer), read the index once more to tell a
+    dataset re-published while this stream reads it from a damaged file.
+
+    Raises:
+        DatasetError: the dataset changed since the stream opened it (restart to read the new version).
+        RowGroupMismatch, DatasetError, FetchError, ...: the index is unchanged: the error as it was.
+    """
+    try:
+        return read_episode(reader, ref, catalog.column_order, file=file)
+    except (LrsError, ValueError):
+        try:
+            now = Catalog.open(catalog.remote)
+        except LrsError:
+            raise  # the original error: the index cannot even be read again
+        if now.fingerprint != catalog.fingerprint:
+            raise DatasetError(
+                f"Invalid dataset: {catalog.remote.url} changed since this stream opened it (index "
+                f"{catalog.fingerprint}, now {now.fingerprint}), likely re-published while training read "
+                "it. Expected one version: restart the job to read the new one, and publish new versions "
+                "under a new prefix.",
+                file=file,
+                episode=ref.episode_index,
+            ) from None
+        raise

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import logging
 import threading
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ import pyarrow.parquet as pq
 import torch
 
 from reader.catalog import EpisodeRef
-from reader.errors import DatasetError, LayoutError
+from reader.errors import DatasetError, LayoutError, RowGroupMismatch
 from reader.windows import Windows
 
 _FOOTER_GUESS = 64 * 1024
@@ -285,12 +286,16 @@ class RowGroupReader:
         except (pa.ArrowInvalid, OSError) as exc:
             raise DatasetError(f"unreadable parquet footer ({exc})", file=self._display(rel)) from exc
 
-    def read(self, rel: str, row_group: int, span: tuple[int, int] | None = None) -> pa.Table:
-        """One row group, fetched with one ranged read of `span` (default: from the footer).
+    def read(
+        self, rel: str, row_group: int, span: tuple[int, int] | None = None, *, crc32: int | None = None
+    ) -> pa.Table:
+        """One row group, fetched with one ranged read of `span` (default: from the footer), whose bytes
+        must have `crc32` where it is given (read once more before a mismatch counts).
 
         Raises:
             LayoutError: `span` does not cover the row group's column chunks.
             DatasetError: the file is not readable parquet.
+            RowGroupMismatch: the bytes do not have `crc32` (another version of the file).
         """
         metadata = self.metadata(rel)
         if not 0 <= row_group < metadata.num_row_groups:
@@ -307,6 +312,14 @@ class RowGroupReader:
                 file=self._display(rel),
             )
         data = self._read(rel, start, end)
+        if crc32 is not None and zlib.crc32(data) != crc32:
+            data = self._read(rel, start, end)  # a body damaged in transit reads right the second time
+            if zlib.crc32(data) != crc32:
+                raise RowGroupMismatch(
+                    f"Invalid row group {row_group} (bytes [{start}, {end}) have CRC-32 {zlib.crc32(data)}, "
+                    f"the index records {crc32}). Expected the file the index describes.",
+                    file=self._display(rel),
+                )
         source = _SparseFile(self._display(rel), self._size(rel), start, data)
         try:
             return pq.ParquetFile(source, metadata=metadata, pre_buffer=False).read_row_group(row_group)
@@ -369,7 +382,7 @@ def read_episode(reader: RowGroupReader, ref: EpisodeRef, order: Sequence[str], 
         DatasetError: the rows found are not the episode's (the index or the file disagrees with meta).
     """
     if ref.row_group is not None:
-        table = reader.read(ref.data_path, ref.row_group, ref.byte_range)
+        table = reader.read(ref.data_path, ref.row_group, ref.byte_range, crc32=ref.crc32)
     else:
         table = reader.read_rows(ref.data_path, ref.first_row, ref.length)
     if "index" not in table.column_names:

@@ -235,6 +235,7 @@ def index_entries(source: Source, plan: Plan, records: dict[str, Record]) -> lis
                 row_group=span.row_group,
                 row_group_offset=span.offset,
                 row_group_bytes=span.bytes,
+                row_group_crc32=span.crc32,
                 videos=tuple(
                     VideoFile(v.key, v.path, records[v.path].bytes, 0.0, v.length / source.info.fps)
                     for v in videos

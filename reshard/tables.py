@@ -9,6 +9,7 @@ and sliced for each of them.
 from __future__ import annotations
 
 import itertools
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, closing
 from dataclasses import dataclass
@@ -39,12 +40,14 @@ class RowGroupSpan:
         row_group: the row group number.
         offset: the byte offset of its first column chunk.
         bytes: the length of the byte range covering all its column chunks.
+        crc32: zlib's CRC-32 of those bytes (None in records of runs from before it was recorded).
     """
 
     episode: int
     row_group: int
     offset: int
     bytes: int
+    crc32: int | None = None
 
 
 def row_group_ranges(metadata: pq.FileMetaData) -> list[tuple[int, int]]:
@@ -236,10 +239,14 @@ def write_data_file(
             if on_episode is not None:
                 on_episode(1)
     ranges = row_group_ranges(pq.read_metadata(out_path))
-    return [
-        RowGroupSpan(episode=e, row_group=i, offset=ranges[i][0], bytes=ranges[i][1])
-        for i, e in enumerate(task.episodes)
-    ]
+    spans = []
+    with open(out_path, "rb") as written:  # one row group in memory at a time
+        for i, e in enumerate(task.episodes):
+            offset, size = ranges[i]
+            written.seek(offset)
+            crc = zlib.crc32(written.read(size))
+            spans.append(RowGroupSpan(episode=e, row_group=i, offset=offset, bytes=size, crc32=crc))
+    return spans
 
 
 def _episodes_rows(task: DataTask, source: Source, local: LocalFile, schema: pa.Schema) -> Iterator[pa.Table]:

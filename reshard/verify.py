@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import tempfile
+import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -279,6 +280,17 @@ def _check_data_file(run: _Run, rel: str, path: str, entries: list[Any]) -> None
                 rel,
                 ep,
             )
+        if entry.row_group_crc32 is not None:
+            with open(path, "rb") as handle:
+                handle.seek(entry.row_group_offset)
+                crc = zlib.crc32(handle.read(entry.row_group_bytes))
+            if crc != entry.row_group_crc32:
+                run.fail(
+                    "tables",
+                    f"Invalid row group CRC-32 ({crc}). Expected {entry.row_group_crc32}, as the index records.",
+                    rel,
+                    ep,
+                )
         columns = [group.column(c) for c in range(group.num_columns)]
         if not all(c.has_offset_index and c.has_column_index for c in columns):
             run.fail("tables", "Invalid page index (missing). Expected write_page_index=True.", rel, ep)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,7 +36,8 @@ def video(episode: int, key: str = CAM0) -> str:
 
 
 def reindex(root: Path) -> None:
-    """Recompute files.parquet and the episodes index's sizes and row-group ranges from the files on disk."""
+    """Recompute files.parquet and the episodes index's sizes, row-group ranges and CRCs from the files on
+    disk."""
     index = pq.read_table(root / EPISODES_INDEX)
     columns = {name: index.column(name).to_pylist() for name in index.column_names}
     for row, path in enumerate(columns["data_path"]):
@@ -43,6 +45,8 @@ def reindex(root: Path) -> None:
         if columns["row_group"][row] < len(ranges):
             offset, size = ranges[columns["row_group"][row]]
             columns["row_group_offset"][row], columns["row_group_bytes"][row] = offset, size
+            data = (root / path).read_bytes()[offset : offset + size]
+            columns["row_group_crc32"][row] = zlib.crc32(data)
     for name in [n for n in columns if n.endswith("/path")]:
         sizes = name[: -len("path")] + "bytes"
         columns[sizes] = [(root / p).stat().st_size for p in columns[name]]
