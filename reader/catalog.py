@@ -155,18 +155,8 @@ def _tasks(remote: Remote, reads: Reads) -> tuple[str, ...]:
     return tuple(parse_tasks(table, file=remote.display(TASKS_PATH)))
 
 
-def _check_images(info: Info, remote: Remote) -> None:
-    if info.image_keys:
-        raise DatasetError(
-            f"Invalid features ({info.image_keys} stored as images). Expected cameras stored as video: "
-            "EpisodeStream reads video datasets.",
-            file=remote.display(INFO_PATH),
-        )
-
-
 def _open_lrs(remote: Remote, reads: Reads) -> Catalog:
     layout = Layout.load(remote, prefetched=reads)
-    _check_images(layout.info, remote)
     episodes = tuple(
         EpisodeRef(
             episode_index=e.episode_index,
@@ -205,7 +195,6 @@ def _open_v3(remote: Remote, reads: Reads) -> Catalog:
     except FileNotFoundError as exc:
         raise DatasetError("missing: not a LeRobot v3 dataset root", file=remote.display(INFO_PATH)) from exc
     info = Info.parse(info_bytes, file=remote.display(INFO_PATH))
-    _check_images(info, remote)
     digest = hashlib.sha256(info_bytes)
     tables = []
     for table, data in _episode_tables(remote, info):

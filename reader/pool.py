@@ -29,6 +29,7 @@ from reader.catalog import Catalog, EpisodeRef, VideoRef
 from reader.decode import Decoders, VideoWhere, decode_frames
 from reader.depth import DepthUnit, Quantizer
 from reader.errors import DatasetError, DecodeError
+from reader.images import decode_image
 from reader.rows import EpisodeRows, RowGroupReader, read_episode
 from reader.schedule import Emission, Step
 from reader.windows import Windows
@@ -268,6 +269,7 @@ class Consumer:
         self._catalog, self._cache, self._rows, self._decoders = catalog, cache, rows, decoders
         self._options, self._counters = options, counters
         self._video_keys = catalog.info.video_keys
+        self._image_keys = catalog.info.image_keys
         counters.add(skipped=start)
 
     def __repr__(self) -> str:
@@ -330,7 +332,7 @@ class Consumer:
         )
         transform = self._options.image_transforms
         if transform is not None:  # on the consumer's thread: a user's transform need not be thread-safe
-            for key in self._video_keys:
+            for key in (*self._video_keys, *self._image_keys):
                 if key not in self._options.depth:  # lerobot does not transform depth maps either
                     item[key] = transform(item[key])
         self.position = step.step + 1
@@ -354,10 +356,23 @@ class Consumer:
             video.key: self._decode(pool, slot, video, where, queries[video.key])
             for video, where in zip(slot.ref.videos, slot.where, strict=True)
         }
+        images = 0
+        for key in self._image_keys:
+            where = f"{key} of episode {slot.ref.episode_index} in {slot.ref.data_path}"
+            value = tabular[key]
+            if isinstance(value, list):  # a window: stacked, as lerobot stacks it
+                tabular[key] = torch.stack([self._image(v, where) for v in value])
+                images += len(value)
+            else:
+                tabular[key] = self._image(value, where)
+                images += 1
         seconds = time.perf_counter() - began
         item: dict[str, Any] = {**frames, **tabular}
         item["task"] = self._catalog.tasks[int(slot.rows.columns["task_index"][frame])]
-        return item, sum(len(queries[video.key]) for video in slot.ref.videos), seconds
+        return item, sum(len(queries[video.key]) for video in slot.ref.videos) + images, seconds
+
+    def _image(self, data: bytes | None, where: str) -> torch.Tensor:
+        return decode_image(data, return_uint8=self._options.return_uint8, where=where)
 
     def _decode(
         self, pool: EpisodePool, slot: _Slot, video: VideoRef, where: VideoWhere, timestamps: list[float]

@@ -142,6 +142,9 @@ def _to_values(column: pa.ChunkedArray, *, name: str, episode: int, file: str) -
     array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
         return array.to_pylist()
+    if pa.types.is_struct(array.type) and array.type.get_field_index("bytes") >= 0:
+        # A camera stored as images (HF `Image`: {bytes, path}): the encoded bytes, decoded per sample.
+        return array.field("bytes").to_pylist()
     if array.null_count:
         raise DatasetError(
             f"Invalid values ({array.null_count} nulls). Expected none.",

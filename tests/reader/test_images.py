@@ -1,0 +1,132 @@
+"""Cameras stored as images in the parquet files (`dtype: image`): read as lerobot reads them (PIL, then
+`ToTensor`: float32 CHW / 255), windows stacked, through workers, and kept by reshard."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import av
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from click.testing import CliRunner
+from PIL import Image
+from torch.utils.data import DataLoader
+
+from reader import EpisodeStream
+from reader.errors import DecodeError
+from reader.images import decode_image
+from reshard import commands  # noqa: F401 - registers the commands
+from reshard.cli import cli
+
+CAM = "observation.images.cam0"
+IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+
+
+def _png(pixels: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG")
+    return out.getvalue()
+
+
+def to_images(v3: Path, dest: Path) -> Path:
+    """The v3 sample with its first camera's frames as PNG bytes in the data files, and no videos."""
+    shutil.copytree(v3, dest)
+    info = json.loads((dest / "meta/info.json").read_text())
+    cams = [k for k, f in info["features"].items() if f["dtype"] == "video"]
+    frames: dict[int, np.ndarray] = {}
+    episodes = pq.read_table(sorted((dest / "meta/episodes").rglob("*.parquet"))[0]).to_pylist()
+    for ep in episodes:
+        rel = info["video_path"].format(
+            video_key=CAM,
+            chunk_index=ep[f"videos/{CAM}/chunk_index"],
+            file_index=ep[f"videos/{CAM}/file_index"],
+        )
+        start = ep[f"videos/{CAM}/from_timestamp"]
+        with av.open(str(dest / rel)) as container:
+            for frame in container.decode(video=0):
+                i = round((float(frame.time) - start) * info["fps"])
+                if 0 <= i < ep["length"]:
+                    frames[ep["dataset_from_index"] + i] = frame.to_ndarray(format="rgb24")
+    for path in sorted((dest / "data").rglob("*.parquet")):
+        table = pq.read_table(path)
+        column = [{"bytes": _png(frames[i]), "path": None} for i in table.column("index").to_pylist()]
+        pq.write_table(table.append_column(CAM, pa.array(column, IMAGE)), path)
+    info["features"][CAM] = {**info["features"][CAM], "dtype": "image"}
+    info["features"][CAM].pop("info", None)
+    for other in cams[1:]:
+        info["features"].pop(other)
+    info.pop("video_path")
+    (dest / "meta/info.json").write_text(json.dumps(info))
+    shutil.rmtree(dest / "videos")
+    for path in sorted((dest / "meta/episodes").rglob("*.parquet")):
+        table = pq.read_table(path)
+        pq.write_table(table.drop_columns([c for c in table.column_names if c.startswith("videos/")]), path)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def images(sample_ds: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return to_images(sample_ds, tmp_path_factory.mktemp("images") / "v3")
+
+
+def _expected(root: Path, index: int) -> torch.Tensor:
+    for path in sorted((root / "data").rglob("*.parquet")):
+        table = pq.read_table(path, columns=["index", CAM]).to_pylist()
+        for row in table:
+            if row["index"] == index:
+                pixels = np.array(Image.open(io.BytesIO(row[CAM]["bytes"])))
+                return torch.from_numpy(pixels).permute(2, 0, 1).float().div(255)
+    raise KeyError(index)
+
+
+def test_images_read_as_lerobot_reads_them(images: Path) -> None:
+    windows = {CAM: [-1 / 30, 0.0]}
+    samples = list(EpisodeStream(images, delta_timestamps=windows, seed=2))
+    assert len(samples) == json.loads((images / "meta/info.json").read_text())["total_frames"]
+    for sample in samples[:40]:
+        frames = sample[CAM]
+        assert frames.dtype == torch.float32 and frames.shape[0] == 2 and frames.shape[1] == 3
+        index = int(sample["index"])
+        assert torch.equal(frames[1], _expected(images, index))
+        pad = sample[f"{CAM}_is_pad"]
+        previous = index if bool(pad[0]) else index - 1
+        assert torch.equal(frames[0], _expected(images, previous))
+
+
+def test_uint8_transforms_and_workers(images: Path) -> None:
+    stream = EpisodeStream(images, return_uint8=True)
+    first = next(iter(stream))
+    assert first[CAM].dtype == torch.uint8 and first[CAM].ndim == 3
+    loader = DataLoader(EpisodeStream(images, batch_size=4), batch_size=4, num_workers=2)
+    total = sum(len(b["index"]) for b in loader)
+    assert total == len(EpisodeStream(images))
+    stats = EpisodeStream(images).meta
+    assert stats.image_keys == [CAM] and stats.camera_keys == [CAM]
+
+
+def test_reshard_keeps_images_and_the_stream_reads_the_same(images: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["reshard", str(images), "--out", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    checked = CliRunner().invoke(cli, ["verify", str(out), "--against", str(images)])
+    assert checked.exit_code == 0, checked.output
+    a = {int(s["index"]): s[CAM] for s in EpisodeStream(images, seed=1)}
+    b = {int(s["index"]): s[CAM] for s in EpisodeStream(out, seed=1)}
+    assert a.keys() == b.keys() and all(torch.equal(a[i], b[i]) for i in a)
+
+
+def test_a_broken_image_is_a_decode_error() -> None:
+    with pytest.raises(DecodeError, match="Invalid image cam of x: cannot decode"):
+        decode_image(b"not a png", where="cam of x")
+    with pytest.raises(DecodeError, match="no bytes"):
+        decode_image(None, where="cam of x")
+    depth = io.BytesIO()
+    Image.fromarray(np.array([[1, 2], [3, 65535]], dtype=np.uint16)).save(depth, format="PNG")
+    got = decode_image(depth.getvalue())
+    assert got.dtype == torch.float32 and got.tolist() == [[[1.0, 2.0], [3.0, 65535.0]]]
