@@ -477,8 +477,13 @@ def describe(source: Source) -> dict[str, Any]:
         "frames": sum(lengths),
         "episode_length": {"min": min(lengths), "median": float(np.median(lengths)), "max": max(lengths)},
         "tasks": len(source.tasks),
-        "cameras": {k: source.info.features[k].get("info", {}).get("video.codec") for k in source.video_keys},
-        "features": [k for k in source.info.features if k not in source.video_keys],
+        "cameras": {
+            **{k: source.info.features[k].get("info", {}).get("video.codec") for k in source.video_keys},
+            **{k: "images in the parquet" for k in source.info.image_keys},
+        },
+        "features": [
+            k for k in source.info.features if k not in source.video_keys and k not in source.info.image_keys
+        ],
         "data_files": len(source.data_files()),
         "video_files": len(source.video_files()),
     }

@@ -114,6 +114,8 @@ def test_reshard_keeps_images_and_the_stream_reads_the_same(images: Path, tmp_pa
     out = tmp_path / "out"
     result = CliRunner().invoke(cli, ["reshard", str(images), "--out", str(out), "-q"])
     assert result.exit_code == 0, result.output
+    described = CliRunner().invoke(cli, ["describe", str(out)])
+    assert f"cameras   {CAM}  images in the parquet" in described.output, described.output
     checked = CliRunner().invoke(cli, ["verify", str(out), "--against", str(images)])
     assert checked.exit_code == 0, checked.output
     a = {int(s["index"]): s[CAM] for s in EpisodeStream(images, seed=1)}
