@@ -293,12 +293,6 @@ class Remote:
         Raises:
             FetchError: `probe_ranges` and the server ignores Range requests.
         """
-        if probe_ranges and self.is_http:
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lrs-probe") as probe:
-                checked = probe.submit(self.check_ranges, RANGE_PROBE)
-                reads = self.cat_many(rels)
-                checked.result()
-            return reads
 
         def read(rel: str) -> tuple[str, bytes | OSError | LrsError]:
             try:
@@ -306,10 +300,16 @@ class Remote:
             except (OSError, LrsError) as exc:  # FileNotFoundError and FetchError included
                 return rel, exc
 
-        if not rels:
+        probe = probe_ranges and self.is_http
+        if not rels and not probe:
             return Reads(self, {})
-        with ThreadPoolExecutor(max_workers=min(len(rels), 8), thread_name_prefix="lrs-cat") as pool:
-            return Reads(self, dict(pool.map(read, rels)))
+        workers = min(len(rels), 8) + probe
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lrs-cat") as pool:
+            checked = pool.submit(self.check_ranges, RANGE_PROBE) if probe else None
+            results = dict(pool.map(read, rels))
+        if checked is not None:
+            checked.result()
+        return Reads(self, results)
 
     def cat_range(self, rel: str, start: int, end: int) -> bytes:
         """Bytes `[start, end)` of `rel`, in one ranged request; a short body is retried.

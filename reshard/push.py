@@ -30,9 +30,9 @@ import pyarrow.parquet as pq
 
 from cache.progress import progress_bar
 from cache.remote import resolve
-from cache.store import file_sha256
 from reader.index import FILES_INDEX, LAYOUT_JSON, LRS_DIR, files_from_table
 from reshard.errors import LayoutError, PushError
+from reshard.meta import file_sha256
 from reshard.push_hf import HfBucketTarget
 from reshard.push_retry import retrying, scrub
 from reshard.push_target import FsspecTarget, LocalFile, RemoteFile, Target
@@ -197,16 +197,11 @@ def check_content(item: LocalFile) -> None:
     """
     if item.sha256 is None:
         return
-    fd = os.open(item.path, os.O_RDONLY)
-    try:
-        st = os.fstat(fd)
-        actual = file_sha256(fd)
-    finally:
-        os.close(fd)
-    if st.st_size != item.bytes or actual != item.sha256:
+    actual = file_sha256(item.path)
+    if actual != item.sha256:
         raise LayoutError(
-            f"Invalid content of {item.rel} (sha256 {actual[:16]}..., {st.st_size} bytes). Expected sha256 "
-            f"{item.sha256[:16]}... and {item.bytes} bytes as the index lists: the file changed after "
+            f"Invalid content of {item.rel} (sha256 {actual[:16]}...). Expected sha256 {item.sha256[:16]}... "
+            "as the index lists: the file changed after "
             "`lrs reshard` wrote it. Nothing was published; run `lrs verify` on the directory, or reshard "
             "again.",
             file=str(item.path),

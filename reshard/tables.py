@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, closing
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -239,14 +239,18 @@ def write_data_file(
             if on_episode is not None:
                 on_episode(1)
     ranges = row_group_ranges(pq.read_metadata(out_path))
-    spans = []
-    with open(out_path, "rb") as written:  # one row group in memory at a time
-        for i, e in enumerate(task.episodes):
-            offset, size = ranges[i]
-            written.seek(offset)
-            crc = zlib.crc32(written.read(size))
-            spans.append(RowGroupSpan(episode=e, row_group=i, offset=offset, bytes=size, crc32=crc))
-    return spans
+    with open(out_path, "rb") as written:
+        return [
+            RowGroupSpan(e, i, *ranges[i], crc32=range_crc32(written, *ranges[i]))
+            for i, e in enumerate(task.episodes)
+        ]
+
+
+def range_crc32(handle: BinaryIO, offset: int, size: int) -> int:
+    """zlib's CRC-32 of bytes `[offset, offset + size)` of an open file (the index's `row_group_crc32`),
+    read with one row group in memory at a time."""
+    handle.seek(offset)
+    return zlib.crc32(handle.read(size))
 
 
 def _episodes_rows(task: DataTask, source: Source, local: LocalFile, schema: pa.Schema) -> Iterator[pa.Table]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import math
 import tempfile
-import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,7 +37,7 @@ from reader.v3 import EPISODES_DIR, INFO_PATH, STATS_PATH, TASKS_PATH
 from reshard.execute import list_files, local_copy
 from reshard.meta import file_sha256
 from reshard.source import Source, check_rows, open_source
-from reshard.tables import INDEX_COLUMNS, EpisodeRows, row_group_ranges
+from reshard.tables import INDEX_COLUMNS, EpisodeRows, range_crc32, row_group_ranges
 from reshard.video_compare import DEFAULT_MIN_PSNR_DB, compare_episode_video, probe_video
 
 CHECKS = ("layout", "files", "tables", "pointers", "videos", "source-tables", "source-videos")
@@ -282,8 +281,7 @@ def _check_data_file(run: _Run, rel: str, path: str, entries: list[Any]) -> None
             )
         if entry.row_group_crc32 is not None:
             with open(path, "rb") as handle:
-                handle.seek(entry.row_group_offset)
-                crc = zlib.crc32(handle.read(entry.row_group_bytes))
+                crc = range_crc32(handle, entry.row_group_offset, entry.row_group_bytes)
             if crc != entry.row_group_crc32:
                 run.fail(
                     "tables",
