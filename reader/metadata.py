@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,48 @@ def stats_to_numpy(stats: Mapping[str, Any]) -> dict[str, Any]:
         key: stats_to_numpy(value) if isinstance(value, Mapping) else np.atleast_1d(np.array(value))
         for key, value in stats.items()
     }
+
+
+def aggregate_stats(stats: Sequence[Mapping[str, Any]], where: Sequence[str]) -> dict[str, Any]:
+    """lerobot's `aggregate_stats` over several datasets' numpy stats: for every feature any of them has,
+    min of the mins, max of the maxes, and mean, std (the parallel variance) and quantiles weighted by
+    `count`, which is summed.
+
+    Raises:
+        DatasetError: a feature's stats lack `count` or `mean`/`std` (naming the dataset).
+    """
+    keys = list(dict.fromkeys(k for s in stats for k in s))
+    out: dict[str, Any] = {}
+    for key in keys:
+        having = [(s[key], w) for s, w in zip(stats, where, strict=True) if key in s]
+        for one, w in having:
+            missing = [name for name in ("count", "mean", "std", "min", "max") if name not in one]
+            if missing:
+                raise DatasetError(
+                    f"Invalid stats of {key!r}: no {', '.join(missing)}. Expected them to aggregate a mixture.",
+                    file=f"{w}/{STATS_PATH}",
+                )
+        parts = [one for one, _ in having]
+        means = np.stack([p["mean"] for p in parts])
+        variances = np.stack([p["std"] ** 2 for p in parts])
+        counts = np.stack([p["count"] for p in parts])
+        total = counts.sum(axis=0)
+        while counts.ndim < means.ndim:
+            counts = np.expand_dims(counts, axis=-1)
+        mean = (means * counts).sum(axis=0) / total
+        variance = ((variances + (means - mean) ** 2) * counts).sum(axis=0) / total
+        merged = {
+            "min": np.min(np.stack([p["min"] for p in parts]), axis=0),
+            "max": np.max(np.stack([p["max"] for p in parts]), axis=0),
+            "mean": mean,
+            "std": np.sqrt(variance),
+            "count": total,
+        }
+        for q in [k for k in parts[0] if k.startswith("q") and k[1:].isdigit()]:
+            if all(q in p for p in parts):
+                merged[q] = (np.stack([p[q] for p in parts]) * counts).sum(axis=0) / total
+        out[key] = merged
+    return out
 
 
 def rescale_depth_stats(
@@ -74,6 +116,42 @@ class DatasetMeta:
     task_names: tuple[str, ...] = field(repr=False)
     depth_output_unit: DepthUnit = "mm"
     repo_id: str = ""
+    sources: tuple[DatasetMeta, ...] = field(default=(), repr=False)
+
+    @classmethod
+    def merge(cls, metas: Sequence[DatasetMeta]) -> DatasetMeta:
+        """The metadata of a mixture of these datasets, as lerobot's `MultiLeRobotDataset` sees it:
+        the features every source has (in the first source's order and with its entries), stats
+        aggregated over the sources (lerobot's `aggregate_stats`: min of mins, max of maxes, mean, std
+        and quantiles weighted by count; None if a source has none), totals summed, the tasks of all
+        sources (first occurrence order), the first source's fps, and `robot_type` where all agree.
+        `sources` keeps each source's own metadata.
+
+        Raises:
+            DatasetError: a source's stats lack the `count` the aggregation weighs by.
+        """
+        metas = list(metas)
+        first = metas[0]
+        common = [k for k in first.features if all(k in m.features for m in metas[1:])]
+        raw = copy.deepcopy(first.info)
+        raw["features"] = {k: raw["features"][k] for k in common}
+        tasks = tuple(dict.fromkeys(t for m in metas for t in m.task_names))
+        raw["total_episodes"] = sum(m.total_episodes for m in metas)
+        raw["total_frames"] = sum(m.total_frames for m in metas)
+        raw["total_tasks"] = len(tasks)
+        if len({m.robot_type for m in metas}) != 1:
+            raw["robot_type"] = None
+        stats = None
+        if all(m.stats is not None for m in metas):
+            stats = aggregate_stats([m.stats for m in metas], [m.repo_id for m in metas])  # type: ignore[misc]
+        return cls(
+            parsed=Info(raw=raw),
+            stats=stats,
+            task_names=tasks,
+            depth_output_unit=first.depth_output_unit,
+            repo_id=", ".join(m.repo_id for m in metas),
+            sources=tuple(metas),
+        )
 
     @classmethod
     def build(

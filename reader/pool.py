@@ -121,9 +121,33 @@ class Options:
 
 
 @dataclass(frozen=True)
+class Part:
+    """One source of a stream as a consumer reads it (a mixture has several).
+
+    Attributes:
+        catalog, cache, rows, options: the source's dataset, its node cache, row reader and options
+            (windows follow each source's fps).
+        index: the `dataset_index` a mixture's samples carry (None: one dataset, no such key).
+        drop: keys left out of its samples (a mixture keeps the features common to every source).
+    """
+
+    catalog: Catalog
+    cache: NodeCache
+    rows: RowGroupReader
+    options: Options
+    index: int | None = None
+    drop: frozenset[str] = frozenset()
+
+    @property
+    def display(self) -> Callable[[str], str]:
+        return self.catalog.remote.display
+
+
+@dataclass(frozen=True)
 class _Slot:
     """A piece in the pool: its rows in memory, its videos in the local cache."""
 
+    part: Part
     ref: EpisodeRef
     rows: EpisodeRows
     local: bool
@@ -138,29 +162,22 @@ class EpisodePool:
     process that must replace or download that file (packed v3 files are shared by many pieces).
 
     Args:
-        refs: the episode of each piece, in admission (piece) order.
+        refs: the source and episode of each piece, in admission (piece) order.
         needed: whether each piece is emitted at all from the start step on (a resume skips the rest).
-        catalog: the dataset.
-        cache: where video files and byte ranges come from.
-        rows: the consumer's row group reader.
-        options: the stream's options.
+        prefetch_episodes: pieces whose rows and videos are asked for ahead of admission.
         counters: where admissions are counted.
     """
 
     def __init__(
         self,
-        refs: Sequence[EpisodeRef],
+        refs: Sequence[tuple[Part, EpisodeRef]],
         needed: Sequence[bool],
         *,
-        catalog: Catalog,
-        cache: NodeCache,
-        rows: RowGroupReader,
-        options: Options,
+        prefetch_episodes: int,
         counters: Counters,
     ) -> None:
         self._refs, self._needed = refs, needed
-        self._catalog, self._cache, self._rows = catalog, cache, rows
-        self._options, self._counters = options, counters
+        self._prefetch_episodes, self._counters = prefetch_episodes, counters
         self._executor = ThreadPoolExecutor(max_workers=ROW_THREADS, thread_name_prefix="lrs-rows")
         self._ahead: dict[int, tuple[Future[EpisodeRows], list[Future[str]]]] = {}
         self._next = 0
@@ -171,16 +188,15 @@ class EpisodePool:
 
     def admit(self, piece: int) -> None:
         """Make `piece` ready to emit: wait for its rows and for its videos to be local."""
-        self._prefetch_through(piece + self._options.prefetch_episodes)
+        self._prefetch_through(piece + self._prefetch_episodes)
         rows, videos = self._ahead.pop(piece)
         local = all(f.done() and f.exception() is None for f in videos)
-        ref = self._refs[piece]
+        part, ref = self._refs[piece]
         for video, fetched in zip(ref.videos, videos, strict=True):
-            with self._video_errors(ref, video):
+            with _video_errors(part, ref, video):
                 fetched.result()
-        display = self._catalog.remote.display
-        where = tuple(VideoWhere(ref.episode_index, v.key, display(v.path)) for v in ref.videos)
-        self._slots[piece] = _Slot(ref, rows.result(), local, where)
+        where = tuple(VideoWhere(ref.episode_index, v.key, part.display(v.path)) for v in ref.videos)
+        self._slots[piece] = _Slot(part, ref, rows.result(), local, where)
         self._counters.add(episodes_admitted=1, admissions_waited=0 if local else 1)
 
     def release(self, piece: int) -> None:
@@ -188,9 +204,9 @@ class EpisodePool:
         del self._slots[piece]
 
     @contextlib.contextmanager
-    def pinned(self, ref: EpisodeRef, video: VideoRef) -> Iterator[str]:
+    def pinned(self, part: Part, ref: EpisodeRef, video: VideoRef) -> Iterator[str]:
         """The local path of a video, pinned against eviction for the block (fetched again if evicted)."""
-        with self._video_errors(ref, video), self._cache.hold(video.path, **self._expect(video)) as path:
+        with _video_errors(part, ref, video), part.cache.hold(video.path, **_expect(part, video)) as path:
             yield path
 
     def close(self) -> None:
@@ -206,38 +222,41 @@ class EpisodePool:
             piece, self._next = self._next, self._next + 1
             if not self._needed[piece]:
                 continue
-            ref = self._refs[piece]
-            file = self._catalog.remote.display(ref.data_path)
-            rows = self._executor.submit(_read_rows, self._rows, ref, self._catalog, file=file)
-            self._ahead[piece] = (rows, [self._prefetch(v) for v in ref.videos])
+            part, ref = self._refs[piece]
+            file = part.display(ref.data_path)
+            rows = self._executor.submit(_read_rows, part.rows, ref, part.catalog, file=file)
+            self._ahead[piece] = (rows, [_prefetch(part, v) for v in ref.videos])
 
-    def _prefetch(self, video: VideoRef) -> Future[str]:
-        try:
-            return self._cache.prefetch(video.path, **self._expect(video))
-        except LrsError as exc:  # a local source fails at once; report it on admission, like a download
-            failed: Future[str] = Future()
-            failed.set_exception(exc)
-            return failed
 
-    def _expect(self, video: VideoRef) -> dict[str, Any]:
-        return {"size": video.bytes, "sha256": video.sha256 if self._options.verify_sha256 else None}
+def _prefetch(part: Part, video: VideoRef) -> Future[str]:
+    try:
+        return part.cache.prefetch(video.path, **_expect(part, video))
+    except LrsError as exc:  # a local source fails at once; report it on admission, like a download
+        failed: Future[str] = Future()
+        failed.set_exception(exc)
+        return failed
 
-    @contextlib.contextmanager
-    def _video_errors(self, ref: EpisodeRef, video: VideoRef) -> Iterator[None]:
-        """Turn a missing or corrupt video into a DecodeError naming the episode, camera and file."""
-        where = VideoWhere(ref.episode_index, video.key, self._catalog.remote.display(video.path))
-        try:
-            yield
-        except IntegrityError as exc:
-            raise DecodeError(
-                f"Invalid video {where}: corrupt ({exc}). Expected the file the index lists."
-            ) from exc
-        except FetchError as exc:
-            if self._catalog.remote.exists(video.path):
-                raise
-            raise DecodeError(
-                f"Invalid video {where}: missing. Expected the file meta/episodes points at."
-            ) from exc
+
+def _expect(part: Part, video: VideoRef) -> dict[str, Any]:
+    return {"size": video.bytes, "sha256": video.sha256 if part.options.verify_sha256 else None}
+
+
+@contextlib.contextmanager
+def _video_errors(part: Part, ref: EpisodeRef, video: VideoRef) -> Iterator[None]:
+    """Turn a missing or corrupt video into a DecodeError naming the episode, camera and file."""
+    where = VideoWhere(ref.episode_index, video.key, part.display(video.path))
+    try:
+        yield
+    except IntegrityError as exc:
+        raise DecodeError(
+            f"Invalid video {where}: corrupt ({exc}). Expected the file the index lists."
+        ) from exc
+    except FetchError as exc:
+        if part.catalog.remote.exists(video.path):
+            raise
+        raise DecodeError(
+            f"Invalid video {where}: missing. Expected the file meta/episodes points at."
+        ) from exc
 
 
 class Consumer:
@@ -245,20 +264,18 @@ class Consumer:
 
     Args:
         emission: the consumer's plan for this epoch.
-        refs: the episode of each selected position (`Piece.episode` indexes it).
+        refs: the source and episode of each entry of the epoch (`Piece.episode` indexes it).
         start: samples to skip (a resume); they are neither read nor decoded.
-        catalog, cache, rows, decoders, options, counters: the process's reading context.
+        decoders, counters: the process's decoders and counters.
+        options: the stream's options (what does not differ between sources is read from these).
     """
 
     def __init__(
         self,
         emission: Emission,
-        refs: Sequence[EpisodeRef],
+        refs: Sequence[tuple[Part, EpisodeRef]],
         *,
         start: int,
-        catalog: Catalog,
-        cache: NodeCache,
-        rows: RowGroupReader,
         decoders: Decoders,
         options: Options,
         counters: Counters,
@@ -266,10 +283,8 @@ class Consumer:
         self.emission, self.start = emission, start
         self.position = start
         self._refs = [refs[p.episode] for p in emission.pieces]
-        self._catalog, self._cache, self._rows, self._decoders = catalog, cache, rows, decoders
+        self._decoders = decoders
         self._options, self._counters = options, counters
-        self._video_keys = catalog.info.video_keys
-        self._image_keys = catalog.info.image_keys
         counters.add(skipped=start)
 
     def __repr__(self) -> str:
@@ -278,13 +293,7 @@ class Consumer:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         needed = (self.emission.departure_steps >= self.start).tolist()
         pool = EpisodePool(
-            self._refs,
-            needed,
-            catalog=self._catalog,
-            cache=self._cache,
-            rows=self._rows,
-            options=self._options,
-            counters=self._counters,
+            self._refs, needed, prefetch_episodes=self._options.prefetch_episodes, counters=self._counters
         )
         threads = self._options.decode_threads
         executor = (
@@ -332,8 +341,9 @@ class Consumer:
         )
         transform = self._options.image_transforms
         if transform is not None:  # on the consumer's thread: a user's transform need not be thread-safe
-            for key in (*self._video_keys, *self._image_keys):
-                if key not in self._options.depth:  # lerobot does not transform depth maps either
+            info, depth = slot.part.catalog.info, slot.part.options.depth
+            for key in (*info.video_keys, *info.image_keys):
+                if key not in depth and key in item:  # lerobot does not transform depth maps either
                     item[key] = transform(item[key])
         self.position = step.step + 1
         return item
@@ -350,14 +360,19 @@ class Consumer:
         """
         if after is not None:
             after.exception()  # waits; its error, if any, is raised where its own item is handed out
-        tabular, queries = slot.rows.sample(frame, self._options.windows, self._video_keys)
+        part = slot.part
+        info = part.catalog.info
+        tabular, queries = slot.rows.sample(frame, part.options.windows, info.video_keys)
         began = time.perf_counter()
         frames = {
             video.key: self._decode(pool, slot, video, where, queries[video.key])
             for video, where in zip(slot.ref.videos, slot.where, strict=True)
+            if video.key not in part.drop
         }
         images = 0
-        for key in self._image_keys:
+        for key in info.image_keys:
+            if key in part.drop:
+                continue
             where = f"{key} of episode {slot.ref.episode_index} in {slot.ref.data_path}"
             value = tabular[key]
             if isinstance(value, list):  # a window: stacked, as lerobot stacks it
@@ -368,8 +383,13 @@ class Consumer:
                 images += 1
         seconds = time.perf_counter() - began
         item: dict[str, Any] = {**frames, **tabular}
-        item["task"] = self._catalog.tasks[int(slot.rows.columns["task_index"][frame])]
-        return item, sum(len(queries[video.key]) for video in slot.ref.videos) + images, seconds
+        item["task"] = part.catalog.tasks[int(slot.rows.columns["task_index"][frame])]
+        for key in part.drop:
+            item.pop(key, None)
+        if part.index is not None:
+            item["dataset_index"] = torch.tensor(part.index)  # as lerobot's MultiLeRobotDataset
+        decoded = sum(len(queries[key]) for key in frames)
+        return item, decoded + images, seconds
 
     def _image(self, data: bytes | None, where: str) -> torch.Tensor:
         return decode_image(data, return_uint8=self._options.return_uint8, where=where)
@@ -377,13 +397,14 @@ class Consumer:
     def _decode(
         self, pool: EpisodePool, slot: _Slot, video: VideoRef, where: VideoWhere, timestamps: list[float]
     ) -> torch.Tensor:
-        quantizer = self._options.depth.get(video.key)
+        part = slot.part
+        quantizer = part.options.depth.get(video.key)
         cursor = self._decoders.get(
             # One decoder per piece and camera: pieces of a packed v3 file each read their own part.
-            f"{video.path}#{slot.ref.episode_index}",
+            f"{part.index or 0}:{video.path}#{slot.ref.episode_index}",
             where,
-            locate=lambda: pool.pinned(slot.ref, video),
-            keep=self._options.keep.get(video.key, 0),
+            locate=lambda: pool.pinned(part, slot.ref, video),
+            keep=part.options.keep.get(video.key, 0),
             depth_pix_fmt=None if quantizer is None else quantizer.pix_fmt,
         )
         with cursor.lock:

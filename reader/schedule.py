@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -35,6 +36,7 @@ import numpy as np
 __all__ = [
     "Admission",
     "Emission",
+    "Entries",
     "Piece",
     "Schedule",
     "Step",
@@ -43,6 +45,7 @@ __all__ = [
     "consumer_stream",
     "dropped_frames",
     "epoch_order",
+    "mixture_entries",
     "rank_range",
     "samples_per_rank",
     "worker_share",
@@ -51,6 +54,7 @@ __all__ = [
 # Domain tags keep the (seed, epoch) stream of the episode order apart from the consumers' streams.
 _TAG_ORDER = 0x6F72
 _TAG_CONSUMER = 0x636E
+_TAG_MIXTURE = 0x6D78
 _MAX_SEED = 2**64
 _MAX_EPOCH = 2**32
 _FEISTEL_ROUNDS = 4
@@ -254,13 +258,23 @@ def _cut(order: np.ndarray, lengths: np.ndarray, low: int, high: int) -> np.ndar
 
 
 def _consumer_share(
-    lengths: Sequence[int] | np.ndarray, *, seed: int, epoch: int, shuffle: bool, topology: Topology
+    lengths: Sequence[int] | np.ndarray,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    topology: Topology,
+    starts: np.ndarray | None = None,
 ) -> Share:
+    """`starts`: the first frame of each entry in its episode (a weighted mixture's entries may begin
+    mid-episode); the pieces then hold episode frames, not entry frames."""
     lengths = _as_lengths(lengths)
     order = epoch_order(lengths.size, seed=seed, epoch=epoch, shuffle=shuffle)
     rank_low, rank_high = rank_range(int(lengths.sum()), topology.world_size, topology.rank)
     rows = _cut(order, lengths, rank_low, rank_high)
     offsets = np.cumsum(rows[:, 2] - rows[:, 1]) - (rows[:, 2] - rows[:, 1])
+    if starts is not None and rows.size:
+        rows[:, 1:] += starts[rows[:, 0], None]
     return deal(rows, offsets, topology.num_workers, topology.worker)
 
 
@@ -695,6 +709,126 @@ class Emission:
         return piece[order], rnd[order]
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Weighted mixtures: which frames of each source an epoch holds.
+
+
+class Entries(NamedTuple):
+    """An epoch's entries: contiguous frame ranges `[starts, stops)` of the selected episodes at
+    `positions`. `epoch_order` permutes them and `Piece.episode` indexes them. Without weights every
+    selected episode is one whole entry (`positions` is the identity)."""
+
+    positions: np.ndarray
+    starts: np.ndarray
+    stops: np.ndarray
+
+
+def check_weights(weights: Sequence[float], n_sources: int) -> tuple[float, ...]:
+    """`weights` as floats, if there is one per source, each finite and >= 0, with a positive sum.
+
+    Raises:
+        ValueError: naming the problem.
+    """
+    chosen = list(weights)
+    if len(chosen) != n_sources:
+        raise ValueError(
+            f"Invalid weights ({chosen}): {len(chosen)} given. Expected one per source ({n_sources})."
+        )
+    values = []
+    for i, w in enumerate(chosen):
+        if (
+            isinstance(w, bool)
+            or not isinstance(w, (int, float, np.integer, np.floating))
+            or not np.isfinite(w)
+            or w < 0
+        ):
+            raise ValueError(f"Invalid weight of source {i} ({w!r}). Expected a finite number >= 0.")
+        values.append(float(w))
+    if not sum(values) > 0:
+        raise ValueError(f"Invalid weights ({chosen}): they sum to 0. Expected a positive sum.")
+    return tuple(values)
+
+
+def source_quotas(weights: Sequence[float], samples: int) -> list[int]:
+    """Samples of each source in an epoch of `samples`: `samples * w / sum(w)`, rounded by largest
+    remainder (ties to the lower source) so that they add up to `samples` exactly."""
+    total = float(sum(weights))
+    exact = [samples * w / total for w in weights]
+    quotas = [int(np.floor(x)) for x in exact]
+    rest = samples - sum(quotas)
+    by_remainder = sorted(range(len(weights)), key=lambda i: (-(exact[i] - quotas[i]), i))
+    for i in by_remainder[:rest]:
+        quotas[i] += 1
+    return quotas
+
+
+def mixture_entries(
+    lengths: Sequence[int] | np.ndarray,
+    sources: Sequence[int] | np.ndarray,
+    weights: Sequence[float],
+    samples: int,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+) -> Entries:
+    """The entries of `epoch` of a weighted mixture.
+
+    A source of F selected frames with quota `q = k * F + r` (`source_quotas`) gives every selected
+    episode k times (repeats, which `epoch_order` spreads over the epoch), plus r frames read off a ring:
+    the source's selected episodes in one order seeded by (seed, s) (the selection order without
+    `shuffle`), epoch e taking frames `[e * r, (e + 1) * r)` modulo F. So every frame comes k or k + 1
+    times in an epoch, and the extra frames go round the whole source, a different part each epoch,
+    every frame once per turn of the ring. The entries at a part's edges may be parts of episodes.
+
+    Args:
+        lengths: frames of each selected episode, all sources concatenated.
+        sources: the source of each (non-decreasing).
+        weights: one per source (`check_weights`).
+        samples: samples of the epoch.
+        seed, epoch, shuffle: as the schedule's.
+    """
+    lengths = _as_lengths(lengths)
+    source_of = np.asarray(sources, dtype=np.int64)
+    seed = _check_int("seed", seed, 0, _MAX_SEED)
+    epoch = _check_int("epoch", epoch, 0, _MAX_EPOCH)
+    positions, starts, stops = (
+        [np.zeros(0, dtype=np.int64)],
+        [np.zeros(0, dtype=np.int64)],
+        [np.zeros(0, dtype=np.int64)],
+    )
+    for s, quota in enumerate(source_quotas(weights, samples)):
+        members = np.flatnonzero(source_of == s)
+        member_lengths = lengths[members]
+        size = int(member_lengths.sum())
+        if quota == 0:
+            continue
+        if size == 0:
+            raise ValueError(f"Invalid mixture: source {s} has no frames selected but weight > 0.")
+        whole, rest = divmod(quota, size)
+        if whole:
+            positions.append(np.tile(members, whole))
+            starts.append(np.zeros(members.size * whole, dtype=np.int64))
+            stops.append(np.tile(member_lengths, whole))
+        if not rest:
+            continue
+        order = _ring_order(members.size, seed=seed, source=s, shuffle=shuffle)
+        low = epoch * rest % size
+        for a, b in ((low, min(size, low + rest)), (0, max(0, low + rest - size))):
+            rows = _cut(order, member_lengths, a, b)
+            positions.append(members[rows[:, 0]])
+            starts.append(rows[:, 1])
+            stops.append(rows[:, 2])
+    return Entries(np.concatenate(positions), np.concatenate(starts), np.concatenate(stops))
+
+
+def _ring_order(n: int, *, seed: int, source: int, shuffle: bool) -> np.ndarray:
+    if not shuffle:
+        return np.arange(n, dtype=np.int64)
+    words = [_TAG_MIXTURE, seed & 0xFFFFFFFF, seed >> 32, source]
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(words))).permutation(n).astype(np.int64)
+
+
 @dataclass(frozen=True)
 class Schedule:
     """Every consumer's order for a run: the one object the reader and `lrs prewarm` both build.
@@ -706,6 +840,10 @@ class Schedule:
         world_size: Number of ranks.
         num_workers: DataLoader workers per rank (0: the main process).
         pool_size: Episode pool size K of each consumer.
+        sources: A mixture's source of each selected episode (non-decreasing; None: one source).
+        weights: A weighted mixture's weight of each source (None: every frame of every source once
+            per epoch). See `mixture_entries`.
+        samples: A weighted mixture's samples per epoch (None: the selected frames of all sources).
     """
 
     lengths: tuple[int, ...] = field(repr=False)
@@ -714,12 +852,31 @@ class Schedule:
     world_size: int = 1
     num_workers: int = 0
     pool_size: int = 1
+    sources: tuple[int, ...] | None = field(default=None, repr=False)
+    weights: tuple[float, ...] | None = None
+    samples: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lengths", tuple(_as_lengths(self.lengths).tolist()))
         _seed_words(self.seed, 0)
         Topology(self.world_size, 0, self.num_workers, 0)
         _check_int("pool_size", self.pool_size, 1)
+        if self.sources is not None:
+            sources = tuple(int(s) for s in self.sources)
+            if len(sources) != len(self.lengths) or any(b < a for a, b in itertools.pairwise(sources)):
+                raise ValueError("Invalid sources. Expected a non-decreasing source index per episode.")
+            object.__setattr__(self, "sources", sources)
+        if self.weights is not None:
+            if self.sources is None:
+                raise ValueError("Invalid weights without sources. Expected the source of each episode.")
+            n = max(self.sources, default=-1) + 1
+            object.__setattr__(self, "weights", check_weights(self.weights, len(self.weights)))
+            if len(self.weights) < n:
+                raise ValueError(f"Invalid weights ({len(self.weights)}). Expected one per source ({n}).")
+        if self.samples is not None:
+            _check_int("samples", self.samples, 0)
+            if self.weights is None:
+                raise ValueError("Invalid samples without weights. Expected weights to share them out.")
 
     @property
     def total_frames(self) -> int:
@@ -727,14 +884,39 @@ class Schedule:
         return sum(self.lengths)
 
     @property
+    def epoch_frames(self) -> int:
+        """Frames of an epoch's stream: the selected frames, or a weighted mixture's `samples`."""
+        if self.weights is not None and self.samples is not None:
+            return self.samples
+        return self.total_frames
+
+    @property
     def samples_per_rank(self) -> int:
         """Samples each rank yields per epoch (equal on every rank)."""
-        return samples_per_rank(self.total_frames, self.world_size)
+        return samples_per_rank(self.epoch_frames, self.world_size)
 
     @property
     def dropped_frames(self) -> int:
         """Frames no rank yields per epoch (the stream's tail, < world_size)."""
-        return dropped_frames(self.total_frames, self.world_size)
+        return dropped_frames(self.epoch_frames, self.world_size)
+
+    def entries(self, epoch: int) -> Entries:
+        """The entries of `epoch` (`Piece.episode` indexes them): the selected episodes, or a weighted
+        mixture's share of each source (`mixture_entries`)."""
+        if self.weights is None:
+            n = len(self.lengths)
+            lengths = np.asarray(self.lengths, dtype=np.int64)
+            return Entries(np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int64), lengths)
+        assert self.sources is not None
+        return mixture_entries(
+            self.lengths,
+            self.sources,
+            self.weights,
+            self.epoch_frames,
+            seed=self.seed,
+            epoch=epoch,
+            shuffle=self.shuffle,
+        )
 
     def worker_samples(self) -> tuple[int, ...]:
         """Samples per epoch of each worker of a rank (the same on every rank and every epoch)."""
@@ -747,19 +929,27 @@ class Schedule:
         return Topology(self.world_size, rank, self.num_workers, worker)
 
     def pieces(self, epoch: int, rank: int, worker: int) -> list[Piece]:
-        """The pieces of consumer (rank, worker) in `epoch`, in admission order."""
-        topology = self.topology(rank, worker)
-        return consumer_pieces(
-            self.lengths, seed=self.seed, epoch=epoch, shuffle=self.shuffle, topology=topology
+        """The pieces of consumer (rank, worker) in `epoch`, in admission order (`Piece.episode` is an
+        index of `entries(epoch)`, the selected position itself without weights)."""
+        share = self._share(epoch, self.topology(rank, worker))
+        return [Piece(*row) for row in share.rows.tolist()]
+
+    def _share(self, epoch: int, topology: Topology) -> Share:
+        entries = self.entries(epoch)
+        return _consumer_share(
+            entries.stops - entries.starts,
+            seed=self.seed,
+            epoch=epoch,
+            shuffle=self.shuffle,
+            topology=topology,
+            starts=entries.starts if self.weights is not None else None,
         )
 
     def emission(self, epoch: int, rank: int, worker: int) -> Emission:
         """The emission plan of consumer (rank, worker) in `epoch`."""
         topology = self.topology(rank, worker)
         return Emission(
-            _consumer_share(
-                self.lengths, seed=self.seed, epoch=epoch, shuffle=self.shuffle, topology=topology
-            ),
+            self._share(epoch, topology),
             pool_size=self.pool_size,
             shuffle=self.shuffle,
             stream=consumer_stream(self.seed, epoch, topology),

@@ -9,7 +9,10 @@ process that iterates, so the stream pickles and forks cleanly into DataLoader w
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -23,21 +26,23 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from cache import NodeCache, Remote, aggregate_stats
+from cache import LrsError, NodeCache, Remote, aggregate_stats
 from cache.stats import CacheStats
 from cache.store import META_DIR, atomic_write
-from reader.catalog import Catalog
+from reader.catalog import Catalog, EpisodeRef
 from reader.decode import Decoders, SeekMode, check_device
 from reader.depth import DepthUnit, Quantizer, check_unit, is_depth
 from reader.errors import DatasetError, StateError
 from reader.loader_math import batches_per_epoch, check_int
 from reader.metadata import DatasetMeta
-from reader.pool import Consumer, Counters, Options, ReaderStats
+from reader.pool import Consumer, Counters, Options, Part, ReaderStats
 from reader.rows import RowGroupReader
-from reader.schedule import Schedule
+from reader.schedule import Schedule, check_weights
 from reader.state import Identity, Resume, parse_state, selection_digest
 from reader.v3 import INFO_PATH
 from reader.windows import Windows, delta_indices
+
+_log = logging.getLogger("lrs.reader")
 
 DEFAULT_POOL_SIZE = 16
 DEFAULT_PREFETCH_EPISODES = 8
@@ -67,9 +72,18 @@ class EpisodeStream(IterableDataset):
     the next `decode_ahead` samples while the current one is handed out.
 
     Args:
-        source: the dataset (a path or URL, see `cache.remote.resolve`), lrs/1 or plain v3.
+        source: the dataset (a path or URL, see `cache.remote.resolve`), lrs/1 or plain v3; or a list of
+            them, a mixture: samples then carry `dataset_index` (the source's position in the list) and
+            only the features every source has (as lerobot's `MultiLeRobotDataset`), windows follow each
+            source's fps, and one node cache holds them all.
+        weights: a mixture's share of each source in an epoch's samples (None: every frame of every
+            source once per epoch). Below a source's size, each epoch reads another part of it (every
+            episode once per cycle through it); above, its episodes repeat, spread over the epoch.
+        samples_per_epoch: a weighted mixture's samples per epoch (default: the selected frames of all
+            sources).
         delta_timestamps: seconds relative to each sample, per key (lerobot's windows).
-        episodes: episode indices to read (default: all), read in ascending order.
+        episodes: episode indices to read (default: all), read in ascending order. A mixture takes one
+            such list (or None) per source.
         episode_pool_size: episodes each consumer holds and mixes frames from (K). Default:
             `default_pool_size(batch_size)`, max(16, 1.25 x batch_size). The pool is visited in one
             cyclic order, so a batch smaller than the pool rarely holds an episode twice while the pool
@@ -109,10 +123,12 @@ class EpisodeStream(IterableDataset):
 
     def __init__(
         self,
-        source: str | os.PathLike[str] | Remote,
+        source: str | os.PathLike[str] | Remote | Sequence[str | os.PathLike[str] | Remote],
         *,
+        weights: Sequence[float] | None = None,
+        samples_per_epoch: int | None = None,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
-        episodes: Sequence[int] | None = None,
+        episodes: Sequence[int] | Sequence[Sequence[int] | None] | None = None,
         episode_pool_size: int | None = None,
         batch_size: int | None = None,
         shuffle: bool = True,
@@ -142,10 +158,20 @@ class EpisodeStream(IterableDataset):
         check_int("decode_ahead", decode_ahead, 0)
         if image_transforms is not None and not callable(image_transforms):
             raise ValueError(f"Invalid image_transforms ({image_transforms!r}). Expected a callable or None.")
-        self.catalog = Catalog.open(
-            source if isinstance(source, Remote) else os.fspath(source), storage_options=storage_options
-        )
-        self.episodes = _selection(episodes, len(self.catalog.episodes))
+        self._cleanup: weakref.finalize | None = None
+        given, self.mixture = _sources_given(source)
+        catalogs = [_open_source(src, i, self.mixture, storage_options) for i, src in enumerate(given)]
+        selections = _selections(episodes, catalogs, self.mixture)
+        if weights is not None and not self.mixture:
+            raise ValueError("Invalid weights for one source. Expected a list of sources to weigh.")
+        self.weights = None if weights is None else check_weights(weights, len(catalogs))
+        if samples_per_epoch is not None:
+            check_int("samples_per_epoch", samples_per_epoch, 1)
+            if self.weights is None:
+                raise ValueError(
+                    "Invalid samples_per_epoch without weights. Expected weights to share them out."
+                )
+        self.samples_per_epoch = samples_per_epoch
         self.rank, self.world_size = _topology(rank, world_size)
         self.episode_pool_size, self.shuffle, self.seed, self.epoch = (
             episode_pool_size,
@@ -153,43 +179,66 @@ class EpisodeStream(IterableDataset):
             seed,
             0,
         )
-        Schedule(self.lengths, seed=seed, pool_size=episode_pool_size)  # validates the seed early
-        keys = [*self.catalog.column_order, *self.catalog.info.video_keys]
-        windows = Windows(
-            delta_indices(delta_timestamps, fps=self.catalog.info.fps, tolerance_s=tolerance_s, keys=keys)
-        )
-        video_keys = self.catalog.info.video_keys
-        self.options = Options(
-            windows=windows,
-            tolerance_s=tolerance_s,
-            return_uint8=bool(return_uint8),
-            image_transforms=image_transforms,
-            prefetch_episodes=prefetch_episodes,
-            verify_sha256=not self.catalog.remote.reads_in_place,
-            decode_threads=decode_threads,
-            decode_ahead=decode_ahead if decode_threads else 0,
-            keep={k: max(d) - min(d) for k, d in windows.offsets.items() if k in video_keys},
-            depth=_quantizers(self.catalog),
-            depth_unit=check_unit(depth_output_unit),
-        )
-        self._cleanup: weakref.finalize | None = None
+        drops = _disabled_keys(catalogs) if self.mixture else [frozenset()] * len(catalogs)
+        common = set(catalogs[0].info.features) - drops[0] if self.mixture else None
+        if cache_dir is None:
+            cache_dir = self._temporary_cache_dir()
+        sources = []
+        for i, (catalog, selection) in enumerate(zip(catalogs, selections, strict=True)):
+            video_keys = catalog.info.video_keys
+            keys = [*catalog.column_order, *video_keys]
+            for key in (delta_timestamps or {}) if common is not None else ():
+                if key not in common:
+                    raise ValueError(
+                        f"Invalid delta_timestamps key {key!r}. Expected a feature every source of the "
+                        f"mixture has: {catalog.remote.url} (source {i}) or another lacks it."
+                    )
+            windows = Windows(
+                delta_indices(delta_timestamps, fps=catalog.info.fps, tolerance_s=tolerance_s, keys=keys)
+            )
+            options = Options(
+                windows=windows,
+                tolerance_s=tolerance_s,
+                return_uint8=bool(return_uint8),
+                image_transforms=image_transforms,
+                prefetch_episodes=prefetch_episodes,
+                verify_sha256=not catalog.remote.reads_in_place,
+                decode_threads=decode_threads,
+                decode_ahead=decode_ahead if decode_threads else 0,
+                keep={k: max(d) - min(d) for k, d in windows.offsets.items() if k in video_keys},
+                depth=_quantizers(catalog),
+                depth_unit=check_unit(depth_output_unit),
+            )
+            cache = NodeCache(
+                cache_dir,
+                catalog.remote,
+                fingerprint=catalog.fingerprint,
+                max_bytes=cache_max_bytes,
+                max_workers=FETCH_THREADS,
+            )
+            sources.append(_Source(catalog, cache, options, selection, drops[i]))
+        self.sources: tuple[_Source, ...] = tuple(sources)
+        self.schedule(0)  # validates the seed and the mixture early
         self._decoding = (
             _decoder_capacity(
-                decoder_cache_size, episode_pool_size, self.options.decode_ahead, len(video_keys)
+                decoder_cache_size,
+                episode_pool_size,
+                self.options.decode_ahead,
+                max(len(c.info.video_keys) for c in catalogs),
             ),
             check_device(decode_device),
             seek_mode,
         )
-        self.cache = NodeCache(
-            cache_dir if cache_dir is not None else self._temporary_cache_dir(),
-            self.catalog.remote,
-            fingerprint=self.catalog.fingerprint,
-            max_bytes=cache_max_bytes,
-            max_workers=FETCH_THREADS,
-        )
+        if self.mixture:
+            fingerprint = _mixture_fingerprint(self.sources, self.weights, samples_per_epoch)
+            digest = selection_digest(
+                [f"{i}:{e}" for i, src in enumerate(self.sources) for e in src.episodes]
+            )
+        else:
+            fingerprint, digest = catalogs[0].fingerprint, selection_digest(selections[0])
         self.identity = Identity(
-            fingerprint=self.catalog.fingerprint,
-            episodes=selection_digest(self.episodes),
+            fingerprint=fingerprint,
+            episodes=digest,
             episode_pool_size=episode_pool_size,
             world_size=self.world_size,
             shuffle=self.shuffle,
@@ -200,10 +249,38 @@ class EpisodeStream(IterableDataset):
         self._run = uuid.uuid4().hex[:12]  # names this stream's published counters (see `stats`)
 
     def __repr__(self) -> str:
+        where = ", ".join(f"{s.catalog.remote.url!r}, {s.catalog.kind}" for s in self.sources)
+        weights = f", weights={list(self.weights)}" if self.weights is not None else ""
         return (
-            f"EpisodeStream({self.catalog.remote.url!r}, {self.catalog.kind}, episodes={len(self.episodes)}, "
-            f"rank={self.rank}/{self.world_size}, pool={self.episode_pool_size}, seed={self.seed}, epoch={self.epoch})"
+            f"EpisodeStream({'[' + where + ']' if self.mixture else where}{weights}, "
+            f"episodes={sum(len(s.episodes) for s in self.sources)}, rank={self.rank}/{self.world_size}, "
+            f"pool={self.episode_pool_size}, seed={self.seed}, epoch={self.epoch})"
         )
+
+    @property
+    def catalog(self) -> Catalog:
+        """The dataset's catalog (a mixture has one per source: `sources[i].catalog`)."""
+        return self._only("catalog").catalog
+
+    @property
+    def cache(self) -> NodeCache:
+        """The dataset's node cache (a mixture's sources share its directory: `sources[i].cache`)."""
+        return self.sources[0].cache
+
+    @property
+    def episodes(self) -> list[int]:
+        """The selected episode indices (a mixture has one list per source: `sources[i].episodes`)."""
+        return self._only("episodes").episodes
+
+    @property
+    def options(self) -> Options:
+        """How the stream reads (a mixture's sources differ only in windows and depth: `sources[i].options`)."""
+        return self.sources[0].options
+
+    def _only(self, what: str) -> _Source:
+        if self.mixture:
+            raise AttributeError(f"A mixture has one {what} per source. Expected stream.sources[i].{what}.")
+        return self.sources[0]
 
     @property
     def meta(self) -> DatasetMeta:
@@ -216,7 +293,9 @@ class EpisodeStream(IterableDataset):
             FetchError: it could not be read.
         """
         if self._meta is None:
-            self._meta = DatasetMeta.from_catalog(self.catalog, depth_output_unit=self.options.depth_unit)
+            unit = self.options.depth_unit
+            metas = [DatasetMeta.from_catalog(s.catalog, depth_output_unit=unit) for s in self.sources]
+            self._meta = DatasetMeta.merge(metas) if self.mixture else metas[0]
         return self._meta
 
     @property
@@ -226,12 +305,13 @@ class EpisodeStream(IterableDataset):
 
     @property
     def fps(self) -> int | float:
-        return self.catalog.info.fps
+        """The dataset's fps (a mixture's first source's; `sources[i].catalog.info.fps` for each)."""
+        return self.sources[0].catalog.info.fps
 
     @property
     def lengths(self) -> list[int]:
-        """Frames of each selected episode, in selection order."""
-        return [self.catalog.episodes[e].length for e in self.episodes]
+        """Frames of each selected episode, in selection order (a mixture's sources one after another)."""
+        return [s.catalog.episodes[e].length for s in self.sources for e in s.episodes]
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch (across its DataLoader workers)."""
@@ -246,7 +326,24 @@ class EpisodeStream(IterableDataset):
             world_size=self.world_size,
             num_workers=num_workers,
             pool_size=self.episode_pool_size,
+            sources=tuple(i for i, s in enumerate(self.sources) for _ in s.episodes)
+            if self.mixture
+            else None,
+            weights=self.weights,
+            samples=None if self.weights is None else self.samples_per_epoch or sum(self.lengths),
         )
+
+    def entry_refs(self, epoch: int, parts: Sequence[Part] | None = None) -> list[tuple[Any, EpisodeRef]]:
+        """The source and episode of each entry of `epoch` (`Piece.episode` indexes it): with `parts`,
+        each source's `Part`, else the source's index."""
+        by_position = [
+            (i if parts is None else parts[i], s.catalog.episodes[e])
+            for i, s in enumerate(self.sources)
+            for e in s.episodes
+        ]
+        if self.weights is None:
+            return by_position
+        return [by_position[p] for p in self.schedule(0).entries(epoch).positions.tolist()]
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration streams (a new order per epoch). Call it in the main process
@@ -273,11 +370,8 @@ class EpisodeStream(IterableDataset):
             return iter(())
         consumer = Consumer(
             schedule.emission(self.epoch, self.rank, logical),
-            [self.catalog.episodes[e] for e in self.episodes],
+            self.entry_refs(self.epoch, process.parts),
             start=start,
-            catalog=self.catalog,
-            cache=self.cache,
-            rows=process.rows,
             decoders=process.decoders,
             options=self.options,
             counters=process.counters,
@@ -358,7 +452,10 @@ class EpisodeStream(IterableDataset):
         process that used this cache directory for it, earlier runs included.
         """
         if not all_processes:
-            return self._runtime().snapshot(self.cache.stats())
+            mine = CacheStats()
+            for source in self.sources:
+                mine = mine + source.cache.stats()
+            return self._runtime().snapshot(mine)
         total = dict.fromkeys(_PUBLISHED, 0.0)
         for counters in _read_published(self.cache.cache_dir, self._run):
             for name in _PUBLISHED:
@@ -372,8 +469,14 @@ class EpisodeStream(IterableDataset):
         return ReaderStats(
             **ints,
             decode_seconds=total["decode_seconds"],
-            cache=aggregate_stats(self.cache.cache_dir, fingerprint=self.catalog.fingerprint),
+            cache=self._cache_stats(),
         )
+
+    def _cache_stats(self) -> CacheStats:
+        total = CacheStats()
+        for fingerprint in dict.fromkeys(s.catalog.fingerprint for s in self.sources):
+            total = total + aggregate_stats(self.cache.cache_dir, fingerprint=fingerprint)
+        return total
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -392,23 +495,47 @@ class EpisodeStream(IterableDataset):
         process = self._process
         if process is None or process.pid != os.getpid():
             capacity, device, seek_mode = self._decoding
+            parts = tuple(
+                Part(
+                    s.catalog,
+                    s.cache,
+                    RowGroupReader(s.cache, functools.partial(_data_file_size, s), s.catalog.remote.display),
+                    s.options,
+                    index=i if self.mixture else None,
+                    drop=s.drop,
+                )
+                for i, s in enumerate(self.sources)
+            )
             process = self._process = _Process(
                 pid=os.getpid(),
-                rows=RowGroupReader(self.cache, self._data_file_size, self.catalog.remote.display),
+                parts=parts,
                 decoders=Decoders(capacity, device=device, seek_mode=seek_mode),
                 stats_path=_published_path(self.cache.cache_dir, self._run),
             )
             process.counters.on_add = process.publish
         return process
 
-    def _data_file_size(self, rel: str) -> int:
-        size = self.catalog.file_sizes.get(rel)
-        if size is not None:
-            return size
-        # Plain v3 lists no sizes, and a remote's size query cannot always tell a transient failure from a
-        # missing file (fsspec's HTTP `info`), so v3 data files are fetched whole into the cache (once per
-        # node; local sources are read in place) and their row groups read from there.
-        return os.path.getsize(self.cache.fetch(rel))
+
+@dataclass(frozen=True)
+class _Source:
+    """One source of the stream: its dataset, its view of the node cache, how it is read, which of its
+    episodes, and the keys left out of its samples (a mixture's keys not common to every source)."""
+
+    catalog: Catalog
+    cache: NodeCache
+    options: Options
+    episodes: list[int]
+    drop: frozenset[str]
+
+
+def _data_file_size(source: _Source, rel: str) -> int:
+    size = source.catalog.file_sizes.get(rel)
+    if size is not None:
+        return size
+    # Plain v3 lists no sizes, and a remote's size query cannot always tell a transient failure from a
+    # missing file (fsspec's HTTP `info`), so v3 data files are fetched whole into the cache (once per
+    # node; local sources are read in place) and their row groups read from there.
+    return os.path.getsize(source.cache.fetch(rel))
 
 
 @dataclass
@@ -424,7 +551,7 @@ class _Process:
     """What one process owns while reading: footers, decoders, counters, the running iteration."""
 
     pid: int
-    rows: RowGroupReader
+    parts: tuple[Part, ...]
     decoders: Decoders
     counters: Counters = field(default_factory=Counters)
     cursor: _Cursor | None = None
@@ -436,8 +563,8 @@ class _Process:
         return replace(
             ReaderStats(**self.counters.values),
             decoders_opened=self.decoders.opened,
-            row_reads=self.rows.range_reads,
-            row_bytes=self.rows.bytes_read,
+            row_reads=sum(p.rows.range_reads for p in self.parts),
+            row_bytes=sum(p.rows.bytes_read for p in self.parts),
             cache=cache,
         )
 
@@ -554,6 +681,91 @@ class ResumableLoader:
         """Load a state into the stream (see `EpisodeStream.load_state_dict`)."""
         self.stream.load_state_dict(state)
         self.batches = self.stream.pending_batches()
+
+
+def _sources_given(source: Any) -> tuple[list[Any], bool]:
+    """(the sources, whether they form a mixture): a list or tuple is a mixture, even of one."""
+    if isinstance(source, (list, tuple)):
+        if not source:
+            raise ValueError("Invalid source ([]). Expected a dataset, or a non-empty list of them.")
+        return list(source), True
+    return [source], False
+
+
+def _open_source(source: Any, index: int, mixture: bool, storage_options: dict[str, Any] | None) -> Catalog:
+    """The catalog of one source; in a mixture, an error names which source failed."""
+    if not isinstance(source, (str, os.PathLike, Remote)):
+        what = f"source {index} of the mixture" if mixture else "source"
+        raise ValueError(f"Invalid {what} ({source!r}). Expected a path, a URL or a cache.Remote.")
+    try:
+        return Catalog.open(
+            source if isinstance(source, Remote) else os.fspath(source), storage_options=storage_options
+        )
+    except LrsError as exc:
+        if not mixture:
+            raise
+        url = source.url if isinstance(source, Remote) else os.fspath(source)
+        raise DatasetError(f"Invalid source {index} of the mixture ({url}): {exc}") from exc
+
+
+def _selections(episodes: Any, catalogs: list[Catalog], mixture: bool) -> list[list[int]]:
+    if not mixture:
+        return [_selection(episodes, len(catalogs[0].episodes))]
+    if episodes is None:
+        return [_selection(None, len(c.episodes)) for c in catalogs]
+    chosen = list(episodes)
+    if len(chosen) != len(catalogs) or not all(
+        e is None or isinstance(e, (list, tuple, range)) for e in chosen
+    ):
+        raise ValueError(
+            f"Invalid episodes for a mixture of {len(catalogs)} sources. Expected one list of episode "
+            "indices (or None) per source."
+        )
+    return [_selection(e, len(c.episodes)) for e, c in zip(chosen, catalogs, strict=True)]
+
+
+def _disabled_keys(catalogs: list[Catalog]) -> list[frozenset[str]]:
+    """Per source, the features a mixture leaves out: those not every source has (lerobot's
+    `MultiLeRobotDataset` rule).
+
+    Raises:
+        DatasetError: a common feature differs in dtype or shape between two sources, or none is common.
+    """
+    features = [c.info.features for c in catalogs]
+    common = set(features[0]).intersection(*features[1:])
+    if not common:
+        raise DatasetError("Invalid mixture: its sources have no feature in common. Expected at least one.")
+    for key in sorted(common):
+        for i in range(1, len(features)):
+            for name in ("dtype", "shape"):
+                a, b = _plain(features[0][key].get(name)), _plain(features[i][key].get(name))
+                if a != b:
+                    raise DatasetError(
+                        f"Invalid mixture: feature {key!r} has {name} {a!r} in source 0 "
+                        f"({catalogs[0].remote.url}) and {b!r} in source {i} ({catalogs[i].remote.url}). "
+                        "Expected the same dtype and shape wherever a key is common to every source."
+                    )
+    disabled = [frozenset(set(f) - common) for f in features]
+    for catalog, keys in zip(catalogs, disabled, strict=True):
+        if keys:
+            _log.warning(
+                "lrs: the mixture leaves out %s of %s: not every source has them.",
+                ", ".join(sorted(keys)),
+                catalog.remote.url,
+            )
+    return disabled
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def _mixture_fingerprint(
+    sources: Sequence[_Source], weights: Sequence[float] | None, samples: int | None
+) -> str:
+    """Names a mixture in resume states: its sources' fingerprints, in order, and how they are weighed."""
+    text = json.dumps([[s.catalog.fingerprint for s in sources], weights, samples])
+    return "mix-" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
 def _selection(episodes: Sequence[int] | None, total: int) -> list[int]:

@@ -2,7 +2,8 @@
 
     python -m tests.reader.loader_job '<json spec>'
 
-The spec names the dataset (`root`), the DataLoader (`num_workers`, `method`: fork, spawn or forkserver,
+The spec names the dataset (`root`; a list of them and optional `weights` make a mixture, whose
+samples are recorded as [dataset_index, episode, frame]), the DataLoader (`num_workers`, `method`: fork, spawn or forkserver,
 `batch_size`), the stream (`seed`, `pool`), an optional resume `state` and `stop_after` batches. The job
 writes `{"batches": [[[episode, frame], ...], ...], "state": ...}` to `out` (with `.rank<R>` appended
 under torch.distributed), so a resume always runs in a new process, as a restarted trainer does.
@@ -30,6 +31,7 @@ def flip(frames: torch.Tensor) -> torch.Tensor:
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     stream = EpisodeStream(
         spec["root"],
+        weights=spec.get("weights"),
         seed=spec.get("seed", 0),
         episode_pool_size=spec.get("pool", 4),
         return_uint8=True,
@@ -49,9 +51,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         loader.load_state_dict(spec["state"])
     batches, stop = [], spec.get("stop_after")
     for batch in loader:
-        batches.append(
-            [[int(e), int(f)] for e, f in zip(batch["episode_index"], batch["frame_index"], strict=True)]
-        )
+        pairs = [[int(e), int(f)] for e, f in zip(batch["episode_index"], batch["frame_index"], strict=True)]
+        if "dataset_index" in batch:
+            pairs = [[int(d), *p] for d, p in zip(batch["dataset_index"], pairs, strict=True)]
+        batches.append(pairs)
         if stop is not None and len(batches) == stop:
             break
     return {"batches": batches, "state": loader.state_dict(), "rank": stream.rank, "world": stream.world_size}
