@@ -41,11 +41,14 @@ class FileRequest:
         path: dataset-relative path.
         bytes: its size, when known (checked, and reserved under a budget).
         sha256: its hash, when it must be checked.
+        source: which of the caches given to `fetch_in_order` it goes to (a mixture's datasets share a
+            cache directory, each under its own fingerprint).
     """
 
     path: str
     bytes: int | None = None
     sha256: str | None = None
+    source: int = 0
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class FetchSummary:
 
 
 def fetch_in_order(
-    cache: NodeCache,
+    cache: NodeCache | Sequence[NodeCache],
     files: Sequence[FileRequest],
     *,
     ahead: int = DEFAULT_AHEAD,
@@ -80,7 +83,8 @@ def fetch_in_order(
     """Fetch `files` into `cache`, submitted in list order with at most `ahead` of them in flight.
 
     Args:
-        cache: the node cache (its `max_workers` bounds the downloads running at once).
+        cache: the node cache (its `max_workers` bounds the downloads running at once), or one per
+            dataset of a mixture (`FileRequest.source` picks it).
         files: what to fetch, each path once, in the order it is needed.
         ahead: files submitted but not finished at most.
         progress: show a tqdm bar in bytes (rate and ETA) on stderr; files found already cached are
@@ -99,9 +103,10 @@ def fetch_in_order(
     """
     if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 1:
         raise ValueError(f"Invalid ahead ({ahead!r}). Expected an int >= 1.")
-    _check_unique(files)
-    started, before = time.monotonic(), cache.stats()
-    present = [_present(cache, f) for f in files]
+    caches = list(cache) if isinstance(cache, (list, tuple)) else [cache]
+    _check_unique(files, len(caches))
+    started, before = time.monotonic(), _stats(caches)
+    present = [_present(caches[f.source], f) for f in files]
     # Files already there finish at once: leaving them out of the bar keeps its rate and ETA honest.
     missing = [f.bytes for f, here in zip(files, present, strict=True) if not here]
     total = None if None in missing else sum(size or 0 for size in missing)
@@ -114,9 +119,9 @@ def fetch_in_order(
         disable=not progress,
         dynamic_ncols=True,
     ) as bar:
-        _run(cache, files, present, ahead, bar)
-    mark_need_order(cache, files)
-    done = _delta(cache.stats(), before)
+        _run(caches, files, present, ahead, bar)
+    mark_need_order(caches, files)
+    done = _delta(_stats(caches), before)
     return FetchSummary(
         files=len(files),
         bytes=sum(f.bytes or 0 for f in files),
@@ -127,19 +132,21 @@ def fetch_in_order(
     )
 
 
-def mark_need_order(cache: NodeCache, files: Sequence[FileRequest]) -> None:
+def mark_need_order(cache: NodeCache | Sequence[NodeCache], files: Sequence[FileRequest]) -> None:
     """Mark the cached copies of `files` used, last file first, so the first one is the most recent.
 
     Files not in the cache directory (evicted meanwhile, or served in place from a local source) are
     skipped.
     """
+    caches = list(cache) if isinstance(cache, (list, tuple)) else [cache]
     for request in reversed(files):
-        with contextlib.suppress(FileNotFoundError), open_fd(cache.path(request.path)) as fd:
+        path = caches[request.source].path(request.path)
+        with contextlib.suppress(FileNotFoundError), open_fd(path) as fd:
             touch(fd, os.fstat(fd))
 
 
 def _run(
-    cache: NodeCache, files: Sequence[FileRequest], present: Sequence[bool], ahead: int, bar: tqdm
+    caches: Sequence[NodeCache], files: Sequence[FileRequest], present: Sequence[bool], ahead: int, bar: tqdm
 ) -> None:
     in_flight: dict[Future[str], int] = {}
     failures: dict[int, BaseException] = {}
@@ -165,6 +172,7 @@ def _run(
             drain(ahead - 1)
             if failures:
                 break
+            cache = caches[request.source]
             in_flight[cache.prefetch(request.path, size=request.bytes, sha256=request.sha256)] = index
         drain(0)
     finally:
@@ -173,7 +181,7 @@ def _run(
             future.cancel()
     if failures:
         first = min(failures)
-        _raise(cache, files[first], failures[first])
+        _raise(caches[files[first].source], files[first], failures[first])
 
 
 def _raise(cache: NodeCache, request: FileRequest, error: BaseException) -> None:
@@ -205,12 +213,21 @@ def _size(request: FileRequest, local: str) -> int:
         return 0
 
 
-def _check_unique(files: Sequence[FileRequest]) -> None:
-    seen: set[str] = set()
+def _check_unique(files: Sequence[FileRequest], caches: int) -> None:
+    seen: set[tuple[int, str]] = set()
     for request in files:
-        if request.path in seen:
+        if not 0 <= request.source < caches:
+            raise ValueError(f"Invalid source ({request.source}) of {request.path}. Expected < {caches}.")
+        if (request.source, request.path) in seen:
             raise ValueError(f"Invalid file list: {request.path} is listed twice. Expected each path once.")
-        seen.add(request.path)
+        seen.add((request.source, request.path))
+
+
+def _stats(caches: Sequence[NodeCache]) -> CacheStats:
+    total = CacheStats()
+    for cache in caches:
+        total = total + cache.stats()
+    return total
 
 
 def _delta(after: CacheStats, before: CacheStats) -> CacheStats:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from cache.prewarm import FileRequest
 from reader.catalog import EpisodeRef
@@ -49,6 +49,7 @@ class Need:
         rank, worker: the consumer.
         piece: the piece's position in the consumer's admission order.
         episode_index: the piece's episode.
+        source: the dataset of a mixture it belongs to (0: the only one).
     """
 
     path: str
@@ -58,6 +59,12 @@ class Need:
     worker: int
     piece: int
     episode_index: int
+    source: int = 0
+
+    @property
+    def key(self) -> tuple[int, str]:
+        """(source, path): a file of a mixture is one of its datasets' files."""
+        return self.source, self.path
 
     @property
     def order(self) -> tuple[int, int, int, int]:
@@ -74,6 +81,7 @@ class PieceFiles:
     piece: int
     episode_index: int
     paths: tuple[str, ...]
+    source: int = 0
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,11 @@ class Plan:
         """The planned files as the cache runner takes them (`cache.prewarm.fetch_in_order`)."""
         return [f.request for f in self.files]
 
+    @property
+    def sources(self) -> int:
+        """Datasets the planned files come from (a mixture's sources that have some)."""
+        return len({f.need.source for f in self.files})
+
 
 def piece_files(ref: EpisodeRef) -> tuple[tuple[FileKind, str], ...]:
     """The files the reader asks the cache for when it admits a piece of `ref`, in the order it asks."""
@@ -161,7 +174,7 @@ def consumer_needs(
         rank, worker: the consumer, recorded in each `Need`.
         limit: only the first `limit` admissions (None: all).
     """
-    return _consumer(emission, refs, rank=rank, worker=worker, limit=limit)[0]
+    return _consumer(emission, [(0, r) for r in refs], rank=rank, worker=worker, limit=limit)[0]
 
 
 def node_needs(
@@ -176,7 +189,8 @@ def node_needs(
 
     Args:
         schedule: the training run's schedule (`EpisodeStream.schedule(num_workers)`).
-        refs: the selected episodes, in selection order.
+        refs: the selected episodes, in selection order (a mixture's sources one after another, as
+            `schedule.sources` says).
         epoch: the epoch the run starts with.
         ranks: this node's ranks.
         episodes_per_consumer: only each consumer's first N admissions (None: the whole epoch).
@@ -197,9 +211,11 @@ def node_needs(
     needs: list[Need] = []
     pieces: list[PieceFiles] = []
     consumers = [(rank, worker) for rank in ranks for worker in range(max(1, schedule.num_workers))]
+    sources = schedule.sources or (0,) * len(refs)
+    entries = [(sources[p], refs[p]) for p in schedule.entries(epoch).positions.tolist()]
     for rank, worker in consumers:
         emission = schedule.emission(epoch, rank, worker)
-        found, admitted = _consumer(emission, refs, rank=rank, worker=worker, limit=episodes_per_consumer)
+        found, admitted = _consumer(emission, entries, rank=rank, worker=worker, limit=episodes_per_consumer)
         needs += found
         pieces += admitted
     return Needs(files=tuple(_first_needs(needs)), pieces=tuple(pieces), consumers=tuple(consumers))
@@ -225,7 +241,7 @@ def stream_needs(
         epoch: the epoch the run starts with (None: the stream's).
         episodes_per_consumer: only each consumer's first N admissions (None: the whole epoch).
     """
-    refs = [stream.catalog.episodes[e] for e in stream.episodes]
+    refs = [s.catalog.episodes[e] for s in stream.sources for e in s.episodes]
     return node_needs(
         stream.schedule(num_workers),
         refs,
@@ -246,8 +262,8 @@ def plan_prewarm(
 
     Args:
         needs: the node's needs (`node_needs`).
-        files: path -> the request to fetch it with (size and sha256, as the reader asks); sizes are
-            required to apply the limits.
+        files: path (a mixture's: (source, path)) -> the request to fetch it with (size and sha256, as
+            the reader asks); sizes are required to apply the limits.
         max_bytes: plan at most this many bytes.
         cache_max_bytes: the cache's budget: plan no more than it holds.
 
@@ -258,7 +274,7 @@ def plan_prewarm(
     for value, name in ((max_bytes, "max_bytes"), (cache_max_bytes, "cache_max_bytes")):
         if value is not None:
             limits.append((check_int(name, value, 1), name))  # type: ignore[arg-type]
-    planned = [PlannedFile(need, _request(files, need.path)) for need in needs.files]
+    planned = [PlannedFile(need, _request(files, need)) for need in needs.files]
     needed_bytes = sum(f.request.bytes or 0 for f in planned)
     cap, cap_name = min(limits) if limits else (None, None)
     kept, total = 0, 0
@@ -268,13 +284,13 @@ def plan_prewarm(
             break
         kept, total = kept + 1, total + size
     chosen = tuple(planned[:kept])
-    paths = {f.need.path for f in chosen}
-    covered = [p for p in needs.pieces if paths.issuperset(p.paths)]
+    keys = {f.need.key for f in chosen}
+    covered = [p for p in needs.pieces if keys.issuperset((p.source, path) for path in p.paths)]
     return Plan(
         files=chosen,
         consumers=needs.consumers,
         pieces=len(covered),
-        episodes=len({p.episode_index for p in covered}),
+        episodes=len({(p.source, p.episode_index) for p in covered}),
         needed_files=len(planned),
         needed_bytes=needed_bytes,
         limited_by=cap_name if kept < len(planned) else None,
@@ -293,39 +309,49 @@ def check_ranks(ranks: Sequence[int], world_size: int) -> tuple[int, ...]:
 
 
 def _consumer(
-    emission: Emission, refs: Sequence[EpisodeRef], *, rank: int, worker: int, limit: int | None
+    emission: Emission,
+    entries: Sequence[tuple[int, EpisodeRef]],
+    *,
+    rank: int,
+    worker: int,
+    limit: int | None,
 ) -> tuple[list[Need], list[PieceFiles]]:
+    """`entries`: the source and episode of each entry of the epoch (`Piece.episode` indexes it)."""
     pieces = emission.pieces if limit is None else emission.pieces[:limit]
     steps = emission.admission_steps[: len(pieces)].tolist()
-    seen: set[str] = set()
+    seen: set[tuple[int, str]] = set()
     needs: list[Need] = []
     admitted: list[PieceFiles] = []
     for index, (piece, step) in enumerate(zip(pieces, steps, strict=True)):
-        ref = refs[piece.episode]
+        source, ref = entries[piece.episode]
         files = piece_files(ref)
-        admitted.append(PieceFiles(rank, worker, index, ref.episode_index, tuple(p for _, p in files)))
+        paths = tuple(p for _, p in files)
+        admitted.append(PieceFiles(rank, worker, index, ref.episode_index, paths, source))
         for kind, path in files:
-            if path not in seen:
-                seen.add(path)
-                needs.append(Need(path, kind, step, rank, worker, index, ref.episode_index))
+            if (source, path) not in seen:
+                seen.add((source, path))
+                needs.append(Need(path, kind, step, rank, worker, index, ref.episode_index, source))
     return needs, admitted
 
 
 def _first_needs(needs: list[Need]) -> list[Need]:
-    """Needs sorted by their merge key (stable: a piece's files keep their order), each path once."""
-    seen: set[str] = set()
+    """Needs sorted by their merge key (stable: a piece's files keep their order), each file once."""
+    seen: set[tuple[int, str]] = set()
     first = []
     for need in sorted(needs, key=lambda n: n.order):
-        if need.path not in seen:
-            seen.add(need.path)
+        if need.key not in seen:
+            seen.add(need.key)
             first.append(need)
     return first
 
 
-def _request(files: Mapping[str, FileRequest], path: str) -> FileRequest:
-    request = files.get(path)
+def _request(files: Mapping[Any, FileRequest], need: Need) -> FileRequest:
+    request = files.get(need.key)
+    if request is None and need.source == 0:
+        request = files.get(need.path)
+    path = need.path
     if request is None or request.bytes is None:
         raise ValueError(f"Invalid file requests: no size for {path}. Expected one for every needed file.")
-    if request.path != path:
+    if request.path != path or request.source != need.source:
         raise ValueError(f"Invalid file requests: {path} maps to {request.path}. Expected the same path.")
     return request

@@ -1,4 +1,4 @@
-"""`lrs prewarm URL --cache-dir DIR`: the click layer over `reshard.prewarm.prewarm`.
+"""`lrs prewarm URL... --cache-dir DIR`: the click layer over `reshard.prewarm.prewarm`.
 
 The library (and torch, which the reader needs) is imported when the command runs, so `lrs --help`
 stays quick.
@@ -22,6 +22,24 @@ if TYPE_CHECKING:
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 _SHOWN_FILES = 10
+
+
+class Weights(click.ParamType):
+    """Comma-separated numbers: 3,1 or 0.7,0.3."""
+
+    name = "W,W,..."
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[float, ...]:
+        if isinstance(value, tuple):
+            return value
+        try:
+            return tuple(float(part) for part in str(value).split(","))
+        except ValueError:
+            self.fail(
+                f"Invalid weights ({value!r}). Expected numbers separated by commas, e.g. 3,1.", param, ctx
+            )
 
 
 class ByteSize(click.ParamType):
@@ -137,7 +155,7 @@ def _node_block(
 
 
 @cli.command("prewarm")
-@click.argument("url")
+@click.argument("urls", metavar="URL...", nargs=-1, required=True)
 @click.option(
     "--cache-dir",
     required=True,
@@ -187,6 +205,16 @@ def _node_block(
 )
 @click.option("--shuffle/--no-shuffle", default=True, show_default=True, help="EpisodeStream shuffle.")
 @click.option(
+    "--weights",
+    type=Weights(),
+    help="A mixture's EpisodeStream weights, one per URL: 3,1 [default: every frame of every URL once].",
+)
+@click.option(
+    "--samples-per-epoch",
+    type=click.IntRange(1),
+    help="A weighted mixture's EpisodeStream samples_per_epoch [default: the frames of all URLs].",
+)
+@click.option(
     "--episodes",
     "episode_indices",
     type=IndexList(),
@@ -219,7 +247,7 @@ def _node_block(
 @click.option("-q", "--quiet", is_flag=True, default=False, show_default=True, help="No progress bar.")
 @handle_errors
 def prewarm_command(
-    url: str,
+    urls: tuple[str, ...],
     cache_dir: Path,
     world_size: int | None,
     nnodes: int | None,
@@ -232,6 +260,8 @@ def prewarm_command(
     pool_size: int | None,
     batch_size: int | None,
     shuffle: bool,
+    weights: tuple[float, ...] | None,
+    samples_per_epoch: int | None,
     episode_indices: tuple[int, ...] | None,
     episodes_per_consumer: int | None,
     max_bytes: int | None,
@@ -241,11 +271,12 @@ def prewarm_command(
 ) -> None:
     """Fill a node's cache with what its ranks will read first, in the order they will read it.
 
-    URL is the dataset as training opens it (lrs/1 or plain v3). The plan is the reader's own schedule,
-    so every option that shapes it must match the training run: EpisodeStream(URL, episodes=,
-    episode_pool_size= or batch_size=, shuffle=, seed=, world_size=, cache_dir=DIR, cache_max_bytes=),
-    its set_epoch(),
-    and the DataLoader's num_workers. Run it on each node with that node's --node-rank (or --ranks).
+    URL is the dataset as training opens it (lrs/1 or plain v3); several URLs are a mixture,
+    EpisodeStream([URL, ...], weights=, samples_per_epoch=), all in the one cache directory. The plan is
+    the reader's own schedule, so every option that shapes it must match the training run:
+    EpisodeStream(URL, episodes=, episode_pool_size= or batch_size=, shuffle=, seed=, world_size=,
+    cache_dir=DIR, cache_max_bytes=), its set_epoch(), and the DataLoader's num_workers. Run it on each
+    node with that node's --node-rank (or --ranks).
 
     Without --num-episodes or --max-bytes it fetches everything the node reads in one epoch, within the
     cache budget. Files already cached are skipped, so a rerun resumes an interrupted prewarm.
@@ -255,9 +286,13 @@ def prewarm_command(
 
     topology = node_ranks(world_size, ranks, node_rank, nnodes, nproc_per_node)
     pool = default_pool_size(batch_size) if pool_size is None else pool_size
+    if len(urls) > 1 and episode_indices is not None:
+        raise click.UsageError("Invalid --episodes with several URLs. Expected it for one dataset only.")
+    if len(urls) == 1 and (weights is not None or samples_per_epoch is not None):
+        raise click.UsageError("Invalid --weights or --samples-per-epoch for one URL. Expected a mixture.")
     try:
         summary = prewarm(
-            url,
+            urls[0] if len(urls) == 1 else list(urls),
             str(cache_dir),
             world_size=topology.world_size,
             ranks=topology.ranks,
@@ -272,15 +307,23 @@ def prewarm_command(
             dry_run=dry_run,
             progress=not quiet_requested(quiet),
             shuffle=shuffle,
+            weights=weights,
+            samples_per_epoch=samples_per_epoch,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     if dry_run and summary.plan is not None:
-        _echo_plan(summary.plan, world_size=topology.world_size, num_workers=num_workers, pool=pool)
+        _echo_plan(
+            summary.plan,
+            world_size=topology.world_size,
+            num_workers=num_workers,
+            pool=pool,
+            mixture=len(urls) > 1,
+        )
     click.echo(summary.describe())
 
 
-def _echo_plan(plan: Plan, *, world_size: int, num_workers: int, pool: int) -> None:
+def _echo_plan(plan: Plan, *, world_size: int, num_workers: int, pool: int, mixture: bool = False) -> None:
     from reshard.push import human_bytes
 
     ranks = sorted({rank for rank, _ in plan.consumers})
@@ -295,8 +338,9 @@ def _echo_plan(plan: Plan, *, world_size: int, num_workers: int, pool: int) -> N
     )
     for number, item in enumerate(plan.files[:_SHOWN_FILES], start=1):
         need = item.need
+        source = f"dataset {need.source}, " if mixture else ""
         click.echo(
-            f"  {number:>4}. {need.path}  {human_bytes(item.request.bytes or 0)}  (rank {need.rank}, "
+            f"  {number:>4}. {need.path}  {human_bytes(item.request.bytes or 0)}  ({source}rank {need.rank}, "
             f"worker {need.worker}, step {need.step}, episode {need.episode_index})"
         )
     if len(plan.files) > _SHOWN_FILES:

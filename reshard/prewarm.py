@@ -126,7 +126,7 @@ class PrewarmSummary:
 
 
 def prewarm(
-    source: str,
+    source: str | Sequence[str],
     cache_dir: str,
     *,
     world_size: int = 1,
@@ -135,7 +135,7 @@ def prewarm(
     seed: int = 0,
     epoch: int = 0,
     episode_pool_size: int = DEFAULT_POOL_SIZE,
-    episodes: Sequence[int] | None = None,
+    episodes: Sequence[int] | Sequence[Sequence[int] | None] | None = None,
     episodes_per_consumer: int | None = None,
     max_bytes: int | None = None,
     cache_max_bytes: int | None = None,
@@ -143,6 +143,8 @@ def prewarm(
     dry_run: bool = False,
     progress: bool = True,
     shuffle: bool = True,
+    weights: Sequence[float] | None = None,
+    samples_per_epoch: int | None = None,
 ) -> PrewarmSummary:
     """Fetch into the node cache `cache_dir` the files this node's ranks will read first, in that order.
 
@@ -151,7 +153,8 @@ def prewarm(
     epoch (`set_epoch`) and its DataLoader's `num_workers`.
 
     Args:
-        source: the dataset (path or URL), lrs/1 or plain v3.
+        source: the dataset (path or URL), lrs/1 or plain v3; or a mixture's list of them (with
+            `weights` and `samples_per_epoch` as the training run's): one cache directory holds them all.
         cache_dir: the node cache directory the training run will use.
         world_size: ranks in the training job.
         ranks: this node's ranks (None: every rank, a single-node job).
@@ -177,7 +180,9 @@ def prewarm(
     started = time.monotonic()
     _check_arguments(world_size, ranks, num_workers, episodes_per_consumer, max_bytes, cache_max_bytes)
     stream = EpisodeStream(
-        source,
+        source if isinstance(source, str) else list(source),
+        weights=weights,
+        samples_per_epoch=samples_per_epoch,
         episodes=episodes,
         episode_pool_size=episode_pool_size,
         shuffle=shuffle,
@@ -189,7 +194,7 @@ def prewarm(
         cache_max_bytes=cache_max_bytes,
         storage_options=storage_options,
     )
-    in_place = stream.catalog.remote.reads_in_place
+    in_place = all(s.catalog.remote.reads_in_place for s in stream.sources)
     try:
         stream.set_epoch(epoch)
         needs = stream_needs(
@@ -204,9 +209,11 @@ def prewarm(
         if dry_run:
             fetched = FetchSummary(len(plan.files), plan.bytes, 0, 0, 0, 0.0)
         else:
-            fetched = fetch_in_order(stream.cache, plan.requests(), progress=progress)
+            caches = [s.cache for s in stream.sources]
+            fetched = fetch_in_order(caches, plan.requests(), progress=progress)
     finally:
-        stream.cache.close()
+        for s in stream.sources:
+            s.cache.close()
     return PrewarmSummary.of(
         fetched,
         plan,
@@ -216,8 +223,8 @@ def prewarm(
     )
 
 
-def file_requests(stream: EpisodeStream, needs: Needs) -> dict[str, FileRequest]:
-    """Each needed file with its size and, where the reader checks hashes, its sha256.
+def file_requests(stream: EpisodeStream, needs: Needs) -> dict[tuple[int, str], FileRequest]:
+    """Each needed file, by (source, path), with its size and, where the reader checks hashes, its sha256.
 
     lrs/1 lists both in `meta/lrs/files.parquet`; a plain v3 source lists neither, so sizes are asked
     of the remote (one HEAD per file; v3 packs many episodes per file, so there are few).
@@ -226,21 +233,25 @@ def file_requests(stream: EpisodeStream, needs: Needs) -> dict[str, FileRequest]
         LayoutError: a needed file is not in the lrs/1 index.
         FetchError: a plain v3 file is missing or its size cannot be read.
     """
-    catalog = stream.catalog
-    paths = [n.path for n in needs.files]
-    if catalog.kind != "lrs/1":
-        sizes = _remote_sizes(catalog.remote, paths)
-        return {p: FileRequest(p, sizes[p]) for p in paths}
-    entries = _index_files(catalog) if stream.options.verify_sha256 else {}
-    requests = {}
-    for path in paths:
-        size = catalog.file_sizes.get(path)
-        if size is None:
-            raise LayoutError(
-                f"Invalid index: {path} is not listed. Expected every data and video file listed.",
-                file=catalog.remote.display(FILES_INDEX),
-            )
-        requests[path] = FileRequest(path, size, entries.get(path))
+    requests: dict[tuple[int, str], FileRequest] = {}
+    for index, source in enumerate(stream.sources):
+        catalog = source.catalog
+        paths = [n.path for n in needs.files if n.source == index]
+        if not paths:
+            continue
+        if catalog.kind != "lrs/1":
+            sizes = _remote_sizes(catalog.remote, paths)
+            requests.update({(index, p): FileRequest(p, sizes[p], source=index) for p in paths})
+            continue
+        entries = _index_files(catalog) if source.options.verify_sha256 else {}
+        for path in paths:
+            size = catalog.file_sizes.get(path)
+            if size is None:
+                raise LayoutError(
+                    f"Invalid index: {path} is not listed. Expected every data and video file listed.",
+                    file=catalog.remote.display(FILES_INDEX),
+                )
+            requests[(index, path)] = FileRequest(path, size, entries.get(path), source=index)
     return requests
 
 

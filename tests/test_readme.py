@@ -36,6 +36,7 @@ PLACES = [
     ("lerobot/aloha_sim_insertion_human", "{w}/v3"),
     ("lerobot/pusht", "{w}/v3"),
     ("/data/aloha-lrs", "{w}/data/aloha-lrs"),
+    ("/data/koch-v3", "{w}/v3"),
     ("/local/lrs-cache", "{w}/cache"),
 ]
 SKIP = ("s3://", "make ", "torchrun ")
@@ -117,3 +118,22 @@ def test_the_training_snippet_runs_and_resumes(work: Path, sample_resharded_ds: 
     # Every frame once; the resumed run continues after the checkpointed first batch.
     assert sum(first) == total and sum(resumed) == total - first[0]
     assert resumed == first[1:]
+
+
+def test_the_mixture_snippet_runs(work: Path, sample_resharded_ds: Path) -> None:
+    (snippet,) = [b for b in blocks("python") if "weights=[" in b]
+    for name in ("aloha-lrs", "pusht-lrs"):
+        if not (work / "bucket" / name).exists():
+            shutil.copytree(sample_resharded_ds, work / "bucket" / name)
+    check = (
+        "\nfrom collections import Counter\n"
+        "counts = Counter(int(item['dataset_index']) for item in stream)\n"
+        "assert sorted(counts.items()) == [(0, 1000), (1, 600), (2, 400)], counts\n"
+        "assert stream.meta.total_episodes == sum(m.total_episodes for m in stream.meta.sources)\n"
+        "assert set(stats) >= {'action', 'observation.state'}\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", relocate(snippet, work) + check], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr

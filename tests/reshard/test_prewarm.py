@@ -384,3 +384,40 @@ def test_cli_missing_dataset_is_a_one_line_error(tmp_path: Path) -> None:
     result = lrs("prewarm", str(tmp_path / "nope"), "--cache-dir", str(tmp_path / "c"))
     assert result.exit_code == 3
     assert result.output.strip().endswith("meta/info.json: missing: not a LeRobot v3 dataset root")
+
+
+def test_a_prewarmed_mixture_trains_without_a_download(
+    sample_ds: Path, sample_resharded_ds: Path, tmp_path: Path
+) -> None:
+    cache_dir = tmp_path / "cache"
+    mixture = {"weights": [2, 1], "samples_per_epoch": 300}
+    with RangeServer(sample_resharded_ds) as one, RangeServer(sample_ds) as two:
+        urls = [one.url, two.url]
+        summary = prewarm(urls, str(cache_dir), num_workers=2, progress=False, **RUN, **mixture)
+        prewarmed = (downloads(one), downloads(two))
+        assert all(prewarmed) and summary.plan is not None and summary.plan.sources == 2
+        assert summary.files == summary.files_fetched == len(prewarmed[0]) + len(prewarmed[1])
+        stream = EpisodeStream(urls, cache_dir=cache_dir, **RUN, **mixture)
+        batches = list(DataLoader(stream, batch_size=8, num_workers=2))
+        assert sum(len(b["index"]) for b in batches) == 300
+        assert (downloads(one), downloads(two)) == prewarmed  # training sent no data or video request
+        for source in stream.sources:
+            source.cache.close()
+
+
+def test_cli_prewarms_a_mixture(sample_ds: Path, sample_resharded_ds: Path, tmp_path: Path) -> None:
+    cache = str(tmp_path / "cache")
+    with RangeServer(sample_resharded_ds) as one, RangeServer(sample_ds) as two:
+        result = lrs("prewarm", one.url, two.url, "--weights", "1,3", "--cache-dir", cache, "--dry-run",
+                     "--num-workers", "2", "--episode-pool-size", "3", "--seed", "5")  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert "(dataset 0, rank 0" in result.output and "(dataset 1, rank 0" in result.output
+        for args, message in [
+            ((one.url, "--weights", "1,3"), "for one URL"),
+            ((one.url, two.url, "--episodes", "0-2"), "several URLs"),
+            ((one.url, two.url, "--weights", "1,x"), "Expected numbers separated by commas"),
+            ((one.url, two.url, "--weights", "1,-1"), "Invalid weight of source 1"),
+            ((one.url, two.url, "--weights", "1,2,3"), "Expected one per source"),
+        ]:
+            result = lrs("prewarm", *args, "--cache-dir", cache, "--dry-run")
+            assert result.exit_code == 2 and message in result.output, result.output
