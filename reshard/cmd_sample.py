@@ -47,6 +47,13 @@ from reshard.source import describe, open_source, validate
     help="Number of video cameras.",
 )
 @click.option(
+    "--image-cameras",
+    type=click.IntRange(0),
+    default=SampleSpec.image_cameras,
+    show_default=True,
+    help="Number of cameras stored as images (dtype: image): PNG bytes in the data files, no video.",
+)
+@click.option(
     "--depth-cameras",
     type=click.IntRange(0),
     default=SampleSpec.depth_cameras,
@@ -129,7 +136,10 @@ def sample(directory: Path, quiet: bool, unaligned: bool, **options: object) -> 
     with progress_bar(total=spec.episodes, unit="ep", desc="sample", disable=quiet_requested(quiet)) as bar:
         write_sample(directory, spec, progress=bar.update)
     depth = f" and {spec.depth_cameras} depth cameras (hevc gray12le)" if spec.depth_cameras else ""
-    click.echo(f"wrote {spec.episodes} episodes, {spec.cameras} cameras ({spec.codec}){depth} to {directory}")
+    images = f" and {spec.image_cameras} cameras stored as PNG images" if spec.image_cameras else ""
+    click.echo(
+        f"wrote {spec.episodes} episodes, {spec.cameras} cameras ({spec.codec}){depth}{images} to {directory}"
+    )
 
 
 @cli.command(name="describe")

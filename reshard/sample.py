@@ -54,6 +54,8 @@ class SampleSpec:
         min_length, max_length: episode lengths are drawn uniformly in [min_length, max_length].
         cameras: number of video cameras (`observation.images.cam0`, ...).
         depth_cameras: number of depth cameras (`observation.images.depth0`, ...), 12-bit HEVC.
+        image_cameras: number of cameras stored as images (`observation.images.image0`, ...,
+            `dtype: image`): PNG bytes in the data files, as lerobot writes them when not recording video.
         height, width: frame size in pixels (width >= 64, height >= 48, both even).
         fps: frames per second.
         tasks: number of distinct task strings (episode e does task e % tasks).
@@ -74,6 +76,7 @@ class SampleSpec:
     max_length: int = 40
     cameras: int = 2
     depth_cameras: int = 0
+    image_cameras: int = 0
     height: int = 64
     width: int = 96
     fps: int = 30
@@ -116,6 +119,11 @@ class SampleSpec:
     @property
     def depth_keys(self) -> list[str]:
         return [f"observation.images.depth{i}" for i in range(self.depth_cameras)]
+
+    @property
+    def image_keys(self) -> list[str]:
+        """Cameras stored as images; their frames carry camera index `cameras + i` (`read_frame_id`)."""
+        return [f"observation.images.image{i}" for i in range(self.image_cameras)]
 
     def lengths(self) -> list[int]:
         """Episode lengths, deterministic for the seed."""
@@ -209,11 +217,12 @@ def episode_table(episode: int, length: int, first_index: int, task_index: int, 
     )
 
 
-def _hf_metadata() -> dict[bytes, bytes]:
+def _hf_metadata(image_keys: list[str] | None = None) -> dict[bytes, bytes]:
     vec = {"feature": {"dtype": "float32", "_type": "Value"}, "length": STATE_DIM, "_type": "List"}
     features = {
         "observation.state": vec,
         "action": vec,
+        **{key: {"_type": "Image"} for key in image_keys or []},
         "timestamp": {"dtype": "float32", "_type": "Value"},
         **{
             k: {"dtype": "int64", "_type": "Value"}
@@ -254,6 +263,12 @@ def _features(spec: SampleSpec) -> dict[str, Any]:
             "shape": [spec.height, spec.width, 1],
             "names": ["height", "width", "channels"],
             "info": info,
+        }
+    for key in spec.image_keys:
+        features[key] = {
+            "dtype": "image",
+            "shape": [spec.height, spec.width, 3],
+            "names": ["height", "width", "channels"],
         }
     for key, dtype in (
         ("timestamp", "float32"),
@@ -514,11 +529,22 @@ def _write(root: Path, spec: SampleSpec, progress: Callable[[int], None] | None)
                         [draw_frame(ep, int(i), cam, seed=spec.seed, **size) for i in idx]
                     )
 
-    # Data files.
+    # Data files (cameras stored as images are columns of PNG bytes there).
     tables = [
-        episode_table(ep, lengths[ep], int(starts[ep]), ep % spec.tasks, spec.fps)
+        _with_images(episode_table(ep, lengths[ep], int(starts[ep]), ep % spec.tasks, spec.fps), ep, spec)
         for ep in range(spec.episodes)
     ]
+    for ep in range(spec.episodes):
+        idx = np.linspace(0, lengths[ep] - 1, num=min(lengths[ep], 4)).astype(int)
+        for i, key in enumerate(spec.image_keys):
+            image_samples[ep][key] = np.stack(
+                [
+                    draw_frame(
+                        ep, int(f), spec.cameras + i, seed=spec.seed, height=spec.height, width=spec.width
+                    )
+                    for f in idx
+                ]
+            )
     for first in range(0, spec.episodes, spec.episodes_per_data_file):
         group = list(range(first, min(first + spec.episodes_per_data_file, spec.episodes)))
         chunk, file = chunk_file(first // spec.episodes_per_data_file, spec.chunks_size)
@@ -533,7 +559,7 @@ def _write(root: Path, spec: SampleSpec, progress: Callable[[int], None] | None)
                 ),
                 "action": feature_stats(np.stack(table.column("action").to_numpy(zero_copy_only=False))),
             }
-            for key in spec.camera_keys:
+            for key in [*spec.camera_keys, *spec.image_keys]:
                 stats[key] = image_stats(image_samples[ep][key])
             for key in spec.depth_keys:
                 stats[key] = depth_stats(image_samples[ep][key])
@@ -603,16 +629,36 @@ def _write_video_file(
     return concat_remux(parts, str(path))
 
 
+_IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+
+
+def _with_images(table: pa.Table, episode: int, spec: SampleSpec) -> pa.Table:
+    """`table` with a column of PNG frames (lerobot's image struct: bytes, path) per image camera."""
+    from PIL import Image  # here only: `lrs` commands start without it
+
+    for i, key in enumerate(spec.image_keys):
+        cells = []
+        for frame in range(table.num_rows):
+            pixels = draw_frame(
+                episode, frame, spec.cameras + i, seed=spec.seed, height=spec.height, width=spec.width
+            )
+            out = io.BytesIO()
+            Image.fromarray(pixels).save(out, format="PNG")
+            cells.append({"bytes": out.getvalue(), "path": f"frame_{frame:06d}.png"})
+        table = table.append_column(key, pa.array(cells, _IMAGE))
+    return table
+
+
 def _write_data_file(path: Path, tables: list[pa.Table], spec: SampleSpec) -> None:
     table = pa.concat_tables(tables)
-    table = table.replace_schema_metadata(_hf_metadata())
+    table = table.replace_schema_metadata(_hf_metadata(spec.image_keys))
     with pq.ParquetWriter(path, table.schema, compression="snappy") as writer:
         if spec.converted:
             # v2.1 conversions write big row groups regardless of episode boundaries.
             writer.write_table(table, row_group_size=max(64, 2 * spec.max_length + 1))
         else:
             for t in tables:
-                writer.write_table(t.replace_schema_metadata(_hf_metadata()))
+                writer.write_table(t.replace_schema_metadata(_hf_metadata(spec.image_keys)))
 
 
 def _pandas_tasks_metadata() -> bytes:

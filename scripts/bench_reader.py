@@ -477,7 +477,7 @@ class Case(NamedTuple):
 
 
 def reader_case(
-    root: Path,
+    root: Path | list[Path],
     args: argparse.Namespace,
     *,
     http: bool,
@@ -495,7 +495,7 @@ def reader_case(
         "uint8": uint8,
         "mode": mode,
         "context": context or args.context,
-        "root": str(root),
+        "root": [str(r) for r in root] if isinstance(root, list) else str(root),
         "http_latency_s": args.latency_ms / 1000 if http else None,
         "workers": args.workers if workers is None else workers,
         "batch_size": args.batch_size,
@@ -646,6 +646,11 @@ def main() -> None:
         type=Path,
         help="Python of the lerobot 0.6.1 reference venv [default: $LEROBOT_VENV].",
     )
+    parser.add_argument(
+        "--only",
+        help="Run only these cases (comma-separated names, e.g. lrs1-single,lrs1-mixture-halves) and report "
+        "their samples/s relative to the first.",
+    )
     parser.add_argument("--run-case", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run_case:
@@ -677,6 +682,16 @@ def main() -> None:
             lrs, args, http=False, uint8=False, collate=False, workers=0
         )
         planned["lrs1-single-uint8-collate-fork"] = reader_case(lrs, args, http=False, context="fork")
+        # The same episodes as a mixture of two sources (each half of the dataset): what mixing costs.
+        half = args.episodes // 2
+        planned["lrs1-mixture-halves"] = reader_case(
+            [lrs, lrs],
+            args,
+            http=False,
+            uint8=False,
+            collate=False,
+            episodes=[list(range(half)), list(range(half, args.episodes))],
+        )
         planned["lrs1-http"] = reader_case(lrs, args, http=True)
         planned["v3-local"] = reader_case(v3, args, http=False)
         planned["decode-only"] = reader_case(lrs, args, http=False, kind="decode-only")
@@ -688,6 +703,23 @@ def main() -> None:
             hevc = build_hevc(args.workdir, v3)
             planned["lrs1-hevc"] = reader_case(hevc, args, http=False)
             planned["decode-only-hevc"] = reader_case(hevc, args, http=False, kind="decode-only")
+        if args.only:
+            names = args.only.split(",")
+            unknown = sorted(set(names) - set(planned))
+            if unknown:
+                raise SystemExit(
+                    f"Invalid --only ({', '.join(unknown)}). Expected some of: {', '.join(planned)}."
+                )
+            cases = run_cases({n: planned[n] for n in names}, args.repeat)
+            first = cases[names[0]]["samples_per_s"]
+            results = {
+                "cases": cases,
+                f"vs_{names[0]}": {n: c["samples_per_s"] / first for n, c in cases.items()},
+            }
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(results, indent=2))
+            print(json.dumps({k: v for k, v in results.items() if k != "cases"}, indent=2))
+            return
         cases = run_cases(planned, args.repeat)
     decode = cases["decode-only"]["samples_per_s"]
 

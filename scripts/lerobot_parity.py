@@ -15,6 +15,10 @@ With `--reader` (the lrs repository on PYTHONPATH), lrs's own `EpisodeStream` al
 with the same windows, and every sample must equal lerobot's for the same index, key for key and bit
 for bit, depth cameras included (in millimetres, and again in metres), and `EpisodeStream.meta` must
 equal lerobot's `dataset.meta` (features, stats with depth rescaled to the unit, keys, counts, tasks).
+
+With `--reader --mix OTHER` (another dataset of the same fps), the mixture `EpisodeStream([OUT, OTHER])`
+is compared with lerobot's `MultiLeRobotDataset` of the two: every sample (its `dataset_index`, the
+common keys) bit for bit, and `stream.meta.stats` with lerobot's aggregated `stats`.
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ def main() -> int:
     parser.add_argument("--psnr-floor", type=float, default=30.0, help="Lowest PSNR of a re-encoded frame.")
     parser.add_argument(
         "--reader", action="store_true", help="Also compare lrs's EpisodeStream with lerobot on the output."
+    )
+    parser.add_argument(
+        "--mix",
+        type=Path,
+        help="With --reader: also compare a mixture of OUT and this dataset with lerobot's.",
     )
     args = parser.parse_args()
 
@@ -83,7 +92,58 @@ def main() -> int:
     )
     if not floor_ok:
         return 1
-    return compare_reader(args.output, windows, depth) if args.reader else 0
+    if not args.reader:
+        return 0
+    failed = compare_reader(args.output, windows, depth)
+    if failed or args.mix is None:
+        return failed
+    return compare_mixture(args.output, args.mix, {k: v for k, v in windows.items() if k not in depth})
+
+
+def compare_mixture(root: Path, other: Path, windows: dict) -> int:
+    """lrs's mixture EpisodeStream([root, other]) against lerobot's MultiLeRobotDataset of the two."""
+    import tempfile
+
+    import numpy as np
+    import torch
+    from lerobot.datasets.multi_dataset import MultiLeRobotDataset
+
+    from reader import EpisodeStream
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "local").mkdir()
+        (Path(tmp) / "local/a").symlink_to(root.resolve())
+        (Path(tmp) / "local/b").symlink_to(other.resolve())
+        lerobot = MultiLeRobotDataset(["local/a", "local/b"], root=tmp, delta_timestamps=windows)
+        stream = EpisodeStream([root, other], delta_timestamps=windows, seed=0)
+        for key, want in lerobot.stats.items():
+            got = (stream.meta.stats or {}).get(key, {})
+            for name, u in want.items():
+                v = got.get(name)
+                if v is None or not np.allclose(
+                    np.asarray(u, dtype=np.float64), v, rtol=1e-6, equal_nan=True
+                ):
+                    print(f"Invalid mixture stats {key}/{name} ({v!r}). Expected lerobot's {u!r}.")
+                    return 1
+        first = lerobot._datasets[0].num_frames
+        count = 0
+        for item in stream:
+            source = int(item["dataset_index"])
+            want = lerobot[int(item["index"]) + (first if source else 0)]
+            if set(want) != set(item):
+                print(f"Invalid mixture keys ({sorted(set(want) ^ set(item))} differ).")
+                return 1
+            for key, u in want.items():
+                v = item[key]
+                same = torch.equal(u, v) and u.dtype == v.dtype if isinstance(u, torch.Tensor) else u == v
+                if not same:
+                    print(
+                        f"Invalid mixture value, dataset {source}, index {int(item['index'])}, key {key!r}."
+                    )
+                    return 1
+            count += 1
+    print(f"mixture: {count} samples equal to MultiLeRobotDataset's, every key bit for bit; stats equal")
+    return 0
 
 
 def compare_reader(root: Path, windows: dict, depth: set[str]) -> int:

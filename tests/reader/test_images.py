@@ -132,3 +132,28 @@ def test_a_broken_image_is_a_decode_error() -> None:
     Image.fromarray(np.array([[1, 2], [3, 65535]], dtype=np.uint16)).save(depth, format="PNG")
     got = decode_image(depth.getvalue())
     assert got.dtype == torch.float32 and got.tolist() == [[[1.0, 2.0], [3.0, 65535.0]]]
+
+
+def test_lrs_sample_writes_image_cameras_that_reshard_and_read(tmp_path: Path) -> None:
+    from reshard.sample import read_frame_id, write_sample
+
+    v3, out = tmp_path / "v3", tmp_path / "lrs"
+    write_sample(v3, episodes=3, cameras=1, image_cameras=1, seed=3)
+    info = json.loads((v3 / "meta/info.json").read_text())
+    key = "observation.images.image0"
+    assert info["features"][key]["dtype"] == "image" and key in json.loads(
+        (v3 / "meta/stats.json").read_text()
+    )
+    runner = CliRunner()
+    assert runner.invoke(cli, ["reshard", str(v3), "--out", str(out), "-q"]).exit_code == 0
+    verified = runner.invoke(cli, ["verify", str(out), "--against", str(v3)])
+    assert verified.exit_code == 0, verified.output
+    for root in (v3, out):
+        seen = 0
+        for item in EpisodeStream(root, return_uint8=True):
+            episode, frame = int(item["episode_index"]), int(item["frame_index"])
+            assert item[key].shape == (3, 64, 96) and item[key].dtype == torch.uint8
+            assert read_frame_id(item[key]) == (episode, frame, 1)  # camera index: after the 1 video camera
+            assert read_frame_id(item["observation.images.cam0"]) == (episode, frame, 0)
+            seen += 1
+        assert seen == info["total_frames"]
