@@ -16,8 +16,8 @@ Limits cut the merged list: the first N admissions of each consumer, then a byte
 the first file that would exceed it. The cache's own budget is such a limit: a plan larger than the
 cache would evict its first files to make room for its last ones.
 
-Everything here is pure: the schedule and the catalog (or an `EpisodeStream`, which holds both) in, a
-plan out. `reshard.prewarm` does the I/O.
+Everything here is pure: the schedule and the catalog (a `reader.plan.ReadPlan` holds both) in, a
+plan out; no torch. `reshard.prewarm` does the I/O.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from reader.loader_math import check_int
 from reader.schedule import Emission, Schedule
 
 if TYPE_CHECKING:
+    from reader.plan import ReadPlan
     from reader.stream import EpisodeStream
 
 FileKind = Literal["data", "video"]
@@ -221,6 +222,36 @@ def node_needs(
     return Needs(files=tuple(_first_needs(needs)), pieces=tuple(pieces), consumers=tuple(consumers))
 
 
+def plan_needs(
+    plan: ReadPlan,
+    *,
+    seed: int,
+    epoch: int,
+    num_workers: int,
+    ranks: Sequence[int] | None = None,
+    episodes_per_consumer: int | None = None,
+) -> Needs:
+    """`node_needs` of a training run that reads `plan` with this seed, from `epoch`, through
+    DataLoaders of `num_workers` workers: the schedule and the episode refs are the plan's own, as the
+    run's `EpisodeStream` builds them, so the two cannot disagree.
+
+    Args:
+        plan: the run's read plan (`EpisodeStream.plan`, or `ReadPlan.open` with the run's arguments).
+        seed, epoch: the run's.
+        num_workers: DataLoader workers per rank (0: the main process).
+        ranks: this node's ranks (None: every rank of the world).
+        episodes_per_consumer: only each consumer's first N admissions (None: the whole epoch).
+    """
+    refs = [s.catalog.episodes[e] for s in plan.sources for e in s.episodes]
+    return node_needs(
+        plan.schedule(seed, num_workers),
+        refs,
+        epoch=epoch,
+        ranks=range(plan.world_size) if ranks is None else ranks,
+        episodes_per_consumer=episodes_per_consumer,
+    )
+
+
 def stream_needs(
     stream: EpisodeStream,
     *,
@@ -229,24 +260,13 @@ def stream_needs(
     epoch: int | None = None,
     episodes_per_consumer: int | None = None,
 ) -> Needs:
-    """`node_needs` of a training run that iterates `stream` through DataLoaders of `num_workers` workers.
-
-    The schedule, the episode selection and the episode refs are the stream's own, so the plan and the
-    training run cannot disagree on them.
-
-    Args:
-        stream: the training run's dataset (its rank is ignored; its world size is used).
-        num_workers: DataLoader workers per rank (0: the main process).
-        ranks: this node's ranks (None: every rank of the world).
-        epoch: the epoch the run starts with (None: the stream's).
-        episodes_per_consumer: only each consumer's first N admissions (None: the whole epoch).
-    """
-    refs = [s.catalog.episodes[e] for s in stream.sources for e in s.episodes]
-    return node_needs(
-        stream.schedule(num_workers),
-        refs,
+    """`plan_needs` of a stream: its plan, seed and (unless given) epoch."""
+    return plan_needs(
+        stream.plan,
+        seed=stream.seed,
         epoch=stream.epoch if epoch is None else epoch,
-        ranks=range(stream.world_size) if ranks is None else ranks,
+        num_workers=num_workers,
+        ranks=ranks,
         episodes_per_consumer=episodes_per_consumer,
     )
 

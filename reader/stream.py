@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import logging
 import os
@@ -26,7 +25,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from cache import LrsError, NodeCache, Remote, aggregate_stats
+from cache import NodeCache, Remote, aggregate_stats
 from cache.stats import CacheStats
 from cache.store import META_DIR, atomic_write
 from reader.catalog import Catalog, EpisodeRef
@@ -35,32 +34,19 @@ from reader.depth import DepthUnit, Quantizer, check_unit, is_depth
 from reader.errors import DatasetError, StateError
 from reader.loader_math import batches_per_epoch, check_int
 from reader.metadata import DatasetMeta
+from reader.plan import FETCH_THREADS, ReadPlan, default_pool_size
 from reader.pool import Consumer, Counters, Options, Part, ReaderStats
 from reader.rows import RowGroupReader
-from reader.schedule import Schedule, check_weights
-from reader.state import Identity, Resume, parse_state, selection_digest
+from reader.schedule import Schedule
+from reader.state import Resume, parse_state
 from reader.v3 import INFO_PATH
 from reader.windows import Windows, delta_indices
 
 _log = logging.getLogger("lrs.reader")
 
-DEFAULT_POOL_SIZE = 16
 DEFAULT_PREFETCH_EPISODES = 8
 DEFAULT_DECODE_THREADS = 2
 DEFAULT_DECODE_AHEAD = 8
-# Downloads in flight per process: the first batch needs the whole pool's videos at once.
-FETCH_THREADS = 8
-
-
-def default_pool_size(batch_size: int | None) -> int:
-    """The default `episode_pool_size`: max(16, ceil(1.25 x batch_size)).
-
-    A batch then fits in one round of the pool with room for the pieces that come and go during it, so
-    it rarely holds one episode twice (measured: `scripts/bench_reader.py`, mixing).
-    """
-    if batch_size is None:
-        return DEFAULT_POOL_SIZE
-    return max(DEFAULT_POOL_SIZE, -(-5 * check_int("batch_size", batch_size, 1) // 4))
 
 
 class EpisodeStream(IterableDataset):
@@ -159,32 +145,25 @@ class EpisodeStream(IterableDataset):
         if image_transforms is not None and not callable(image_transforms):
             raise ValueError(f"Invalid image_transforms ({image_transforms!r}). Expected a callable or None.")
         self._cleanup: weakref.finalize | None = None
-        given, self.mixture = _sources_given(source)
-        catalogs = [_open_source(src, i, self.mixture, storage_options) for i, src in enumerate(given)]
-        selections = _selections(episodes, catalogs, self.mixture)
-        if weights is not None and not self.mixture:
-            raise ValueError("Invalid weights for one source. Expected a list of sources to weigh.")
-        self.weights = None if weights is None else check_weights(weights, len(catalogs))
-        if samples_per_epoch is not None:
-            check_int("samples_per_epoch", samples_per_epoch, 1)
-            if self.weights is None:
-                raise ValueError(
-                    "Invalid samples_per_epoch without weights. Expected weights to share them out."
-                )
-        self.samples_per_epoch = samples_per_epoch
         self.rank, self.world_size = _topology(rank, world_size)
-        self.episode_pool_size, self.shuffle, self.seed, self.epoch = (
-            episode_pool_size,
-            bool(shuffle),
-            seed,
-            0,
+        self.plan = ReadPlan.open(
+            source,
+            weights=weights,
+            samples_per_epoch=samples_per_epoch,
+            episodes=episodes,
+            episode_pool_size=episode_pool_size,
+            shuffle=shuffle,
+            world_size=self.world_size,
+            storage_options=storage_options,
         )
-        drops = _disabled_keys(catalogs) if self.mixture else [frozenset()] * len(catalogs)
-        common = set(catalogs[0].info.features) - drops[0] if self.mixture else None
+        self.seed, self.epoch = seed, 0
+        self.schedule(0)  # validates the seed
+        common = self.plan.common_keys if self.plan.mixture else None
         if cache_dir is None:
             cache_dir = self._temporary_cache_dir()
         sources = []
-        for i, (catalog, selection) in enumerate(zip(catalogs, selections, strict=True)):
+        for i, planned in enumerate(self.plan.sources):
+            catalog = planned.catalog
             video_keys = catalog.info.video_keys
             keys = [*catalog.column_order, *video_keys]
             for key in (delta_timestamps or {}) if common is not None else ():
@@ -216,33 +195,19 @@ class EpisodeStream(IterableDataset):
                 max_bytes=cache_max_bytes,
                 max_workers=FETCH_THREADS,
             )
-            sources.append(_Source(catalog, cache, options, selection, drops[i]))
+            sources.append(_Source(catalog, cache, options, planned.episodes, planned.drop))
         self.sources: tuple[_Source, ...] = tuple(sources)
-        self.schedule(0)  # validates the seed and the mixture early
         self._decoding = (
             _decoder_capacity(
                 decoder_cache_size,
-                episode_pool_size,
+                self.plan.episode_pool_size,
                 self.options.decode_ahead,
-                max(len(c.info.video_keys) for c in catalogs),
+                max(len(s.catalog.info.video_keys) for s in self.sources),
             ),
             check_device(decode_device),
             seek_mode,
         )
-        if self.mixture:
-            fingerprint = _mixture_fingerprint(self.sources, self.weights, samples_per_epoch)
-            digest = selection_digest(
-                [f"{i}:{e}" for i, src in enumerate(self.sources) for e in src.episodes]
-            )
-        else:
-            fingerprint, digest = catalogs[0].fingerprint, selection_digest(selections[0])
-        self.identity = Identity(
-            fingerprint=fingerprint,
-            episodes=digest,
-            episode_pool_size=episode_pool_size,
-            world_size=self.world_size,
-            shuffle=self.shuffle,
-        )
+        self.identity = self.plan.identity
         self._resume: Resume | None = None
         self._process: _Process | None = None
         self._meta: DatasetMeta | None = None
@@ -256,6 +221,27 @@ class EpisodeStream(IterableDataset):
             f"episodes={sum(len(s.episodes) for s in self.sources)}, rank={self.rank}/{self.world_size}, "
             f"pool={self.episode_pool_size}, seed={self.seed}, epoch={self.epoch})"
         )
+
+    @property
+    def mixture(self) -> bool:
+        """Whether the source was a list of datasets (samples then carry `dataset_index`)."""
+        return self.plan.mixture
+
+    @property
+    def weights(self) -> tuple[float, ...] | None:
+        return self.plan.weights
+
+    @property
+    def samples_per_epoch(self) -> int | None:
+        return self.plan.samples_per_epoch
+
+    @property
+    def episode_pool_size(self) -> int:
+        return self.plan.episode_pool_size
+
+    @property
+    def shuffle(self) -> bool:
+        return self.plan.shuffle
 
     @property
     def catalog(self) -> Catalog:
@@ -311,7 +297,7 @@ class EpisodeStream(IterableDataset):
     @property
     def lengths(self) -> list[int]:
         """Frames of each selected episode, in selection order (a mixture's sources one after another)."""
-        return [s.catalog.episodes[e].length for s in self.sources for e in s.episodes]
+        return self.plan.lengths
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch (across its DataLoader workers)."""
@@ -319,31 +305,12 @@ class EpisodeStream(IterableDataset):
 
     def schedule(self, num_workers: int) -> Schedule:
         """The order of this run for a DataLoader with `num_workers` workers (0: the main process)."""
-        return Schedule(
-            self.lengths,
-            seed=self.seed,
-            shuffle=self.shuffle,
-            world_size=self.world_size,
-            num_workers=num_workers,
-            pool_size=self.episode_pool_size,
-            sources=tuple(i for i, s in enumerate(self.sources) for _ in s.episodes)
-            if self.mixture
-            else None,
-            weights=self.weights,
-            samples=None if self.weights is None else self.samples_per_epoch or sum(self.lengths),
-        )
+        return self.plan.schedule(self.seed, num_workers)
 
     def entry_refs(self, epoch: int, parts: Sequence[Part] | None = None) -> list[tuple[Any, EpisodeRef]]:
         """The source and episode of each entry of `epoch` (`Piece.episode` indexes it): with `parts`,
         each source's `Part`, else the source's index."""
-        by_position = [
-            (i if parts is None else parts[i], s.catalog.episodes[e])
-            for i, s in enumerate(self.sources)
-            for e in s.episodes
-        ]
-        if self.weights is None:
-            return by_position
-        return [by_position[p] for p in self.schedule(0).entries(epoch).positions.tolist()]
+        return self.plan.entry_refs(self.seed, epoch, parts)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration streams (a new order per epoch). Call it in the main process
@@ -681,106 +648,6 @@ class ResumableLoader:
         """Load a state into the stream (see `EpisodeStream.load_state_dict`)."""
         self.stream.load_state_dict(state)
         self.batches = self.stream.pending_batches()
-
-
-def _sources_given(source: Any) -> tuple[list[Any], bool]:
-    """(the sources, whether they form a mixture): a list or tuple is a mixture, even of one."""
-    if isinstance(source, (list, tuple)):
-        if not source:
-            raise ValueError("Invalid source ([]). Expected a dataset, or a non-empty list of them.")
-        return list(source), True
-    return [source], False
-
-
-def _open_source(source: Any, index: int, mixture: bool, storage_options: dict[str, Any] | None) -> Catalog:
-    """The catalog of one source; in a mixture, an error names which source failed."""
-    if not isinstance(source, (str, os.PathLike, Remote)):
-        what = f"source {index} of the mixture" if mixture else "source"
-        raise ValueError(f"Invalid {what} ({source!r}). Expected a path, a URL or a cache.Remote.")
-    try:
-        return Catalog.open(
-            source if isinstance(source, Remote) else os.fspath(source), storage_options=storage_options
-        )
-    except LrsError as exc:
-        if not mixture:
-            raise
-        url = source.url if isinstance(source, Remote) else os.fspath(source)
-        raise DatasetError(f"Invalid source {index} of the mixture ({url}): {exc}") from exc
-
-
-def _selections(episodes: Any, catalogs: list[Catalog], mixture: bool) -> list[list[int]]:
-    if not mixture:
-        return [_selection(episodes, len(catalogs[0].episodes))]
-    if episodes is None:
-        return [_selection(None, len(c.episodes)) for c in catalogs]
-    chosen = list(episodes)
-    if len(chosen) != len(catalogs) or not all(
-        e is None or isinstance(e, (list, tuple, range)) for e in chosen
-    ):
-        raise ValueError(
-            f"Invalid episodes for a mixture of {len(catalogs)} sources. Expected one list of episode "
-            "indices (or None) per source."
-        )
-    return [_selection(e, len(c.episodes)) for e, c in zip(chosen, catalogs, strict=True)]
-
-
-def _disabled_keys(catalogs: list[Catalog]) -> list[frozenset[str]]:
-    """Per source, the features a mixture leaves out: those not every source has (lerobot's
-    `MultiLeRobotDataset` rule).
-
-    Raises:
-        DatasetError: a common feature differs in dtype or shape between two sources, or none is common.
-    """
-    features = [c.info.features for c in catalogs]
-    common = set(features[0]).intersection(*features[1:])
-    if not common:
-        raise DatasetError("Invalid mixture: its sources have no feature in common. Expected at least one.")
-    for key in sorted(common):
-        for i in range(1, len(features)):
-            for name in ("dtype", "shape"):
-                a, b = _plain(features[0][key].get(name)), _plain(features[i][key].get(name))
-                if a != b:
-                    raise DatasetError(
-                        f"Invalid mixture: feature {key!r} has {name} {a!r} in source 0 "
-                        f"({catalogs[0].remote.url}) and {b!r} in source {i} ({catalogs[i].remote.url}). "
-                        "Expected the same dtype and shape wherever a key is common to every source."
-                    )
-    disabled = [frozenset(set(f) - common) for f in features]
-    for catalog, keys in zip(catalogs, disabled, strict=True):
-        if keys:
-            _log.warning(
-                "lrs: the mixture leaves out %s of %s: not every source has them.",
-                ", ".join(sorted(keys)),
-                catalog.remote.url,
-            )
-    return disabled
-
-
-def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, (list, tuple)) else value
-
-
-def _mixture_fingerprint(
-    sources: Sequence[_Source], weights: Sequence[float] | None, samples: int | None
-) -> str:
-    """Names a mixture in resume states: its sources' fingerprints, in order, and how they are weighed."""
-    text = json.dumps([[s.catalog.fingerprint for s in sources], weights, samples])
-    return "mix-" + hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
-def _selection(episodes: Sequence[int] | None, total: int) -> list[int]:
-    if episodes is None:
-        return list(range(total))
-    chosen = sorted(episodes)
-    for e in chosen:
-        check_int("episode index", e, 0)
-        if e >= total:
-            raise ValueError(f"Invalid episode index ({e}). Expected < {total}, the dataset's episodes.")
-    if len(set(chosen)) != len(chosen):
-        raise ValueError(f"Invalid episodes ({list(episodes)}). Expected each episode index once.")
-    if not chosen:
-        raise ValueError("Invalid episodes ([]). Expected at least one episode index.")
-    return chosen
 
 
 def _quantizers(catalog: Catalog) -> dict[str, Quantizer]:

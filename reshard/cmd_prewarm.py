@@ -281,7 +281,7 @@ def prewarm_command(
     Without --num-episodes or --max-bytes it fetches everything the node reads in one epoch, within the
     cache budget. Files already cached are skipped, so a rerun resumes an interrupted prewarm.
     """
-    from reader.stream import default_pool_size
+    from reader.plan import default_pool_size
     from reshard.prewarm import prewarm
 
     topology = node_ranks(world_size, ranks, node_rank, nnodes, nproc_per_node)

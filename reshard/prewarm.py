@@ -1,8 +1,9 @@
 """`lrs prewarm`: fill a node's cache with what its ranks will read first, in the order they will read it.
 
-The plan comes from the training run's own `EpisodeStream` (same source, episode selection, pool size,
-shuffle, seed and world size; `reader.prewarm` turns its schedule into files), and the files land in
-the very cache the stream reads through (`EpisodeStream(..., cache_dir=DIR)`: same directory, same
+The plan comes from the training run's own read plan (`reader.plan.ReadPlan`, which its `EpisodeStream`
+builds from the same sources, episode selection, pool size, shuffle, seed and world size;
+`reader.prewarm` turns its schedule into files), without torch, and the files land in the very cache
+the stream reads through (`EpisodeStream(..., cache_dir=DIR)`: same directory, same
 dataset fingerprint, same size and sha256 expectations). A training run started afterwards with the
 same parameters finds them there. Reruns skip what is cached, so an interrupted prewarm resumes.
 """
@@ -19,13 +20,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cache import FetchError, Remote
+from cache import FetchError, NodeCache, Remote
 from cache.prewarm import FetchSummary, FileRequest, fetch_in_order
 from reader.catalog import Catalog
 from reader.errors import LayoutError
 from reader.index import FILES_INDEX, files_from_table
-from reader.prewarm import Needs, Plan, check_ranks, plan_prewarm, stream_needs
-from reader.stream import DEFAULT_POOL_SIZE, EpisodeStream
+from reader.plan import DEFAULT_POOL_SIZE, FETCH_THREADS, ReadPlan
+from reader.prewarm import Needs, Plan, check_ranks, plan_needs, plan_prewarm
 from reshard.push import human_bytes
 
 __all__ = ["PrewarmSummary", "prewarm"]
@@ -179,51 +180,61 @@ def prewarm(
     """
     started = time.monotonic()
     _check_arguments(world_size, ranks, num_workers, episodes_per_consumer, max_bytes, cache_max_bytes)
-    stream = EpisodeStream(
+    plan = ReadPlan.open(
         source if isinstance(source, str) else list(source),
         weights=weights,
         samples_per_epoch=samples_per_epoch,
         episodes=episodes,
         episode_pool_size=episode_pool_size,
         shuffle=shuffle,
-        seed=seed,
-        rank=0,
         world_size=world_size,
-        # A dry run must not touch the node cache: the stream then reads through a temporary one.
-        cache_dir=None if dry_run else os.fspath(cache_dir),
-        cache_max_bytes=cache_max_bytes,
         storage_options=storage_options,
     )
-    in_place = all(s.catalog.remote.reads_in_place for s in stream.sources)
-    try:
-        stream.set_epoch(epoch)
-        needs = stream_needs(
-            stream, num_workers=num_workers, ranks=ranks, episodes_per_consumer=episodes_per_consumer
-        )
-        plan = plan_prewarm(
-            needs,
-            file_requests(stream, needs),
-            max_bytes=max_bytes,
-            cache_max_bytes=None if in_place else cache_max_bytes,
-        )
-        if dry_run:
-            fetched = FetchSummary(len(plan.files), plan.bytes, 0, 0, 0, 0.0)
-        else:
-            caches = [s.cache for s in stream.sources]
-            fetched = fetch_in_order(caches, plan.requests(), progress=progress)
-    finally:
-        for s in stream.sources:
-            s.cache.close()
+    plan.schedule(seed, num_workers)  # checks the seed
+    in_place = all(s.catalog.remote.reads_in_place for s in plan.sources)
+    needs = plan_needs(
+        plan,
+        seed=seed,
+        epoch=epoch,
+        num_workers=num_workers,
+        ranks=ranks,
+        episodes_per_consumer=episodes_per_consumer,
+    )
+    planned = plan_prewarm(
+        needs,
+        file_requests(plan, needs),
+        max_bytes=max_bytes,
+        cache_max_bytes=None if in_place else cache_max_bytes,
+    )
+    if dry_run:  # the node cache is not even opened
+        fetched = FetchSummary(len(planned.files), planned.bytes, 0, 0, 0, 0.0)
+    else:
+        # The caches the stream reads through: one directory, each dataset under its fingerprint.
+        caches = [
+            NodeCache(
+                os.fspath(cache_dir),
+                s.catalog.remote,
+                fingerprint=s.catalog.fingerprint,
+                max_bytes=cache_max_bytes,
+                max_workers=FETCH_THREADS,
+            )
+            for s in plan.sources
+        ]
+        try:
+            fetched = fetch_in_order(caches, planned.requests(), progress=progress)
+        finally:
+            for cache in caches:
+                cache.close()
     return PrewarmSummary.of(
         fetched,
-        plan,
+        planned,
         seconds=time.monotonic() - started,
         dry_run=dry_run,
         in_place=in_place,
     )
 
 
-def file_requests(stream: EpisodeStream, needs: Needs) -> dict[tuple[int, str], FileRequest]:
+def file_requests(plan: ReadPlan, needs: Needs) -> dict[tuple[int, str], FileRequest]:
     """Each needed file, by (source, path), with its size and, where the reader checks hashes, its sha256.
 
     lrs/1 lists both in `meta/lrs/files.parquet`; a plain v3 source lists neither, so sizes are asked
@@ -234,7 +245,7 @@ def file_requests(stream: EpisodeStream, needs: Needs) -> dict[tuple[int, str], 
         FetchError: a plain v3 file is missing or its size cannot be read.
     """
     requests: dict[tuple[int, str], FileRequest] = {}
-    for index, source in enumerate(stream.sources):
+    for index, source in enumerate(plan.sources):
         catalog = source.catalog
         paths = [n.path for n in needs.files if n.source == index]
         if not paths:
@@ -243,7 +254,8 @@ def file_requests(stream: EpisodeStream, needs: Needs) -> dict[tuple[int, str], 
             sizes = _remote_sizes(catalog.remote, paths)
             requests.update({(index, p): FileRequest(p, sizes[p], source=index) for p in paths})
             continue
-        entries = _index_files(catalog) if source.options.verify_sha256 else {}
+        # The reader checks the sha256 of what it downloads (a local source is read in place, unchecked).
+        entries = {} if catalog.remote.reads_in_place else _index_files(catalog)
         for path in paths:
             size = catalog.file_sizes.get(path)
             if size is None:

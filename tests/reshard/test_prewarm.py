@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -421,3 +423,19 @@ def test_cli_prewarms_a_mixture(sample_ds: Path, sample_resharded_ds: Path, tmp_
         ]:
             result = lrs("prewarm", *args, "--cache-dir", cache, "--dry-run")
             assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_a_dry_run_plans_without_torch(sample_resharded_ds: Path, tmp_path: Path) -> None:
+    """The plan is the reader's own (`reader.plan.ReadPlan`), built without importing torch."""
+    code = (
+        "import sys\n"
+        "from reshard.cli import main\n"
+        f"sys.argv = ['lrs', 'prewarm', {str(sample_resharded_ds)!r}, '--cache-dir', {str(tmp_path / 'c')!r}, "
+        "'--dry-run', '--num-workers', '2']\n"
+        "try:\n    main()\nexcept SystemExit as exit:\n    assert exit.code in (0, None), exit.code\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "prewarm dry run: would fetch" in done.stdout
+    assert not (tmp_path / "c").exists()
