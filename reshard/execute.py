@@ -37,7 +37,7 @@ from reshard.meta import (
 from reshard.plan import DataTask, Task, VideoTask
 from reshard.source import Source
 from reshard.tables import write_data_file
-from reshard.videos import DEFAULT_GOP, VIDEO_MODES, X26X_PRESETS, VideoMode, write_episode_video
+from reshard.video.write import DEFAULT_GOP, VIDEO_MODES, X26X_PRESETS, VideoMode, write_episode_video
 
 # Test hook: "<point>:<n>" makes the process SIGKILL itself at the n-th time it reaches <point>
 # (staged, recorded, published, meta), to prove that any crash point resumes to identical bytes.

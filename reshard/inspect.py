@@ -24,7 +24,7 @@ from reader.index import LAYOUT_JSON, parse_layout_json
 from reshard.execute import local_copy
 from reshard.source import Source, open_source
 from reshard.tables import footer_bytes
-from reshard.video_compare import probe_video
+from reshard.video.compare import probe_video
 
 
 def inspect_dataset(

@@ -27,7 +27,7 @@ from reader.errors import LayoutError
 from reader.index import FILES_INDEX, files_from_table
 from reader.plan import DEFAULT_POOL_SIZE, FETCH_THREADS, ReadPlan
 from reader.prewarm import Needs, Plan, check_ranks, plan_needs, plan_prewarm
-from reshard.push import human_bytes
+from reshard.push.publish import human_bytes
 
 __all__ = ["PrewarmSummary", "prewarm"]
 

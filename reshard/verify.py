@@ -38,7 +38,7 @@ from reshard.execute import list_files, local_copy
 from reshard.meta import file_sha256
 from reshard.source import Source, check_rows, open_source
 from reshard.tables import INDEX_COLUMNS, EpisodeRows, range_crc32, row_group_ranges
-from reshard.video_compare import DEFAULT_MIN_PSNR_DB, compare_episode_video, probe_video
+from reshard.video.compare import DEFAULT_MIN_PSNR_DB, compare_episode_video, probe_video
 
 CHECKS = ("layout", "files", "tables", "pointers", "videos", "source-tables", "source-videos")
 # The v3 pointer columns of meta/episodes: rewritten by reshard, compared with the source's otherwise.

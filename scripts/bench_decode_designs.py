@@ -40,8 +40,8 @@ POOL = 16
 
 
 def build(workdir: Path, height: int, width: int) -> Path:
+    from reshard.demo.sample import write_sample
     from reshard.run import reshard
-    from reshard.sample import write_sample
 
     out = workdir / f"{height}x{width}"
     if not (out / "lrs/meta/lrs/files.parquet").exists():

@@ -107,7 +107,7 @@ def stream_batches(root: str, batch_size: int, workers: int) -> list[list[tuple[
 
 def build_dataset(workdir: Path, args: argparse.Namespace) -> tuple[Path, Path]:
     """The v3 sample and its lrs/1 copy (`lrs reshard`), reused when already there with the same spec."""
-    from reshard.sample import write_sample
+    from reshard.demo.sample import write_sample
 
     spec = {
         "episodes": args.episodes,

@@ -1,4 +1,4 @@
-"""Benchmark the H.265 re-encode of `reshard.videos` against the `ffmpeg` command line.
+"""Benchmark the H.265 re-encode of `reshard.video.write` against the `ffmpeg` command line.
 
 Generates an AV1 sample dataset (lerobot's layout, 240x320, 2 cameras, 20 episodes by default), then:
 
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reshard.sample import write_sample
+from reshard.demo.sample import write_sample
 from reshard.source import open_source
-from reshard.videos import (
+from reshard.video.write import (
     DEFAULT_CRF,
     DEFAULT_GOP,
     DEFAULT_PRESET,

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import duckdb
 
+from reshard.demo.sample import write_sample
 from reshard.run import reshard
-from reshard.sample import write_sample
 
 
 def dataset(workdir: Path, episodes: int) -> Path:

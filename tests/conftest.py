@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from reshard.sample import write_sample
+from reshard.demo.sample import write_sample
 
 
 @pytest.fixture(scope="session")

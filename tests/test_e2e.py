@@ -1,4 +1,4 @@
-"""End to end: the `lrs demo` flow on a small sample, through `reshard.demo`'s functions and the CLI; its
+"""End to end: the `lrs demo` flow on a small sample, through `reshard.demo.pipeline`'s functions and the CLI; its
 checks fail when the pipeline misbehaves; the bench chart shows what `make bench` promises."""
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from reshard import commands  # noqa: F401 - registers `lrs demo`
-from reshard import demo as demo_module
 from reshard.cli import EXIT_CHECK_FAILED, cli
-from reshard.demo import (
+from reshard.demo import pipeline as demo_module
+from reshard.demo.pipeline import (
     SUBDIRS,
     DemoCheckError,
     DemoConfig,

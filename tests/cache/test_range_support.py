@@ -18,7 +18,6 @@ from click.testing import CliRunner
 from cache.errors import FetchError
 from cache.remote import Remote, resolve
 from reader.errors import DatasetError
-from reshard import commands  # noqa: F401 - registers the commands
 from reshard.cli import cli
 from tests.servers import RangeServer
 

@@ -24,9 +24,8 @@ import torch
 from click.testing import CliRunner
 from torchcodec.decoders import VideoDecoder
 
-from reshard import commands  # noqa: F401 - registers `lrs reshard`
 from reshard.cli import cli
-from reshard.sample import write_sample
+from reshard.demo.sample import write_sample
 
 
 class ReferenceDataset:

@@ -9,8 +9,8 @@ import pytest
 from reader.catalog import Catalog
 from reader.errors import DatasetError, LayoutError
 from reader.index import FILES_INDEX, LAYOUT_JSON
+from reshard.demo.sample import write_sample
 from reshard.run import reshard
-from reshard.sample import write_sample
 from tests.servers import Faults, RangeServer
 
 

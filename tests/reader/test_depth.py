@@ -18,9 +18,8 @@ from torch.utils.data import DataLoader
 from reader import EpisodeStream
 from reader.depth import DEPTH_QMAX, Quantizer, is_depth
 from reader.errors import DatasetError, DecodeError
-from reshard import commands  # noqa: F401 - registers the commands
 from reshard.cli import cli
-from reshard.sample import SampleSpec, depth_frame, read_frame_id, write_sample
+from reshard.demo.sample import SampleSpec, depth_frame, read_frame_id, write_sample
 
 DEPTH, RGB = "observation.images.depth0", "observation.images.cam0"
 SPEC = {"episodes": 5, "min_length": 6, "max_length": 14, "cameras": 1, "depth_cameras": 1, "seed": 3}

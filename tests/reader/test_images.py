@@ -21,7 +21,6 @@ from torch.utils.data import DataLoader
 from reader import EpisodeStream
 from reader.errors import DecodeError
 from reader.images import decode_image
-from reshard import commands  # noqa: F401 - registers the commands
 from reshard.cli import cli
 
 CAM = "observation.images.cam0"
@@ -135,7 +134,7 @@ def test_a_broken_image_is_a_decode_error() -> None:
 
 
 def test_lrs_sample_writes_image_cameras_that_reshard_and_read(tmp_path: Path) -> None:
-    from reshard.sample import read_frame_id, write_sample
+    from reshard.demo.sample import read_frame_id, write_sample
 
     v3, out = tmp_path / "v3", tmp_path / "lrs"
     write_sample(v3, episodes=3, cameras=1, image_cameras=1, seed=3)

@@ -18,7 +18,7 @@ from reader import EpisodeStream
 from reader.errors import DatasetError
 from reader.metadata import DatasetMeta, rescale_depth_stats, stats_to_numpy
 from reader.v3 import Info
-from reshard.sample import write_sample
+from reshard.demo.sample import write_sample
 
 DEPTH, RGB = "observation.images.depth0", "observation.images.cam0"
 

@@ -15,7 +15,6 @@ from click.testing import CliRunner
 from reader import EpisodeStream
 from reader.errors import DatasetError, RowGroupMismatch
 from reader.index import EPISODES_INDEX, episodes_from_table
-from reshard import commands  # noqa: F401 - registers the commands
 from reshard.cli import cli
 
 

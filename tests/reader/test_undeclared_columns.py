@@ -16,7 +16,6 @@ from click.testing import CliRunner
 from torch.utils.data import DataLoader
 
 from reader import EpisodeStream
-from reshard import commands  # noqa: F401 - registers the commands
 from reshard.cli import cli
 
 EVENTS = pa.list_(pa.struct([("t", pa.float32()), ("text", pa.string())]))

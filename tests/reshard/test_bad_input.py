@@ -17,10 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from reshard import commands  # noqa: F401 - registers the commands
 from reshard.cli import cli
+from reshard.demo.sample import write_sample
 from reshard.run import default_work_dir
-from reshard.sample import write_sample
 
 DATA1 = "data/chunk-000/file-001.parquet"
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from reshard import commands  # noqa: F401 - registers the commands
 from reshard.cli import cli
 from reshard.errors import ReshardError
 from reshard.run import slurm_part

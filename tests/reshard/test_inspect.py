@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from reshard import commands  # noqa: F401 - registers the commands
 from reshard.cli import cli
 from reshard.inspect import inspect_dataset, render
 from tests.servers import RangeServer

@@ -11,12 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-import reshard.cmd_push  # noqa: F401 - registers `lrs push`
+import reshard.cli.push  # noqa: F401 - registers `lrs push`
 from reader.index import FILES_INDEX, LAYOUT_JSON, FileEntry, files_to_table
 from reshard.cli import cli
 from reshard.errors import LayoutError, PushError
-from reshard.push import PushSummary, publish_phase, push
-from reshard.push_target import PARTIAL_MARK, FsspecTarget
+from reshard.push.publish import PushSummary, publish_phase, push
+from reshard.push.target import PARTIAL_MARK, FsspecTarget
 from tests.reshard.push_fixtures import TOKEN, all_files, copy_dataset, expected_files, make_dataset
 
 

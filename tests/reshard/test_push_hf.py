@@ -24,12 +24,12 @@ from huggingface_hub import BucketFile, BucketFolder, HfApi
 from huggingface_hub.errors import BucketBatchError, BucketNotFoundError, HfHubHTTPError
 from huggingface_hub.utils import are_progress_bars_disabled
 
-import reshard.cmd_push  # noqa: F401 - registers `lrs push`
+import reshard.cli.push  # noqa: F401 - registers `lrs push`
 from reader.index import LAYOUT_JSON
-from reshard import push_hf
 from reshard.cli import cli
 from reshard.errors import PushError
-from reshard.push import publish_phase, push
+from reshard.push import hf as push_hf
+from reshard.push.publish import publish_phase, push
 from tests.reshard.push_fixtures import TOKEN, expected_files, make_dataset
 
 BUCKET = "owner/bkt"
@@ -269,7 +269,7 @@ def test_hub_retries_print_one_line_each_through_lrs_logging() -> None:
     code = (
         "import logging, sys\n"
         "logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')\n"
-        "from reshard.cmd_push import _one_line_per_hub_warning\n"
+        "from reshard.cli.push import _one_line_per_hub_warning\n"
         "_one_line_per_hub_warning()\n"
         "from huggingface_hub.utils import http_backoff\n"
         "try:\n"

@@ -15,11 +15,11 @@ import pytest
 import s3fs
 from click.testing import CliRunner
 
-import reshard.cmd_push  # noqa: F401 - registers `lrs push`
+import reshard.cli.push  # noqa: F401 - registers `lrs push`
 from reader.index import LAYOUT_JSON
 from reshard.cli import cli
 from reshard.errors import PushError
-from reshard.push import publish_phase, push
+from reshard.push.publish import publish_phase, push
 from tests.reshard.push_fixtures import AWS_SECRET, TOKEN, expected_files, make_dataset
 from tests.s3server import FaultProxy, moto_server
 
@@ -146,7 +146,7 @@ def test_injected_500s_are_survived(
 
 _CHILD = """
 import sys, threading
-from reshard.push import push
+from reshard.push.publish import push
 
 landed = 0
 

@@ -16,7 +16,6 @@ from cache.remote import Remote
 from reader.errors import LayoutError
 from reader.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON
 from reader.layout import Layout, is_lrs
-from reshard import commands  # noqa: F401 - registers the commands
 from reshard.cli import cli
 from reshard.errors import ReshardError
 from reshard.execute import ReshardOptions
@@ -24,7 +23,7 @@ from reshard.run import default_work_dir, reshard, slurm_part
 from reshard.source import open_source
 from reshard.tables import row_group_ranges
 from reshard.verify import verify
-from reshard.videos import DEFAULT_CRF
+from reshard.video.write import DEFAULT_CRF
 from tests.servers import RangeServer
 
 

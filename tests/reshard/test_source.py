@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from reader.errors import DatasetError
-from reshard.sample import write_sample
+from reshard.demo.sample import write_sample
 from reshard.source import check_rows, check_videos, describe, open_source, validate
 from tests.servers import RangeServer
 

@@ -21,9 +21,8 @@ import pytest
 from click.testing import CliRunner
 
 from reader.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON, FileEntry, files_to_table, kind_of
-from reshard import commands  # noqa: F401 - registers the commands
 from reshard.cli import cli
-from reshard.sample import draw_frame, encode_frames
+from reshard.demo.sample import draw_frame, encode_frames
 from reshard.tables import row_group_ranges
 from reshard.verify import verify
 

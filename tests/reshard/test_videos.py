@@ -1,6 +1,6 @@
 """Per-episode videos: lossless copy split, fallback re-encode, H.265/H.264 re-encode, probe, compare, errors.
 
-The oracle is independent of `reshard.videos`: files are decoded whole with PyAV and frame `i` of an
+The oracle is independent of `reshard.video.write`: files are decoded whole with PyAV and frame `i` of an
 episode is the source frame nearest to `from_timestamp + i / fps` (numpy argmin), and every frame carries
 its (episode, frame, camera) in its pixels (`read_frame_id`).
 """
@@ -27,11 +27,11 @@ from av.video.frame import PictureType
 from torchcodec.decoders import VideoDecoder
 
 from reader.errors import DatasetError
-from reshard import videos
+from reshard.demo.sample import concat_remux, draw_frame, encode_frames, read_frame_id, write_sample
 from reshard.errors import ReshardError
-from reshard.sample import concat_remux, draw_frame, encode_frames, read_frame_id, write_sample
 from reshard.source import open_source
-from reshard.videos import (
+from reshard.video import write as videos
+from reshard.video.write import (
     DEFAULT_CRF,
     EpisodeVideo,
     compare_episode_video,
@@ -618,7 +618,7 @@ def test_killed_write_leaves_no_file_at_the_target(mid_case: Case, tmp_path: Pat
     out = tmp_path / "ep.mp4"
     script = textwrap.dedent(f"""
         import os
-        from reshard import videos
+        from reshard.video import write as videos
         calls = []
         def dying_mux(container, packets):
             for packet in packets:

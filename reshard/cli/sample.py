@@ -10,12 +10,12 @@ from pathlib import Path
 import click
 
 from cache.progress import progress_bar
-from reshard.cli import EXIT_CHECK_FAILED, cli, handle_errors, quiet_requested
-from reshard.sample import ENCODERS, SampleSpec, write_sample
+from reshard.cli.base import EXIT_CHECK_FAILED, handle_errors, quiet_requested
+from reshard.demo.sample import ENCODERS, SampleSpec, write_sample
 from reshard.source import describe, open_source, validate
 
 
-@cli.command()
+@click.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option(
     "--num-episodes",
@@ -125,7 +125,7 @@ def sample(directory: Path, quiet: bool, unaligned: bool, **options: object) -> 
     """Write a synthetic LeRobot v3.0 dataset, the way lerobot's recorder does.
 
     Frames carry their episode, frame and camera index as visible blocks, so tests and you can check
-    that a loader decoded the right frame (reshard.sample.read_frame_id).
+    that a loader decoded the right frame (reshard.demo.sample.read_frame_id).
     """
     try:
         spec = SampleSpec(keyframe_aligned=not unaligned, **options)  # type: ignore[arg-type]
@@ -142,7 +142,7 @@ def sample(directory: Path, quiet: bool, unaligned: bool, **options: object) -> 
     )
 
 
-@cli.command(name="describe")
+@click.command(name="describe")
 @click.argument("source")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option(
@@ -189,7 +189,7 @@ def render_description(summary: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-@cli.command()
+@click.command()
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -213,7 +213,7 @@ def demo(workdir: Path | None, episodes: int, keep: bool) -> None:
     with 2 DataLoader workers (every frame exactly once) -> resume mid-epoch (the same continuation).
     Exits 1 when a check fails, keeping the files for a look.
     """
-    from reshard.demo import DemoCheckError, DemoConfig, render_table, run_demo
+    from reshard.demo.pipeline import DemoCheckError, DemoConfig, render_table, run_demo
 
     root = Path(tempfile.mkdtemp(prefix="lrs-demo-")) if workdir is None else workdir
     click.echo(f"lrs demo in {root}")
@@ -235,7 +235,7 @@ def demo(workdir: Path | None, episodes: int, keep: bool) -> None:
 
 def _remove(root: Path, *, own: bool) -> None:
     """Remove the demo's files: the whole directory when the demo made it, else only its subdirectories."""
-    from reshard.demo import cleanup_workdir
+    from reshard.demo.pipeline import cleanup_workdir
 
     if own:
         shutil.rmtree(root, ignore_errors=True)

@@ -11,7 +11,7 @@ A v3 video file holds many episodes back to back; lrs/1 wants one MP4 per (episo
 
 Source frames are picked the way lerobot picks them: for output frame `i`, the source frame nearest to
 `from_timestamp + i / fps`. Outputs are written to a temp file beside the target, then `os.replace`d.
-`probe_video` and `compare_episode_video` (from `reshard.video_compare`, re-exported here) inspect a
+`probe_video` and `compare_episode_video` (from `reshard.video.compare`, re-exported here) inspect a
 file and prove an output matches its source.
 """
 
@@ -30,7 +30,7 @@ import av
 from av.video.frame import PictureType
 
 from reshard.errors import ReshardError
-from reshard.video_compare import (
+from reshard.video.compare import (
     DEFAULT_MIN_PSNR_DB,
     EPS_S,
     Segment,
@@ -77,7 +77,7 @@ ENCODERS: dict[str, str] = {"av1": "libsvtav1", "hevc": "libx265", "h264": "libx
 # lerobot records with g=2: every other frame is a keyframe, so a random-access decode costs at most one
 # extra frame. Re-encodes keep that unless the caller passes the source's own GOP.
 DEFAULT_GOP = 2
-# Re-encode defaults, measured with reshard.video_compare on the synthetic sample (AV1 crf 30 source, 64x96
+# Re-encode defaults, measured with reshard.video.compare on the synthetic sample (AV1 crf 30 source, 64x96
 # and 240x320): x265 `fast` at crf 21 keeps every frame >= 35.6 dB PSNR against the decoded source (mean
 # 39 dB at 64x96, 43 dB at 240x320) in 0.8x the source's bytes; crf 23 lets the worst frames of the tiny
 # sample drop to 34 dB. With a 2-frame GOP half the frames are intra, so presets between `superfast` and

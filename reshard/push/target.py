@@ -1,7 +1,7 @@
 """Where `lrs push` writes: the `Target` contract, and its fsspec implementation (local, s3://, gs://, ...).
 
 A target only knows how to list, compare, and upload one unit of files; retries, ordering, progress and
-verification live in `reshard.push`, the same for every store.
+verification live in `reshard.push.publish`, the same for every store.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from reader.depth import Quantizer
 from reader.v3 import CODEBASE_VERSION, DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH
 from reshard.plan import chunk_file
-from reshard.videos import ENCODERS, add_video_stream, encoder_options  # noqa: F401 - encoder_options re-exported
+from reshard.video.write import ENCODERS, add_video_stream, encoder_options  # noqa: F401 - encoder_options re-exported
 
 Codec = Literal["av1", "hevc", "h264"]
 # The sample favours generation speed: x264 / x265 at their fastest preset, SVT-AV1 at lerobot's 12.

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from reshard.cli import cli, handle_errors, quiet_requested
+from reshard.cli.base import handle_errors, quiet_requested
 
 if TYPE_CHECKING:
     from reader.prewarm import Plan
@@ -154,7 +154,7 @@ def _node_block(
     return tuple(range(node_rank * per_node, (node_rank + 1) * per_node))
 
 
-@cli.command("prewarm")
+@click.command("prewarm")
 @click.argument("urls", metavar="URL...", nargs=-1, required=True)
 @click.option(
     "--cache-dir",
@@ -324,7 +324,7 @@ def prewarm_command(
 
 
 def _echo_plan(plan: Plan, *, world_size: int, num_workers: int, pool: int, mixture: bool = False) -> None:
-    from reshard.push import human_bytes
+    from reshard.push.publish import human_bytes
 
     ranks = sorted({rank for rank, _ in plan.consumers})
     click.echo(

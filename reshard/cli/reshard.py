@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from reshard.cli import EXIT_CHECK_FAILED, cli, handle_errors, quiet_requested
+from reshard.cli.base import EXIT_CHECK_FAILED, handle_errors, quiet_requested
 from reshard.execute import ReshardOptions
 from reshard.inspect import inspect_dataset, render
 from reshard.run import reshard, slurm_part
 from reshard.verify import verify
-from reshard.video_compare import DEFAULT_MIN_PSNR_DB
-from reshard.videos import VIDEO_MODES
+from reshard.video.compare import DEFAULT_MIN_PSNR_DB
+from reshard.video.write import VIDEO_MODES
 
 
 class PartType(click.ParamType):
@@ -36,7 +36,7 @@ class PartType(click.ParamType):
         return part
 
 
-@cli.command(name="reshard")
+@click.command(name="reshard")
 @click.argument("src")
 @click.option(
     "--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output directory."
@@ -148,7 +148,7 @@ def reshard_cmd(
             err=True,
         )
     if push_url and result.finalized:
-        from reshard.push import push  # the upload stack is imported only when pushing
+        from reshard.push.publish import push  # the upload stack is imported only when pushing
 
         click.echo(
             push(
@@ -166,7 +166,7 @@ def _depth_keys(out: Path) -> list[str]:
     return [k for k, f in features.items() if f.get("dtype") == "video" and is_depth(f)]
 
 
-@cli.command(name="verify")
+@click.command(name="verify")
 @click.argument("dataset")
 @click.option("--against", help="The v3 source it was resharded from: also check every value and frame.")
 @click.option(
@@ -189,7 +189,7 @@ def verify_cmd(dataset: str, against: str | None, min_psnr: float, as_json: bool
         click.get_current_context().exit(EXIT_CHECK_FAILED)
 
 
-@cli.command(name="inspect")
+@click.command(name="inspect")
 @click.argument("url")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option(

@@ -1,7 +1,7 @@
 """Reading videos the way lerobot does, probing them, and proving a per-episode video equals its source.
 
 lerobot reads frame `i` of an episode as the frame nearest to `from_timestamp + i / fps` in the episode's
-video file; `nearest` is that rule, shared by `reshard.videos` (which cuts episodes) and
+video file; `nearest` is that rule, shared by `reshard.video.write` (which cuts episodes) and
 `compare_episode_video` (which checks a cut: the source decoded at `from_timestamp + i / fps` against the
 output decoded at `i / fps`). `probe_video` reads a file's stream properties and packet timing without
 decoding. Errors name the file, and the episode and camera when the caller passes them.

@@ -33,12 +33,12 @@ from cache import CacheStats
 from reader.batch import collate
 from reader.pool import ReaderStats
 from reader.stream import EpisodeStream
+from reshard.demo.sample import SampleSpec, read_frame_id, write_sample
 from reshard.errors import VerifyError
 from reshard.execute import ReshardOptions
 from reshard.prewarm import PrewarmSummary, prewarm
-from reshard.push import human_bytes, push
+from reshard.push.publish import human_bytes, push
 from reshard.run import reshard
-from reshard.sample import SampleSpec, read_frame_id, write_sample
 from reshard.source import open_source
 from reshard.verify import verify
 

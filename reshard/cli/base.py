@@ -1,4 +1,8 @@
-"""The `lrs` command line: a thin click layer over the library; errors become one-line messages here."""
+"""The `lrs` group and what every command shares: exit codes, one-line errors, the global flags.
+
+The commands live beside it (`reshard.cli.reshard`, `.prewarm`, `.push`, `.sample`) and import this
+module; `reshard.cli` adds them to the group, so nothing here imports a command.
+"""
 
 from __future__ import annotations
 
@@ -80,23 +84,3 @@ def cli(debug: bool, quiet: bool) -> None:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-
-
-def main() -> None:
-    """Console-script entry point."""
-    from reshard import commands  # noqa: F401 - registers the commands on `cli`
-
-    try:
-        code = cli.main(args=hoist_global_flags(sys.argv[1:]), prog_name="lrs", standalone_mode=False)
-    except click.UsageError as exc:
-        # One line, as every other failure: click's own form adds "Usage:" and "Try ..." lines.
-        command = exc.ctx.command_path if exc.ctx is not None else "lrs"
-        click.echo(f"Error: {exc.format_message()} (see `{command} --help`)", err=True)
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.Abort:
-        click.echo("Aborted.", err=True)
-        sys.exit(1)
-    sys.exit(code if isinstance(code, int) else 0)

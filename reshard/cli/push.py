@@ -7,11 +7,11 @@ from pathlib import Path
 
 import click
 
-from reshard.cli import cli, handle_errors, quiet_requested
-from reshard.push import push
+from reshard.cli.base import handle_errors, quiet_requested
+from reshard.push.publish import push
 
 
-@cli.command("push")
+@click.command("push")
 @click.argument("local_dir", metavar="DIR", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("url")
 @click.option(

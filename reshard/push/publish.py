@@ -33,9 +33,9 @@ from cache.remote import resolve
 from reader.index import FILES_INDEX, LAYOUT_JSON, LRS_DIR, files_from_table
 from reshard.errors import LayoutError, PushError
 from reshard.meta import file_sha256
-from reshard.push_hf import HfBucketTarget
-from reshard.push_retry import retrying, scrub
-from reshard.push_target import FsspecTarget, LocalFile, RemoteFile, Target
+from reshard.push.hf import HfBucketTarget
+from reshard.push.retry import retrying, scrub
+from reshard.push.target import FsspecTarget, LocalFile, RemoteFile, Target
 
 
 @dataclass(frozen=True)

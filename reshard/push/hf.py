@@ -16,7 +16,7 @@ from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
 from cache.remote import RetryPolicy, http_status
-from reshard.push_target import LocalFile, RemoteFile
+from reshard.push.target import LocalFile, RemoteFile
 
 # One `batch_bucket_files` call is one xet upload commit plus one /batch request: bound both its file count
 # (the Hub chunks at 1000 itself) and its bytes, so a failed batch costs little to redo.

@@ -1,0 +1,57 @@
+"""The `lrs` command line: a thin click layer over the library; errors become one-line messages.
+
+`reshard.cli.base` holds the group and the shared helpers; each command family is a module here
+(`reshard`: reshard, verify, inspect; `prewarm`; `push`; `sample`: sample, describe, demo). This module
+adds them to the group, so the commands depend on `base` and nothing depends on a command.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from reshard.cli.base import (
+    EXIT_CHECK_FAILED,
+    EXIT_ERROR,
+    cli,
+    handle_errors,
+    hoist_global_flags,
+    quiet_requested,
+)
+from reshard.cli.prewarm import prewarm_command
+from reshard.cli.push import push_command
+from reshard.cli.reshard import inspect_cmd, reshard_cmd, verify_cmd
+from reshard.cli.sample import demo, describe_cmd, sample
+
+__all__ = ["EXIT_CHECK_FAILED", "EXIT_ERROR", "cli", "handle_errors", "main", "quiet_requested"]
+
+for _command in (
+    reshard_cmd,
+    verify_cmd,
+    inspect_cmd,
+    push_command,
+    prewarm_command,
+    sample,
+    describe_cmd,
+    demo,
+):
+    cli.add_command(_command)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        code = cli.main(args=hoist_global_flags(sys.argv[1:]), prog_name="lrs", standalone_mode=False)
+    except click.UsageError as exc:
+        # One line, as every other failure: click's own form adds "Usage:" and "Try ..." lines.
+        command = exc.ctx.command_path if exc.ctx is not None else "lrs"
+        click.echo(f"Error: {exc.format_message()} (see `{command} --help`)", err=True)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
