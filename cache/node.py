@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from cache.budget import Budget, Eviction, publish
+from cache.checks import check_int
 from cache.errors import CacheError, FetchError, IntegrityError
 from cache.fetch import DEFAULT_INTEGRITY_ATTEMPTS, Expected, download_verified, read_remote_range
 from cache.process import ProcessLocal, ProcessState, reopen
@@ -71,8 +72,7 @@ class NodeCache:
             ("max_workers", max_workers, 1),
             ("integrity_attempts", integrity_attempts, 1),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"Invalid {name} ({value!r}). Expected an int >= {low}.")
+            check_int(name, value, low)
         if max_bytes is not None and (
             isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1
         ):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
+from cache.checks import check_int
 from cache.errors import CacheError, LrsError
 from cache.node import NodeCache
 from cache.progress import progress_bar
@@ -101,8 +102,7 @@ def fetch_in_order(
             the rest are not started.
         CacheError: a file could not be written to the cache directory.
     """
-    if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 1:
-        raise ValueError(f"Invalid ahead ({ahead!r}). Expected an int >= 1.")
+    check_int("ahead", ahead, 1)
     caches = list(cache) if isinstance(cache, (list, tuple)) else [cache]
     _check_unique(files, len(caches))
     started, before = time.monotonic(), _stats(caches)

@@ -59,3 +59,13 @@ def progress_bar(*, disable: bool = False, **kwargs: Any) -> tqdm:
         ncols=100,
         **kwargs,
     )
+
+
+def human_bytes(count: float) -> str:
+    """A byte count (or rate) for people: `512 B`, `23.8 KiB`, `1.5 GiB`; K, M, G are powers of 1024."""
+    value, unit = float(count), "B"
+    for bigger in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{int(count)} B" if unit == "B" else f"{value:.1f} {unit}"

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from cache.remote import Reads, Remote, resolve
 from reader.errors import DatasetError
@@ -31,6 +30,7 @@ from reader.v3 import (
     concat_episode_tables,
     episode_columns,
     parse_episodes,
+    parse_parquet,
     parse_tasks,
 )
 
@@ -141,10 +141,7 @@ class Catalog:
 
 def _read_table(cat: Callable[[str], bytes], remote: Remote, rel: str) -> tuple[pa.Table, bytes]:
     data = cat(rel)
-    try:
-        return pq.read_table(pa.BufferReader(data)), data
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise DatasetError(f"not a readable parquet file ({exc})", file=remote.display(rel)) from exc
+    return parse_parquet(data, file=remote.display(rel)), data
 
 
 def _tasks(remote: Remote, reads: Reads) -> tuple[str, ...]:

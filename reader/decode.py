@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torchcodec.decoders import VideoDecoder
 
+from cache.checks import check_int
 from reader.depth import DepthDecoder, open_depth_decoder
 from reader.errors import DecodeError
 
@@ -124,8 +125,7 @@ class Decoders:
     def __init__(
         self, capacity: int, *, device: str = "cpu", num_threads: int = 1, seek_mode: SeekMode = "approximate"
     ) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ValueError(f"Invalid decoder capacity ({capacity!r}). Expected an int >= 1.")
+        check_int("decoder capacity", capacity, 1)
         if seek_mode not in ("exact", "approximate"):
             raise ValueError(f"Invalid seek_mode ({seek_mode!r}). Expected 'exact' or 'approximate'.")
         self.capacity = capacity

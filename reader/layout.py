@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from cache.remote import Reads, Remote, resolve
 from reader.errors import DatasetError, LayoutError
@@ -26,7 +25,7 @@ from reader.index import (
     files_from_table,
     parse_layout_json,
 )
-from reader.v3 import INFO_PATH, Info
+from reader.v3 import INFO_PATH, Info, parse_parquet
 
 
 @dataclass(frozen=True)
@@ -193,8 +192,4 @@ def _cat(cat: Callable[[str], bytes], remote: Remote, rel: str) -> bytes:
 
 
 def _read_table(cat: Callable[[str], bytes], remote: Remote, rel: str) -> pa.Table:
-    data = _cat(cat, remote, rel)
-    try:
-        return pq.read_table(pa.BufferReader(data))
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise LayoutError(f"not a readable parquet file ({exc})", file=remote.display(rel)) from exc
+    return parse_parquet(_cat(cat, remote, rel), file=remote.display(rel), error=LayoutError)

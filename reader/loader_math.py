@@ -18,14 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["LoaderResume", "batches_per_epoch", "batches_per_worker", "check_int", "loader_resume"]
+from cache.checks import check_int
 
-
-def check_int(name: str, value: object, low: int) -> int:
-    """`value` if it is an int (not a bool) >= `low`, else ValueError with the project's message."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= low:
-        return value
-    raise ValueError(f"Invalid {name} ({value!r}). Expected an integer >= {low}.")
+__all__ = ["LoaderResume", "batches_per_epoch", "batches_per_worker", "loader_resume"]
 
 
 def _check_samples(per_worker_samples: Sequence[int]) -> list[int]:

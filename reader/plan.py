@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from cache import LrsError, Remote
+from cache.checks import check_int
 from reader.catalog import Catalog, EpisodeRef
 from reader.errors import DatasetError
-from reader.loader_math import check_int
 from reader.schedule import Schedule, check_weights
 from reader.state import Identity, selection_digest
 

@@ -26,9 +26,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from cache.checks import check_int
 from cache.prewarm import FileRequest
 from reader.catalog import EpisodeRef
-from reader.loader_math import check_int
 from reader.schedule import Emission, Schedule
 
 if TYPE_CHECKING:

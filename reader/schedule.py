@@ -33,6 +33,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from cache.checks import check_int
+
 __all__ = [
     "Admission",
     "Emission",
@@ -67,15 +69,6 @@ _GOLDEN = _U64(0x9E3779B97F4A7C15)
 _ODD = _U64(0xD6E8FEB86659FD93)
 
 
-def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
-    """Return `value` as an int if it is an integer in [low, high), else raise the project's message."""
-    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-    if ok and value >= low and (high is None or value < high):
-        return int(value)
-    expected = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high})"
-    raise ValueError(f"Invalid {name} ({value!r}). Expected {expected}.")
-
-
 @dataclass(frozen=True)
 class Piece:
     """Frames [start, stop) of the episode at position `episode` of the selected episodes."""
@@ -108,10 +101,10 @@ class Topology:
     worker: int = 0
 
     def __post_init__(self) -> None:
-        _check_int("world_size", self.world_size, 1)
-        _check_int("rank", self.rank, 0, self.world_size)
-        _check_int("num_workers", self.num_workers, 0)
-        _check_int("worker", self.worker, 0, self.workers_per_rank)
+        check_int("world_size", self.world_size, 1)
+        check_int("rank", self.rank, 0, self.world_size)
+        check_int("num_workers", self.num_workers, 0)
+        check_int("worker", self.worker, 0, self.workers_per_rank)
 
     @property
     def workers_per_rank(self) -> int:
@@ -147,7 +140,7 @@ def epoch_order(n_episodes: int, *, seed: int, epoch: int, shuffle: bool) -> np.
     Returns:
         An int64 permutation of `range(n_episodes)`, the same for the same (seed, epoch).
     """
-    n = _check_int("n_episodes", n_episodes, 0)
+    n = check_int("n_episodes", n_episodes, 0)
     words = _seed_words(seed, epoch)
     if not shuffle:
         return np.arange(n, dtype=np.int64)
@@ -157,33 +150,33 @@ def epoch_order(n_episodes: int, *, seed: int, epoch: int, shuffle: bool) -> np.
 
 def _seed_words(seed: int, epoch: int) -> list[int]:
     """Fixed-width 32-bit words of (seed, epoch), so distinct inputs never alias in a SeedSequence."""
-    seed = _check_int("seed", seed, 0, _MAX_SEED)
-    epoch = _check_int("epoch", epoch, 0, _MAX_EPOCH)
+    seed = check_int("seed", seed, 0, _MAX_SEED)
+    epoch = check_int("epoch", epoch, 0, _MAX_EPOCH)
     return [seed & 0xFFFFFFFF, seed >> 32, epoch]
 
 
 def samples_per_rank(total_frames: int, world_size: int) -> int:
     """Samples every rank yields per epoch: `total_frames // world_size`."""
-    return _check_int("total_frames", total_frames, 0) // _check_int("world_size", world_size, 1)
+    return check_int("total_frames", total_frames, 0) // check_int("world_size", world_size, 1)
 
 
 def dropped_frames(total_frames: int, world_size: int) -> int:
     """Frames of the epoch's stream tail no rank yields: `total_frames % world_size` (< world_size)."""
-    return _check_int("total_frames", total_frames, 0) % _check_int("world_size", world_size, 1)
+    return check_int("total_frames", total_frames, 0) % check_int("world_size", world_size, 1)
 
 
 def rank_range(total_frames: int, world_size: int, rank: int) -> tuple[int, int]:
     """Half-open range of the epoch's frame stream that `rank` yields: `[rank*S, (rank+1)*S)`."""
     size = samples_per_rank(total_frames, world_size)
-    rank = _check_int("rank", rank, 0, world_size)
+    rank = check_int("rank", rank, 0, world_size)
     return rank * size, (rank + 1) * size
 
 
 def worker_share(rank_samples: int, num_workers: int, worker: int) -> int:
     """Samples per epoch of one worker of a rank: its runs of the rank's frame stream (see `deal`)."""
-    lanes = max(1, _check_int("num_workers", num_workers, 0))
-    worker = _check_int("worker", worker, 0, lanes)
-    full, rest = divmod(_check_int("rank_samples", rank_samples, 0), lanes * RUN_FRAMES)
+    lanes = max(1, check_int("num_workers", num_workers, 0))
+    worker = check_int("worker", worker, 0, lanes)
+    full, rest = divmod(check_int("rank_samples", rank_samples, 0), lanes * RUN_FRAMES)
     return full * RUN_FRAMES + min(max(rest - worker * RUN_FRAMES, 0), RUN_FRAMES)
 
 
@@ -550,7 +543,7 @@ class Emission:
             share = deal(rows, np.zeros(len(rows), dtype=np.int64), 1, 0)
         rows = share.rows
         self._share = share
-        self.pool_size = _check_int("pool_size", pool_size, 1)
+        self.pool_size = check_int("pool_size", pool_size, 1)
         self.shuffle = bool(shuffle)
         keys = stream.generate_state(1 + _FEISTEL_ROUNDS, dtype=np.uint64)
         self._round_key, self._frame_keys = keys[0], keys[1:]
@@ -632,7 +625,7 @@ class Emission:
     def arrays(self, start: int = 0, stop: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Piece indices and episode frame indices of steps [start, stop), as int64 arrays."""
         start = self._check_start(start)
-        stop = self.total if stop is None else _check_int("stop", stop, start, self.total + 1)
+        stop = self.total if stop is None else check_int("stop", stop, start, self.total + 1)
         pieces, frames = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
         for block_start, piece, frame, _ in self._blocks(start):
             if block_start >= stop:
@@ -662,7 +655,7 @@ class Emission:
                 yield Step(step, p, f, end, admitted)
 
     def _check_start(self, start: int) -> int:
-        return _check_int(f"start step of a consumer with {self.total} samples", start, 0, self.total + 1)
+        return check_int(f"start step of a consumer with {self.total} samples", start, 0, self.total + 1)
 
     def _blocks(self, start: int) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
         """(first step, piece, frame, last) arrays of consecutive steps from `start` to the end."""
@@ -790,8 +783,8 @@ def mixture_entries(
     """
     lengths = _as_lengths(lengths)
     source_of = np.asarray(sources, dtype=np.int64)
-    seed = _check_int("seed", seed, 0, _MAX_SEED)
-    epoch = _check_int("epoch", epoch, 0, _MAX_EPOCH)
+    seed = check_int("seed", seed, 0, _MAX_SEED)
+    epoch = check_int("epoch", epoch, 0, _MAX_EPOCH)
     positions, starts, stops = (
         [np.zeros(0, dtype=np.int64)],
         [np.zeros(0, dtype=np.int64)],
@@ -860,7 +853,7 @@ class Schedule:
         object.__setattr__(self, "lengths", tuple(_as_lengths(self.lengths).tolist()))
         _seed_words(self.seed, 0)
         Topology(self.world_size, 0, self.num_workers, 0)
-        _check_int("pool_size", self.pool_size, 1)
+        check_int("pool_size", self.pool_size, 1)
         if self.sources is not None:
             sources = tuple(int(s) for s in self.sources)
             if len(sources) != len(self.lengths) or any(b < a for a, b in itertools.pairwise(sources)):
@@ -874,7 +867,7 @@ class Schedule:
             if len(self.weights) < n:
                 raise ValueError(f"Invalid weights ({len(self.weights)}). Expected one per source ({n}).")
         if self.samples is not None:
-            _check_int("samples", self.samples, 0)
+            check_int("samples", self.samples, 0)
             if self.weights is None:
                 raise ValueError("Invalid samples without weights. Expected weights to share them out.")
 

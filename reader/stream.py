@@ -26,13 +26,14 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from cache import NodeCache, Remote, aggregate_stats
+from cache.checks import check_int
 from cache.stats import CacheStats
 from cache.store import META_DIR, atomic_write
 from reader.catalog import Catalog, EpisodeRef
 from reader.decode import Decoders, SeekMode, check_device
 from reader.depth import DepthUnit, Quantizer, check_unit, is_depth
 from reader.errors import DatasetError, StateError
-from reader.loader_math import batches_per_epoch, check_int
+from reader.loader_math import batches_per_epoch
 from reader.metadata import DatasetMeta
 from reader.plan import FETCH_THREADS, ReadPlan, default_pool_size
 from reader.pool import Consumer, Counters, Options, Part, ReaderStats

@@ -17,17 +17,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from cache import FetchError, NodeCache, Remote
+from cache.checks import check_int
 from cache.prewarm import FetchSummary, FileRequest, fetch_in_order
+from cache.progress import human_bytes
 from reader.catalog import Catalog
 from reader.errors import LayoutError
 from reader.index import FILES_INDEX, files_from_table
 from reader.plan import DEFAULT_POOL_SIZE, FETCH_THREADS, ReadPlan
 from reader.prewarm import Needs, Plan, check_ranks, plan_needs, plan_prewarm
-from reshard.push.publish import human_bytes
+from reader.v3 import parse_parquet
 
 __all__ = ["PrewarmSummary", "prewarm"]
 
@@ -271,11 +270,10 @@ def _index_files(catalog: Catalog) -> dict[str, str]:
     """path -> sha256 from `meta/lrs/files.parquet`."""
     remote, display = catalog.remote, catalog.remote.display(FILES_INDEX)
     try:
-        table = pq.read_table(pa.BufferReader(remote.cat(FILES_INDEX)))
+        data = remote.cat(FILES_INDEX)
     except FileNotFoundError as exc:
         raise LayoutError("missing", file=display) from exc
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise LayoutError(f"not a readable parquet file ({exc})", file=display) from exc
+    table = parse_parquet(data, file=display, error=LayoutError)
     return {entry.path: entry.sha256 for entry in files_from_table(table, file=display)}
 
 
@@ -311,7 +309,6 @@ def _check_arguments(
         if value is not None:
             checks.append((name, value, 1))
     for name, value, low in checks:
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"Invalid {name} ({value!r}). Expected an integer >= {low}.")
+        check_int(name, value, low)
     if ranks is not None:
         check_ranks(ranks, world_size)

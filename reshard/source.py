@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from cache.remote import Remote, resolve
 from reader.errors import DatasetError
@@ -31,6 +30,7 @@ from reader.v3 import (
     Info,
     concat_episode_tables,
     parse_episodes,
+    parse_parquet,
     parse_tasks,
 )
 
@@ -116,14 +116,7 @@ def _read_parquet(
     remote: Remote, rel: str, columns: list[str] | None = None, *, missing_ok: bool = False
 ) -> pa.Table:
     """`rel` as a table (`columns` only; with `missing_ok`, those of them the file has)."""
-    data = remote.cat(rel)
-    try:
-        if missing_ok and columns is not None:
-            names = set(pq.read_schema(pa.BufferReader(data)).names)
-            columns = [c for c in columns if c in names]
-        return pq.read_table(pa.BufferReader(data), columns=columns)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise DatasetError(f"not a readable parquet file ({exc})", file=remote.display(rel)) from exc
+    return parse_parquet(remote.cat(rel), file=remote.display(rel), columns=columns, missing_ok=missing_ok)
 
 
 def open_source(

@@ -324,7 +324,7 @@ def prewarm_command(
 
 
 def _echo_plan(plan: Plan, *, world_size: int, num_workers: int, pool: int, mixture: bool = False) -> None:
-    from reshard.push.publish import human_bytes
+    from cache.progress import human_bytes
 
     ranks = sorted({rank for rank, _ in plan.consumers})
     click.echo(

@@ -30,6 +30,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from cache import CacheStats
+from cache.checks import check_int
+from cache.progress import human_bytes
 from reader.batch import collate
 from reader.pool import ReaderStats
 from reader.stream import EpisodeStream
@@ -37,7 +39,7 @@ from reshard.demo.sample import SampleSpec, read_frame_id, write_sample
 from reshard.errors import VerifyError
 from reshard.execute import ReshardOptions
 from reshard.prewarm import PrewarmSummary, prewarm
-from reshard.push.publish import human_bytes, push
+from reshard.push.publish import push
 from reshard.run import reshard
 from reshard.source import open_source
 from reshard.verify import verify
@@ -83,9 +85,7 @@ class DemoConfig:
     def __post_init__(self) -> None:
         lows = {"episodes": 2, "cameras": 1, "batch_size": 1, "num_workers": 0, "episode_pool_size": 1}
         for name, low in lows.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"Invalid {name} ({value!r}). Expected an integer >= {low}.")
+            check_int(name, getattr(self, name), low)
         ReshardOptions(video=self.video)  # type: ignore[arg-type] - validates the mode
         self.spec()  # validates the sample's size and lengths
 

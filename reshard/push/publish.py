@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cache.progress import progress_bar
+from cache.progress import human_bytes, progress_bar
 from cache.remote import resolve
 from reader.index import FILES_INDEX, LAYOUT_JSON, LRS_DIR, files_from_table
 from reshard.errors import LayoutError, PushError
@@ -372,13 +372,3 @@ def _list_target(target: Target, *, missing_ok: bool) -> dict[str, RemoteFile]:
             f"Invalid push target ({target.url}): the bucket does not exist. Expected an existing bucket, "
             "or --create."
         ) from None
-
-
-def human_bytes(count: float) -> str:
-    """A byte count (or rate) for people: `512 B`, `23.8 KiB`, `1.5 GiB`; K, M, G are powers of 1024."""
-    value, unit = float(count), "B"
-    for bigger in ("KiB", "MiB", "GiB", "TiB", "PiB"):
-        if value < 1024:
-            break
-        value, unit = value / 1024, bigger
-    return f"{int(count)} B" if unit == "B" else f"{value:.1f} {unit}"

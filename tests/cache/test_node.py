@@ -411,7 +411,7 @@ def test_closed_cache_refuses_work(source, serve, open_cache):
     [
         ({"fingerprint": ".lrs"}, r"Invalid fingerprint \('\.lrs'\)"),
         ({"max_bytes": 0}, r"Invalid max_bytes \(0\)\. Expected a positive number of bytes or None\."),
-        ({"max_workers": 0}, r"Invalid max_workers \(0\)\. Expected an int >= 1\."),
+        ({"max_workers": 0}, r"Invalid max_workers \(0\)\. Expected an integer >= 1\."),
     ],
     ids=["fingerprint", "max-bytes", "max-workers"],
 )

@@ -170,7 +170,7 @@ def test_progress_bar_counts_bytes_with_a_rate(source, serve, open_cache, capsys
     ("listed", "ahead", "message"),
     [
         ([FileRequest("a.bin"), FileRequest("a.bin")], 1, r"Invalid file list: a\.bin is listed twice\."),
-        ([FileRequest("a.bin")], 0, r"Invalid ahead \(0\)\. Expected an int >= 1\."),
+        ([FileRequest("a.bin")], 0, r"Invalid ahead \(0\)\. Expected an integer >= 1\."),
     ],
     ids=["twice", "ahead"],
 )

@@ -158,7 +158,7 @@ def test_decoder_lru_is_bounded_and_reuses_open_decoders(small: tuple[Path, Path
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ({"capacity": 0}, r"Invalid decoder capacity \(0\)\. Expected an int >= 1\."),
+        ({"capacity": 0}, r"Invalid decoder capacity \(0\)\. Expected an integer >= 1\."),
         (
             {"capacity": 1, "seek_mode": "fast"},
             r"Invalid seek_mode \('fast'\)\. Expected 'exact' or 'approximate'\.",

@@ -16,12 +16,12 @@ from torch.utils.data import DataLoader
 
 import reshard.cli.prewarm  # noqa: F401 - registers `lrs prewarm`
 from cache import CacheStats, aggregate_stats
+from cache.progress import human_bytes
 from reader.prewarm import piece_files
 from reader.stream import EpisodeStream
 from reshard.cli import cli
 from reshard.cli.prewarm import ByteSize, NodeRanks, node_ranks
 from reshard.prewarm import PrewarmSummary, prewarm
-from reshard.push.publish import human_bytes
 from tests.servers import RangeServer
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
