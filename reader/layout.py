@@ -25,7 +25,7 @@ from reader.index import (
     files_from_table,
     parse_layout_json,
 )
-from reader.v3 import INFO_PATH, Info, parse_parquet
+from reader.v3 import INFO_PATH, Info, check_tiling, parse_parquet
 
 
 @dataclass(frozen=True)
@@ -125,26 +125,10 @@ class Layout:
         Raises:
             LayoutError: naming the index file and the first episode that disagrees.
         """
-        where = self.remote.display(EPISODES_INDEX)
-        expected_from = 0
-        for position, entry in enumerate(self.episodes):
-            if entry.episode_index != position:
-                raise LayoutError(
-                    f"Invalid episode_index ({entry.episode_index}) at position {position}. "
-                    "Expected episode indices 0..N-1, each once.",
-                    file=where,
-                    episode=entry.episode_index,
-                    field="episode_index",
-                )
-            if entry.dataset_from_index != expected_from or entry.length < 1:
-                raise LayoutError(
-                    f"Invalid rows ([{entry.dataset_from_index}, +{entry.length})). Expected to start at "
-                    f"{expected_from} with length >= 1.",
-                    file=where,
-                    episode=entry.episode_index,
-                    field="dataset_from_index",
-                )
-            expected_from += entry.length
+        expected_from = check_tiling(
+            self.episodes, file=self.remote.display(EPISODES_INDEX), error=LayoutError
+        )
+        for entry in self.episodes:
             self._check_files_listed(entry)
         if self.info.total_episodes != len(self.episodes) or self.info.total_frames != expected_from:
             raise LayoutError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import posixpath
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -328,3 +329,33 @@ def parse_parquet(
         return pq.read_table(pa.BufferReader(data), columns=columns)
     except (pa.ArrowInvalid, OSError) as exc:
         raise error(f"not a readable parquet file ({exc})", file=file) from exc
+
+
+def check_tiling(episodes: Sequence[Any], *, file: str, error: type[DatasetError] = DatasetError) -> int:
+    """Check that episodes (records with `episode_index`, `dataset_from_index`, `length`) are numbered
+    0..N-1 in order, each at least one frame long, with rows tiling `[0, total)` in order; the total.
+
+    Raises:
+        `error`: naming `file`, the first episode that breaks the rule and its field.
+    """
+    expected = 0
+    for position, episode in enumerate(episodes):
+        where = {"file": file, "episode": episode.episode_index}
+        if episode.episode_index != position:
+            raise error(
+                f"Invalid episode_index ({episode.episode_index}) at position {position}. "
+                "Expected episode indices 0..N-1, each once.",
+                **where,
+                field="episode_index",
+            )
+        if episode.dataset_from_index != expected:
+            raise error(
+                f"Invalid dataset_from_index ({episode.dataset_from_index}). Expected {expected} "
+                "(episodes must tile the index range in order).",
+                **where,
+                field="dataset_from_index",
+            )
+        if episode.length < 1:
+            raise error(f"Invalid length ({episode.length}). Expected >= 1.", **where, field="length")
+        expected += episode.length
+    return expected

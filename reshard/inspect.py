@@ -22,7 +22,7 @@ from cache.remote import Remote
 from reader.errors import DatasetError, LayoutError
 from reader.index import LAYOUT_JSON, parse_layout_json
 from reshard.execute import local_copy
-from reshard.source import Source, open_source
+from reshard.source import Source, describe, open_source
 from reshard.tables import footer_bytes
 from reshard.video.compare import probe_video
 
@@ -41,18 +41,13 @@ def inspect_dataset(
         DatasetError: the dataset's metadata is missing or malformed.
     """
     source = open_source(url, storage_options=storage_options, check_files=False)
-    lengths = [e.length for e in source.episodes]
     with tempfile.TemporaryDirectory(prefix="lrs-inspect-") as tmp:
         data = _data_report(source, Path(tmp))
         videos = {key: _video_report(source, key, probe_videos, Path(tmp)) for key in source.video_keys}
+    summary = describe(source)
+    head = ("url", "codebase_version", "fps", "episodes", "frames", "episode_length", "tasks")
     return {
-        "url": source.url,
-        "codebase_version": source.info.raw.get("codebase_version"),
-        "fps": source.info.fps,
-        "episodes": len(source.episodes),
-        "frames": sum(lengths),
-        "episode_length": _spread(lengths),
-        "tasks": len(source.tasks),
+        **{key: summary[key] for key in head},
         "data": data,
         "videos": videos,
         "lrs": _layout_report(source.remote),

@@ -10,6 +10,7 @@ same parameters finds them there. Reruns skip what is cached, so an interrupted 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Sequence
@@ -35,16 +36,11 @@ _SIZE_THREADS = 8
 
 
 @dataclass(frozen=True)
-class PrewarmSummary:
-    """What a prewarm planned and did.
+class PrewarmSummary(FetchSummary):
+    """What a prewarm planned and did: the fetch's counts (`cache.prewarm.FetchSummary`, with `seconds`
+    counting the planning too, the rate `describe` prints is over it) and the plan's.
 
     Attributes:
-        files: files planned.
-        bytes: their bytes.
-        files_fetched: files downloaded by this run.
-        bytes_fetched: bytes received from the remote.
-        files_cached: planned files that were already in the cache (or served in place, local source).
-        seconds: wall time, planning included (the rate `describe` prints is over it).
         consumers: (rank, worker) pairs planned for.
         pieces: admissions whose files are all planned.
         episodes: distinct episodes among them.
@@ -54,16 +50,10 @@ class PrewarmSummary:
         limited_by: "max_bytes" or "cache_max_bytes" when that limit cut the plan, else None.
         dry_run: nothing was fetched.
         in_place: the source is a local path: the reader reads its files where they are (the cache's
-            fast path), nothing is copied.
+            fast path), nothing is copied (its files count as cached).
         plan: the plan itself.
     """
 
-    files: int
-    bytes: int
-    files_fetched: int
-    bytes_fetched: int
-    files_cached: int
-    seconds: float
     consumers: int = 0
     pieces: int = 0
     episodes: int = 0
@@ -80,12 +70,7 @@ class PrewarmSummary:
     ) -> PrewarmSummary:
         """The summary of a run of `plan` that did `fetched`."""
         return cls(
-            files=fetched.files,
-            bytes=fetched.bytes,
-            files_fetched=fetched.files_fetched,
-            bytes_fetched=fetched.bytes_fetched,
-            files_cached=fetched.files_cached,
-            seconds=seconds,
+            **{**dataclasses.asdict(fetched), "seconds": seconds},
             consumers=len(plan.consumers),
             pieces=plan.pieces,
             episodes=plan.episodes,

@@ -28,6 +28,7 @@ from reader.v3 import (
     TASKS_PATH,
     EpisodeInfo,
     Info,
+    check_tiling,
     concat_episode_tables,
     parse_episodes,
     parse_parquet,
@@ -202,25 +203,9 @@ def check_pointers(source: Source) -> None:
         DatasetError: naming the episode and field of the first inconsistency.
     """
     where = source.remote.display(EPISODES_DIR)
-    expected_from = 0
+    expected_from = check_tiling(source.episodes, file=where)
     fps = source.info.fps
     for episode in source.episodes:
-        if episode.dataset_from_index != expected_from:
-            raise DatasetError(
-                f"Invalid dataset_from_index ({episode.dataset_from_index}). Expected {expected_from} "
-                "(episodes must tile the index range in order).",
-                file=where,
-                episode=episode.episode_index,
-                field="dataset_from_index",
-            )
-        expected_from = episode.dataset_to_index
-        if episode.length < 1:
-            raise DatasetError(
-                "Invalid length (0). Expected >= 1.",
-                file=where,
-                episode=episode.episode_index,
-                field="length",
-            )
         for seg in episode.videos:
             span = seg.to_timestamp - seg.from_timestamp
             if abs(span - episode.length / fps) > 1.5 / fps:

@@ -84,3 +84,13 @@ def cli(debug: bool, quiet: bool) -> None:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+
+
+def quiet_option(fn: F) -> F:
+    """A command's `-q/--quiet` (as the group's, which works anywhere on the line)."""
+    return click.option("-q", "--quiet", is_flag=True, default=False, help="No progress bars.")(fn)
+
+
+def dry_run_option(what: str) -> Callable[[F], F]:
+    """A command's `--dry-run`: `what` it prints instead of doing it."""
+    return click.option("--dry-run", is_flag=True, default=False, help=f"Print {what}; change nothing.")

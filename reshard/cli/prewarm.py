@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from reshard.cli.base import handle_errors, quiet_requested
+from reshard.cli.base import dry_run_option, handle_errors, quiet_option, quiet_requested
 
 if TYPE_CHECKING:
     from reader.prewarm import Plan
@@ -237,14 +237,8 @@ def _node_block(
     type=ByteSize(),
     help="The cache budget, as EpisodeStream's cache_max_bytes; the plan never exceeds it.",
 )
-@click.option(
-    "--dry-run",
-    is_flag=True,
-    default=False,
-    show_default=True,
-    help="Print the plan (consumers, episodes, files, bytes, the first files); fetch nothing.",
-)
-@click.option("-q", "--quiet", is_flag=True, default=False, show_default=True, help="No progress bar.")
+@dry_run_option("the plan (consumers, episodes, files, bytes, the first files)")
+@quiet_option
 @handle_errors
 def prewarm_command(
     urls: tuple[str, ...],

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from reshard.cli.base import handle_errors, quiet_requested
+from reshard.cli.base import dry_run_option, handle_errors, quiet_option, quiet_requested
 from reshard.push.publish import push
 
 
@@ -30,14 +30,8 @@ from reshard.push.publish import push
 @click.option(
     "--workers", type=click.IntRange(min=1), default=8, show_default=True, help="Uploads in flight at once."
 )
-@click.option(
-    "--dry-run",
-    is_flag=True,
-    default=False,
-    show_default=True,
-    help="Print what would be uploaded; upload nothing.",
-)
-@click.option("-q", "--quiet", is_flag=True, default=False, show_default=True, help="No progress bar.")
+@dry_run_option("what would be uploaded")
+@quiet_option
 @handle_errors
 def push_command(
     local_dir: Path,

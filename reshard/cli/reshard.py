@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from reshard.cli.base import EXIT_CHECK_FAILED, handle_errors, quiet_requested
+from reshard.cli.base import EXIT_CHECK_FAILED, handle_errors, quiet_option, quiet_requested
 from reshard.execute import ReshardOptions
 from reshard.inspect import inspect_dataset, render
 from reshard.run import reshard, slurm_part
@@ -79,7 +79,7 @@ class PartType(click.ParamType):
 @click.option("--push-bucket", "push_url", help="After finishing, push the output to this URL (lrs push).")
 @click.option("--push-create", is_flag=True, help="With --push-bucket: create the bucket if missing.")
 @click.option("--endpoint-url", help="With --push-bucket: S3-compatible or Hub endpoint.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
+@quiet_option
 @handle_errors
 def reshard_cmd(
     src: str,

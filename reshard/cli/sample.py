@@ -10,104 +10,60 @@ from pathlib import Path
 import click
 
 from cache.progress import progress_bar
-from reshard.cli.base import EXIT_CHECK_FAILED, handle_errors, quiet_requested
+from reshard.cli.base import EXIT_CHECK_FAILED, F, handle_errors, quiet_option, quiet_requested
 from reshard.demo.sample import ENCODERS, SampleSpec, write_sample
 from reshard.source import describe, open_source, validate
+
+# `lrs sample`'s options for SampleSpec fields: (flag, field, type, help); each defaults to the field's.
+_SPEC_OPTIONS: list[tuple[str, str, click.ParamType, str]] = [
+    ("--num-episodes", "episodes", click.IntRange(1), "How many episodes to write."),
+    ("--min-length", "min_length", click.IntRange(1), "Shortest episode, in frames."),
+    ("--max-length", "max_length", click.IntRange(1), "Longest episode, in frames."),
+    ("--cameras", "cameras", click.IntRange(0), "Number of video cameras."),
+    (
+        "--image-cameras",
+        "image_cameras",
+        click.IntRange(0),
+        "Number of cameras stored as images (dtype: image): PNG bytes in the data files, no video.",
+    ),
+    (
+        "--depth-cameras",
+        "depth_cameras",
+        click.IntRange(0),
+        "Number of depth cameras, written as lerobot does: 12-bit log-quantized depth, lossless HEVC gray12le.",
+    ),
+    ("--height", "height", click.IntRange(48), "Frame height in pixels (even)."),
+    ("--width", "width", click.IntRange(64), "Frame width in pixels (even)."),
+    ("--fps", "fps", click.IntRange(1), "Frames per second."),
+    ("--tasks", "tasks", click.IntRange(1), "Number of distinct task strings."),
+    ("--codec", "codec", click.Choice(sorted(ENCODERS)), "Video codec (lerobot's default is AV1)."),
+    ("--gop", "gop", click.IntRange(1), "Keyframe interval."),
+    (
+        "--episodes-per-data-file",
+        "episodes_per_data_file",
+        click.IntRange(1),
+        "Episodes packed into one data parquet file.",
+    ),
+    (
+        "--episodes-per-video-file",
+        "episodes_per_video_file",
+        click.IntRange(1),
+        "Episodes concatenated into one MP4 per camera.",
+    ),
+]
+
+
+def _spec_options(fn: F) -> F:
+    for flag, name, kind, text in reversed(_SPEC_OPTIONS):
+        fn = click.option(
+            flag, name, type=kind, default=getattr(SampleSpec, name), show_default=True, help=text
+        )(fn)
+    return fn
 
 
 @click.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option(
-    "--num-episodes",
-    "episodes",
-    type=click.IntRange(1),
-    default=SampleSpec.episodes,
-    show_default=True,
-    help="How many episodes to write.",
-)
-@click.option(
-    "--min-length",
-    type=click.IntRange(1),
-    default=SampleSpec.min_length,
-    show_default=True,
-    help="Shortest episode, in frames.",
-)
-@click.option(
-    "--max-length",
-    type=click.IntRange(1),
-    default=SampleSpec.max_length,
-    show_default=True,
-    help="Longest episode, in frames.",
-)
-@click.option(
-    "--cameras",
-    type=click.IntRange(0),
-    default=SampleSpec.cameras,
-    show_default=True,
-    help="Number of video cameras.",
-)
-@click.option(
-    "--image-cameras",
-    type=click.IntRange(0),
-    default=SampleSpec.image_cameras,
-    show_default=True,
-    help="Number of cameras stored as images (dtype: image): PNG bytes in the data files, no video.",
-)
-@click.option(
-    "--depth-cameras",
-    type=click.IntRange(0),
-    default=SampleSpec.depth_cameras,
-    show_default=True,
-    help="Number of depth cameras, written as lerobot does: 12-bit log-quantized depth, lossless HEVC gray12le.",
-)
-@click.option(
-    "--height",
-    type=click.IntRange(48),
-    default=SampleSpec.height,
-    show_default=True,
-    help="Frame height in pixels (even).",
-)
-@click.option(
-    "--width",
-    type=click.IntRange(64),
-    default=SampleSpec.width,
-    show_default=True,
-    help="Frame width in pixels (even).",
-)
-@click.option(
-    "--fps", type=click.IntRange(1), default=SampleSpec.fps, show_default=True, help="Frames per second."
-)
-@click.option(
-    "--tasks",
-    type=click.IntRange(1),
-    default=SampleSpec.tasks,
-    show_default=True,
-    help="Number of distinct task strings.",
-)
-@click.option(
-    "--codec",
-    type=click.Choice(sorted(ENCODERS)),
-    default=SampleSpec.codec,
-    show_default=True,
-    help="Video codec (lerobot's default is AV1).",
-)
-@click.option(
-    "--gop", type=click.IntRange(1), default=SampleSpec.gop, show_default=True, help="Keyframe interval."
-)
-@click.option(
-    "--episodes-per-data-file",
-    type=click.IntRange(1),
-    default=SampleSpec.episodes_per_data_file,
-    show_default=True,
-    help="Episodes packed into one data parquet file.",
-)
-@click.option(
-    "--episodes-per-video-file",
-    type=click.IntRange(1),
-    default=SampleSpec.episodes_per_video_file,
-    show_default=True,
-    help="Episodes concatenated into one MP4 per camera.",
-)
+@_spec_options
 @click.option(
     "--converted",
     is_flag=True,
@@ -119,7 +75,7 @@ from reshard.source import describe, open_source, validate
     help="Encode each video file as one stream, so episode starts are not keyframe aligned.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@quiet_option
 @handle_errors
 def sample(directory: Path, quiet: bool, unaligned: bool, **options: object) -> None:
     """Write a synthetic LeRobot v3.0 dataset, the way lerobot's recorder does.
