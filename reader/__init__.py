@@ -6,8 +6,8 @@
 `DatasetMeta.open(url)` reads a dataset's metadata under lerobot's names (fps, features, stats) without
 a stream.
 
-The stream's names are imported on first use (PEP 562): the contract modules (`reader.v3`,
-`reader.index`, `reader.layout`) stay importable without loading torch and torchcodec, which keeps
+The stream's names are imported on first use (PEP 562): the contract modules (`reader.format.v3`,
+`reader.format.index`, `reader.format.layout`) stay importable without loading torch and torchcodec, which keeps
 the `lrs` command line quick to start.
 """
 

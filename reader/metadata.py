@@ -29,7 +29,7 @@ import numpy as np
 
 from reader.depth import MM_PER_METRE, DepthUnit, check_unit, is_depth
 from reader.errors import DatasetError
-from reader.v3 import STATS_PATH, Info
+from reader.format.v3 import STATS_PATH, Info
 
 
 def stats_to_numpy(stats: Mapping[str, Any]) -> dict[str, Any]:
@@ -209,14 +209,14 @@ class DatasetMeta:
             DatasetError: the metadata is missing or malformed.
             FetchError: it could not be read.
         """
-        from reader.catalog import Catalog
+        from reader.format.catalog import Catalog
 
         catalog = Catalog.open(source, storage_options=storage_options)
         return cls.from_catalog(catalog, depth_output_unit=depth_output_unit)
 
     @classmethod
     def from_catalog(cls, catalog: Any, *, depth_output_unit: DepthUnit = "mm") -> DatasetMeta:
-        """The metadata of an opened `reader.catalog.Catalog`, reading `meta/stats.json` (if any)."""
+        """The metadata of an opened `reader.format.catalog.Catalog`, reading `meta/stats.json` (if any)."""
         remote = catalog.remote
         try:
             stats_json: bytes | None = remote.cat(STATS_PATH)

@@ -1,6 +1,6 @@
 """The read plan: which datasets, which of their episodes, and the order a run reads them in.
 
-Everything of an `EpisodeStream` that is not torch: the sources opened (`reader.catalog`), the episode
+Everything of an `EpisodeStream` that is not torch: the sources opened (`reader.format.catalog`), the episode
 selection, a mixture's common features and weights, and the `reader.schedule.Schedule` they give for a
 seed and a DataLoader's workers. `EpisodeStream` and `lrs prewarm` both build a `ReadPlan`, so the files
 prewarm fetches are those the stream will read, and `lrs prewarm --dry-run` starts without torch.
@@ -18,8 +18,8 @@ from typing import Any
 
 from cache import LrsError, Remote
 from cache.checks import check_int
-from reader.catalog import Catalog, EpisodeRef
 from reader.errors import DatasetError
+from reader.format.catalog import Catalog, EpisodeRef
 from reader.schedule import Schedule, check_weights
 from reader.state import Identity, selection_digest
 

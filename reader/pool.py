@@ -25,10 +25,10 @@ from typing import Any
 import torch
 
 from cache import CacheStats, FetchError, IntegrityError, LrsError, NodeCache
-from reader.catalog import Catalog, EpisodeRef, VideoRef
 from reader.decode import Decoders, VideoWhere, decode_frames
 from reader.depth import DepthUnit, Quantizer
 from reader.errors import DatasetError, DecodeError
+from reader.format.catalog import Catalog, EpisodeRef, VideoRef
 from reader.images import decode_image
 from reader.rows import EpisodeRows, RowGroupReader, read_episode
 from reader.schedule import Emission, Step

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from cache.checks import check_int
 from cache.prewarm import FileRequest
-from reader.catalog import EpisodeRef
+from reader.format.catalog import EpisodeRef
 from reader.schedule import Emission, Schedule
 
 if TYPE_CHECKING:

@@ -27,8 +27,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
-from reader.catalog import EpisodeRef
 from reader.errors import DatasetError, LayoutError, RowGroupMismatch
+from reader.format.catalog import EpisodeRef
+from reader.format.parquet import row_group_span
 from reader.windows import Windows
 
 _FOOTER_GUESS = 64 * 1024
@@ -225,18 +226,6 @@ class _SparseFile(io.RawIOBase):
         buffer[:count] = self._data[low : low + count]
         self._pos += count
         return count
-
-
-def row_group_span(metadata: pq.FileMetaData, row_group: int) -> tuple[int, int]:
-    """Byte range `[start, end)` of all column chunks of a row group."""
-    group = metadata.row_group(row_group)
-    starts, ends = [], []
-    for i in range(group.num_columns):
-        chunk = group.column(i)
-        start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
-        starts.append(start)
-        ends.append(start + chunk.total_compressed_size)
-    return min(starts), max(ends)
 
 
 class RowGroupReader:

@@ -1,6 +1,6 @@
 """`EpisodeStream`: the training-time IterableDataset over an lrs/1 (or plain v3) dataset.
 
-The class only wires things together: `reader.catalog` reads the metadata, `reader.schedule` decides the
+The class only wires things together: `reader.format.catalog` reads the metadata, `reader.schedule` decides the
 order, `reader.state` the resume arithmetic, and `reader.pool` reads, fetches and decodes. Everything a
 process needs at run time (cache threads, open decoders, parquet footers) is created lazily in the
 process that iterates, so the stream pickles and forks cleanly into DataLoader workers.
@@ -29,10 +29,11 @@ from cache import NodeCache, Remote, aggregate_stats
 from cache.checks import check_int
 from cache.stats import CacheStats
 from cache.store import META_DIR, atomic_write
-from reader.catalog import Catalog, EpisodeRef
 from reader.decode import Decoders, SeekMode, check_device
 from reader.depth import DepthUnit, Quantizer, check_unit, is_depth
 from reader.errors import DatasetError, StateError
+from reader.format.catalog import Catalog, EpisodeRef
+from reader.format.v3 import INFO_PATH
 from reader.loader_math import batches_per_epoch
 from reader.metadata import DatasetMeta
 from reader.plan import FETCH_THREADS, ReadPlan, default_pool_size
@@ -40,7 +41,6 @@ from reader.pool import Consumer, Counters, Options, Part, ReaderStats
 from reader.rows import RowGroupReader
 from reader.schedule import Schedule
 from reader.state import Resume, parse_state
-from reader.v3 import INFO_PATH
 from reader.windows import Windows, delta_indices
 
 _log = logging.getLogger("lrs.reader")

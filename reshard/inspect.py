@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from cache.remote import Remote
 from reader.errors import DatasetError, LayoutError
-from reader.index import LAYOUT_JSON, parse_layout_json
+from reader.format.index import LAYOUT_JSON, parse_layout_json
 from reshard.execute import local_copy
 from reshard.source import Source, describe, open_source
 from reshard.tables import footer_bytes

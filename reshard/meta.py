@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from cache import store
 from cache.remote import redact
-from reader.index import (
+from reader.format.index import (
     EPISODES_INDEX,
     FILES_INDEX,
     LAYOUT_JSON,
@@ -43,7 +43,7 @@ from reader.index import (
     files_to_table,
     kind_of,
 )
-from reader.v3 import DEFAULT_EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH
+from reader.format.v3 import DEFAULT_EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH
 from reshard import DISTRIBUTION
 from reshard.plan import Plan
 from reshard.source import Source

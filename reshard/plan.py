@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from reader.v3 import EpisodeInfo, Info
+from reader.format.v3 import EpisodeInfo, Info
 
 DEFAULT_CHUNKS_SIZE = 1000
 _MB = 1024 * 1024

@@ -22,12 +22,12 @@ from cache import FetchError, NodeCache, Remote
 from cache.checks import check_int
 from cache.prewarm import FetchSummary, FileRequest, fetch_in_order
 from cache.progress import human_bytes
-from reader.catalog import Catalog
 from reader.errors import LayoutError
-from reader.index import FILES_INDEX, files_from_table
+from reader.format.catalog import Catalog
+from reader.format.index import FILES_INDEX, files_from_table
+from reader.format.parquet import parse_parquet
 from reader.plan import DEFAULT_POOL_SIZE, FETCH_THREADS, ReadPlan
 from reader.prewarm import Needs, Plan, check_ranks, plan_needs, plan_prewarm
-from reader.v3 import parse_parquet
 
 __all__ = ["PrewarmSummary", "prewarm"]
 

@@ -29,7 +29,7 @@ from typing import Any
 from cache.remote import redact
 from cache.store import atomic_write
 from reader.errors import DatasetError
-from reader.index import LAYOUT_JSON, parse_layout_json
+from reader.format.index import LAYOUT_JSON, parse_layout_json
 from reshard.errors import ReshardError
 from reshard.execute import (
     DEFAULT_OPTIONS,

@@ -20,7 +20,8 @@ import pyarrow as pa
 
 from cache.remote import Remote, resolve
 from reader.errors import DatasetError
-from reader.v3 import (
+from reader.format.parquet import parse_parquet
+from reader.format.v3 import (
     DEFAULT_EPISODES_PATH,
     EPISODES_DIR,
     INFO_PATH,
@@ -31,7 +32,6 @@ from reader.v3 import (
     check_tiling,
     concat_episode_tables,
     parse_episodes,
-    parse_parquet,
     parse_tasks,
 )
 

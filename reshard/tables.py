@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from cache.remote import Remote
 from reader.errors import DatasetError
+from reader.format.parquet import row_group_span
 from reshard.plan import DataTask
 from reshard.source import CHECKED_COLUMNS, Source, check_rows
 
@@ -58,16 +59,8 @@ def row_group_ranges(metadata: pq.FileMetaData) -> list[tuple[int, int]]:
     """
     ranges = []
     for i in range(metadata.num_row_groups):
-        group = metadata.row_group(i)
-        start, end = None, 0
-        for c in range(group.num_columns):
-            column = group.column(c)
-            first = column.data_page_offset
-            if column.has_dictionary_page and column.dictionary_page_offset:
-                first = min(first, column.dictionary_page_offset)
-            start = first if start is None else min(start, first)
-            end = max(end, first + column.total_compressed_size)
-        ranges.append((start or 0, end - (start or 0)))
+        start, end = row_group_span(metadata, i)
+        ranges.append((start, end - start))
     return ranges
 
 

@@ -31,9 +31,9 @@ import pyarrow.parquet as pq
 from cache.remote import Remote, resolve
 from reader.depth import is_depth
 from reader.errors import DatasetError, LayoutError
-from reader.index import FILES_INDEX
-from reader.layout import Layout
-from reader.v3 import EPISODES_DIR, INFO_PATH, STATS_PATH, TASKS_PATH
+from reader.format.index import FILES_INDEX
+from reader.format.layout import Layout
+from reader.format.v3 import EPISODES_DIR, INFO_PATH, STATS_PATH, TASKS_PATH
 from reshard.execute import list_files, local_copy
 from reshard.meta import file_sha256
 from reshard.source import Source, check_rows, open_source

@@ -51,7 +51,7 @@ def build(workdir: Path, height: int, width: int) -> Path:
 
 
 def episodes(root: Path) -> list[list[str]]:
-    from reader.catalog import Catalog
+    from reader.format.catalog import Catalog
 
     catalog = Catalog.open(str(root))
     return [[str(root / v.path) for v in ref.videos] for ref in catalog.episodes]

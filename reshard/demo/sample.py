@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from reader.depth import Quantizer
-from reader.v3 import CODEBASE_VERSION, DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH
+from reader.format.v3 import CODEBASE_VERSION, DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH
 from reshard.plan import chunk_file
 from reshard.video.write import ENCODERS, add_video_stream, encoder_options  # noqa: F401 - encoder_options re-exported
 

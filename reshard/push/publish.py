@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from cache.progress import human_bytes, progress_bar
 from cache.remote import resolve
-from reader.index import FILES_INDEX, LAYOUT_JSON, LRS_DIR, files_from_table
+from reader.format.index import FILES_INDEX, LAYOUT_JSON, LRS_DIR, files_from_table
 from reshard.errors import LayoutError, PushError
 from reshard.meta import file_sha256
 from reshard.push.hf import HfBucketTarget

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from reader.catalog import Catalog
 from reader.errors import DatasetError, LayoutError
-from reader.index import FILES_INDEX, LAYOUT_JSON
+from reader.format.catalog import Catalog
+from reader.format.index import FILES_INDEX, LAYOUT_JSON
 from reshard.demo.sample import write_sample
 from reshard.run import reshard
 from tests.servers import Faults, RangeServer

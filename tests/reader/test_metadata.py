@@ -16,8 +16,8 @@ import pytest
 
 from reader import EpisodeStream
 from reader.errors import DatasetError
+from reader.format.v3 import Info
 from reader.metadata import DatasetMeta, rescale_depth_stats, stats_to_numpy
-from reader.v3 import Info
 from reshard.demo.sample import write_sample
 
 DEPTH, RGB = "observation.images.depth0", "observation.images.cam0"

@@ -17,7 +17,7 @@ import reader.pool
 import reader.stream
 from cache import NodeCache
 from cache.prewarm import FileRequest
-from reader.catalog import EpisodeRef, VideoRef
+from reader.format.catalog import EpisodeRef, VideoRef
 from reader.prewarm import consumer_needs, node_needs, plan_prewarm, stream_needs
 from reader.schedule import Schedule
 from reader.stream import EpisodeStream

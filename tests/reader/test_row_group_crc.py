@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from reader import EpisodeStream
 from reader.errors import DatasetError, RowGroupMismatch
-from reader.index import EPISODES_INDEX, episodes_from_table
+from reader.format.index import EPISODES_INDEX, episodes_from_table
 from reshard.cli import cli
 
 
@@ -33,7 +33,7 @@ def _first_entry(root: Path):  # type: ignore[no-untyped-def]
 def _reindex_files(root: Path) -> None:
     import hashlib
 
-    from reader.index import FILES_INDEX, FileEntry, files_to_table, kind_of
+    from reader.format.index import FILES_INDEX, FileEntry, files_to_table, kind_of
 
     entries = [
         FileEntry(rel, len(data), hashlib.sha256(data).hexdigest(), kind_of(rel))

@@ -11,8 +11,8 @@ import torch
 
 from cache.errors import IntegrityError
 from reader import EpisodeStream
-from reader.catalog import Catalog
 from reader.errors import DatasetError, DecodeError
+from reader.format.catalog import Catalog
 from tests.reader.reference import SMALL, ReferenceDataset, assert_items_equal, sample_pair
 from tests.servers import Faults, RangeServer
 

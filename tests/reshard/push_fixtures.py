@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from reader.index import FILES_INDEX, LAYOUT_JSON, FileEntry, files_to_table, kind_of
+from reader.format.index import FILES_INDEX, LAYOUT_JSON, FileEntry, files_to_table, kind_of
 
 TOKEN = "hf_PlantedTokenDoNotLeak0123456789"
 AWS_SECRET = "AwsSecretPlanted/DoNotLeak+0123456789abcdef"

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import reshard.cli.push  # noqa: F401 - registers `lrs push`
-from reader.index import FILES_INDEX, LAYOUT_JSON, FileEntry, files_to_table
+from reader.format.index import FILES_INDEX, LAYOUT_JSON, FileEntry, files_to_table
 from reshard.cli import cli
 from reshard.errors import LayoutError, PushError
 from reshard.push.publish import PushSummary, publish_phase, push

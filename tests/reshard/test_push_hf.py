@@ -25,7 +25,7 @@ from huggingface_hub.errors import BucketBatchError, BucketNotFoundError, HfHubH
 from huggingface_hub.utils import are_progress_bars_disabled
 
 import reshard.cli.push  # noqa: F401 - registers `lrs push`
-from reader.index import LAYOUT_JSON
+from reader.format.index import LAYOUT_JSON
 from reshard.cli import cli
 from reshard.errors import PushError
 from reshard.push import hf as push_hf

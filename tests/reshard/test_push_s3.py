@@ -16,7 +16,7 @@ import s3fs
 from click.testing import CliRunner
 
 import reshard.cli.push  # noqa: F401 - registers `lrs push`
-from reader.index import LAYOUT_JSON
+from reader.format.index import LAYOUT_JSON
 from reshard.cli import cli
 from reshard.errors import PushError
 from reshard.push.publish import publish_phase, push

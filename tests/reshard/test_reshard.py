@@ -14,8 +14,8 @@ from click.testing import CliRunner, Result
 
 from cache.remote import Remote
 from reader.errors import LayoutError
-from reader.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON
-from reader.layout import Layout, is_lrs
+from reader.format.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON
+from reader.format.layout import Layout, is_lrs
 from reshard.cli import cli
 from reshard.errors import ReshardError
 from reshard.execute import ReshardOptions

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from reader.v3 import DEFAULT_DATA_PATH, DEFAULT_VIDEO_PATH, EpisodeInfo, Info, VideoSegment
+from reader.format.v3 import DEFAULT_DATA_PATH, DEFAULT_VIDEO_PATH, EpisodeInfo, Info, VideoSegment
 from reshard.plan import DataTask, VideoTask, chunk_file, make_plan
 
 MB = 1024 * 1024

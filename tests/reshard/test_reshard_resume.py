@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from reader.index import FILES_INDEX, LAYOUT_JSON
+from reader.format.index import FILES_INDEX, LAYOUT_JSON
 from reshard.execute import KILL_ENV
 from reshard.run import default_work_dir, reshard
 from tests.servers import RangeServer

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from reader.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON, FileEntry, files_to_table, kind_of
+from reader.format.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON, FileEntry, files_to_table, kind_of
 from reshard.cli import cli
 from reshard.demo.sample import draw_frame, encode_frames
 from reshard.tables import row_group_ranges

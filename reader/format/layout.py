@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from cache.remote import Reads, Remote, resolve
 from reader.errors import DatasetError, LayoutError
-from reader.index import (
+from reader.format.index import (
     EPISODES_INDEX,
     FILES_INDEX,
     LAYOUT_JSON,
@@ -25,7 +25,8 @@ from reader.index import (
     files_from_table,
     parse_layout_json,
 )
-from reader.v3 import INFO_PATH, Info, check_tiling, parse_parquet
+from reader.format.parquet import parse_parquet
+from reader.format.v3 import INFO_PATH, Info, check_tiling
 
 
 @dataclass(frozen=True)

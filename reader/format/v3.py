@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from reader.errors import DatasetError
 
@@ -310,25 +309,6 @@ def parse_episodes(table: pa.Table, video_keys: list[str], *, file: str = EPISOD
                 field="episode_index",
             )
     return episodes
-
-
-def parse_parquet(
-    data: bytes,
-    *,
-    file: str,
-    columns: list[str] | None = None,
-    missing_ok: bool = False,
-    error: type[DatasetError] = DatasetError,
-) -> pa.Table:
-    """A parquet file's bytes as a table (`columns` only; with `missing_ok`, those of them it has), or
-    `error` naming `file`: the one way the metadata readers turn a bad parquet file into a message."""
-    try:
-        if missing_ok and columns is not None:
-            names = set(pq.read_schema(pa.BufferReader(data)).names)
-            columns = [c for c in columns if c in names]
-        return pq.read_table(pa.BufferReader(data), columns=columns)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise error(f"not a readable parquet file ({exc})", file=file) from exc
 
 
 def check_tiling(episodes: Sequence[Any], *, file: str, error: type[DatasetError] = DatasetError) -> int:

@@ -1,6 +1,6 @@
 """What the reader needs to know about a dataset, for lrs/1 and plain v3 alike: episodes, files, tasks.
 
-`Catalog.open(url)` reads metadata only: for lrs/1 the `meta/lrs/` index (`reader.layout.Layout`), for
+`Catalog.open(url)` reads metadata only: for lrs/1 the `meta/lrs/` index (`reader.format.layout.Layout`), for
 plain v3 `meta/episodes/` (enumerated from the v3 path template, so that sources that cannot list
 directories, like plain HTTP, work too), plus `meta/tasks.parquet`. The fingerprint names the dataset
 in the node cache and in resume states; it is derived from the index (lrs/1: every file's size and
@@ -18,9 +18,10 @@ import pyarrow as pa
 
 from cache.remote import Reads, Remote, resolve
 from reader.errors import DatasetError
-from reader.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON
-from reader.layout import Layout
-from reader.v3 import (
+from reader.format.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON
+from reader.format.layout import Layout
+from reader.format.parquet import parse_parquet
+from reader.format.v3 import (
     DEFAULT_EPISODES_PATH,
     EPISODES_DIR,
     INFO_PATH,
@@ -30,7 +31,6 @@ from reader.v3 import (
     concat_episode_tables,
     episode_columns,
     parse_episodes,
-    parse_parquet,
     parse_tasks,
 )
 

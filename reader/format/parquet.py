@@ -1,0 +1,50 @@
+"""Parquet as the formats use it: reading a metadata file into a table, and the byte range of a row group.
+
+`row_group_span` is the one rule for where a row group's bytes are: the writer records it in the lrs/1
+index, the reader fetches it with one ranged read, and `lrs verify` checks the two agree.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from reader.errors import DatasetError
+
+
+def parse_parquet(
+    data: bytes,
+    *,
+    file: str,
+    columns: list[str] | None = None,
+    missing_ok: bool = False,
+    error: type[DatasetError] = DatasetError,
+) -> pa.Table:
+    """A parquet file's bytes as a table (`columns` only; with `missing_ok`, those of them it has), or
+    `error` naming `file`: the one way the metadata readers turn a bad parquet file into a message."""
+    try:
+        if missing_ok and columns is not None:
+            names = set(pq.read_schema(pa.BufferReader(data)).names)
+            columns = [c for c in columns if c in names]
+        return pq.read_table(pa.BufferReader(data), columns=columns)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise error(f"not a readable parquet file ({exc})", file=file) from exc
+
+
+def row_group_span(metadata: pq.FileMetaData, row_group: int) -> tuple[int, int]:
+    """Byte range `[start, end)` of all column chunks of a row group.
+
+    A column chunk starts at its dictionary page when it has one, else at its first data page (a
+    dictionary offset of 0 is a writer's "none"), and spans `total_compressed_size` bytes; one ranged
+    read of the union fetches the whole row group.
+    """
+    group = metadata.row_group(row_group)
+    start, end = None, 0
+    for i in range(group.num_columns):
+        chunk = group.column(i)
+        first = chunk.data_page_offset
+        if chunk.has_dictionary_page and chunk.dictionary_page_offset:
+            first = min(first, chunk.dictionary_page_offset)
+        start = first if start is None else min(start, first)
+        end = max(end, first + chunk.total_compressed_size)
+    return (start or 0), end
