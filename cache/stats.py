@@ -104,8 +104,13 @@ class Counters:
                 "fingerprint": self._fingerprint,
                 "counters": self._stats.to_dict(),
             }
-            # Written under the lock so that files never go back in time when threads race.
-            atomic_write(self._path, json.dumps(payload).encode())
+            # Written under the lock so that files never go back in time when threads race. The figures
+            # are advisory: a failed write (a full disk, a temporary cache directory removed by its
+            # stream while a download finishes) must not fail the read that counted.
+            try:
+                atomic_write(self._path, json.dumps(payload).encode())
+            except OSError:
+                return
             self._dirty = False
             self._flushed_at = time.monotonic()
 

@@ -78,27 +78,30 @@ class ReaderStats:
         """The counters as a JSON-able dict."""
         return dataclasses.asdict(self)
 
+    def __add__(self, other: ReaderStats) -> ReaderStats:
+        """Counters of two processes (or two moments) summed, field by field (`cache` too)."""
+        if not isinstance(other, ReaderStats):
+            return NotImplemented
+        return ReaderStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in _FIELDS})
+
+    @classmethod
+    def from_counters(cls, counters: Mapping[str, Any]) -> ReaderStats:
+        """Stats from `to_dict()`'s counters (without `cache`); unknown names are ignored."""
+        return cls(**{f.name: counters[f.name] for f in _FIELDS if f.name != "cache" and f.name in counters})
+
+
+_FIELDS = dataclasses.fields(ReaderStats)
+
 
 class Counters:
-    """The mutable counters behind `ReaderStats` (incremented by the iterating thread)."""
-
-    _FIELDS = (
-        "samples",
-        "skipped",
-        "episodes_admitted",
-        "admissions_waited",
-        "samples_local",
-        "frames_decoded",
-        "decode_seconds",
-    )
+    """This process's running `ReaderStats` (added to by the iterating thread)."""
 
     def __init__(self, on_add: Callable[[], None] | None = None) -> None:
-        self.values: dict[str, float] = dict.fromkeys(self._FIELDS, 0)
+        self.values = ReaderStats()
         self.on_add = on_add  # e.g. publish the counters for other processes (at most once a second)
 
     def add(self, **deltas: float) -> None:
-        for name, delta in deltas.items():
-            self.values[name] += delta
+        self.values = self.values + ReaderStats(**deltas)  # type: ignore[arg-type]
         if self.on_add is not None:
             self.on_add()
 

@@ -8,9 +8,7 @@ process that iterates, so the stream pickles and forks cleanly into DataLoader w
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import json
 import logging
 import os
 import shutil
@@ -19,7 +17,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -28,7 +26,6 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from cache import NodeCache, Remote, aggregate_stats
 from cache.checks import check_int
 from cache.stats import CacheStats
-from cache.store import META_DIR, atomic_write
 from reader.decode import Decoders, SeekMode, check_device
 from reader.depth import DepthUnit, Quantizer, check_unit, is_depth
 from reader.errors import DatasetError, StateError
@@ -38,6 +35,7 @@ from reader.loader_math import batches_per_epoch
 from reader.metadata import DatasetMeta
 from reader.plan import FETCH_THREADS, ReadPlan, default_pool_size
 from reader.pool import Consumer, Counters, Options, Part, ReaderStats
+from reader.published import PUBLISH_INTERVAL_S, publish, published_path, read_published
 from reader.rows import RowGroupReader
 from reader.schedule import Schedule
 from reader.state import Resume, parse_state
@@ -424,21 +422,11 @@ class EpisodeStream(IterableDataset):
             for source in self.sources:
                 mine = mine + source.cache.stats()
             return self._runtime().snapshot(mine)
-        total = dict.fromkeys(_PUBLISHED, 0.0)
-        for counters in _read_published(self.cache.cache_dir, self._run):
-            for name in _PUBLISHED:
-                total[name] += counters.get(name, 0)
+        total = sum(read_published(self.cache.cache_dir, self._run), ReaderStats())
         process = self._process
         if process is not None and process.pid == os.getpid() and not process.published:
-            mine = process.snapshot(CacheStats())  # this process has not published yet
-            for name in _PUBLISHED:
-                total[name] += getattr(mine, name)
-        ints = {name: int(value) for name, value in total.items() if name != "decode_seconds"}
-        return ReaderStats(
-            **ints,
-            decode_seconds=total["decode_seconds"],
-            cache=self._cache_stats(),
-        )
+            total = total + process.snapshot(CacheStats())  # this process has not published yet
+        return replace(total, cache=self._cache_stats())
 
     def _cache_stats(self) -> CacheStats:
         total = CacheStats()
@@ -478,7 +466,7 @@ class EpisodeStream(IterableDataset):
                 pid=os.getpid(),
                 parts=parts,
                 decoders=Decoders(capacity, device=device, seek_mode=seek_mode),
-                stats_path=_published_path(self.cache.cache_dir, self._run),
+                stats_path=published_path(self.cache.cache_dir, self._run),
             )
             process.counters.on_add = process.publish
         return process
@@ -529,7 +517,7 @@ class _Process:
 
     def snapshot(self, cache: CacheStats) -> ReaderStats:
         return replace(
-            ReaderStats(**self.counters.values),
+            self.counters.values,
             decoders_opened=self.decoders.opened,
             row_reads=sum(p.rows.range_reads for p in self.parts),
             row_bytes=sum(p.rows.bytes_read for p in self.parts),
@@ -540,59 +528,11 @@ class _Process:
         """Write this process's counters for `EpisodeStream.stats(all_processes=True)`: at most once a
         second unless `force`. A failed write (a full disk) only loses the figures."""
         now = time.monotonic()
-        if self.stats_path is None or (not force and now - self.published_at < _PUBLISH_INTERVAL_S):
+        if self.stats_path is None or (not force and now - self.published_at < PUBLISH_INTERVAL_S):
             return
         self.published_at = now
-        counters = self.snapshot(CacheStats()).to_dict()
-        counters.pop("cache")
-        try:
-            atomic_write(self.stats_path, json.dumps({"pid": self.pid, "counters": counters}).encode())
+        if publish(self.stats_path, self.pid, self.snapshot(CacheStats())):
             self.published = True
-        except OSError:
-            pass
-
-
-_PUBLISH_INTERVAL_S = 1.0
-_PUBLISHED = tuple(f.name for f in fields(ReaderStats) if f.name != "cache")
-# Published counters older than this are removed when a process starts publishing (runs long gone).
-_PUBLISHED_MAX_AGE_S = 24 * 3600.0
-
-
-def _published_dir(cache_dir: str, run: str) -> str:
-    return os.path.join(cache_dir, META_DIR, "reader-stats", run)
-
-
-def _published_path(cache_dir: str, run: str) -> str:
-    directory = _published_dir(cache_dir, run)
-    _prune_published(os.path.dirname(directory))
-    return os.path.join(directory, f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json")
-
-
-def _prune_published(root: str) -> None:
-    try:
-        runs = os.listdir(root)
-    except FileNotFoundError:
-        return
-    cutoff = time.time() - _PUBLISHED_MAX_AGE_S
-    for run in runs:
-        path = os.path.join(root, run)
-        with contextlib.suppress(OSError):
-            if os.path.getmtime(path) < cutoff:
-                shutil.rmtree(path, ignore_errors=True)
-
-
-def _read_published(cache_dir: str, run: str) -> Iterator[dict[str, float]]:
-    directory = _published_dir(cache_dir, run)
-    try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
-    except FileNotFoundError:
-        return
-    for name in names:
-        try:
-            with open(os.path.join(directory, name), encoding="utf-8") as f:
-                yield json.load(f)["counters"]
-        except (OSError, ValueError, KeyError):
-            continue  # being replaced, or not ours: the figures are advisory
 
 
 def _publishing(consumer: Consumer, process: _Process) -> Iterator[dict[str, Any]]:

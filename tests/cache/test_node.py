@@ -10,6 +10,7 @@ import os
 import pickle
 import re
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -495,3 +496,17 @@ def test_forked_child_does_not_keep_its_parents_pins(source, serve, open_cache):
         done.set()
         child.join(60)
     assert child.exitcode == 0
+
+
+def test_counters_that_cannot_be_written_do_not_fail_a_read(tmp_path: Path) -> None:
+    """The counters are advisory: a cache directory whose stats cannot be written (removed under a
+    running download, a full disk) loses the figures, not the read."""
+    from cache.stats import Counters
+
+    (tmp_path / "gone").write_bytes(b"")  # a file where the cache directory should be: no write works
+    counters = Counters(str(tmp_path / "gone"), "fp")
+    counters.add(hits=1)
+    assert counters.snapshot().hits == 1
+    (tmp_path / "gone").unlink()
+    counters.add(hits=1)  # written once it can be, with everything counted
+    assert aggregate_stats(tmp_path / "gone").hits == 2

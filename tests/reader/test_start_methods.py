@@ -72,11 +72,15 @@ def job(spec: dict[str, Any], tmp_path: Path, name: str) -> dict[str, Any]:
 
 
 def test_a_stream_pickles_and_opens_nothing_until_it_iterates(small: Path) -> None:
+    def threads() -> set[threading.Thread]:  # earlier tests' streams may hold theirs: only new ones count
+        return {t for t in threading.enumerate() if t.name.startswith("lrs-")}
+
     with RangeServer(small) as server:
         for source in (small, server.url):
+            before = threads()
             ds = stream(source, delta_timestamps=DELTAS)
             assert ds._process is None
-            assert not [t.name for t in threading.enumerate() if t.name.startswith("lrs-")]
+            assert not threads() - before
             copy = pickle.loads(pickle.dumps(ds))
             assert copy._process is None and copy.options == ds.options
             assert [int(i["index"]) for i in copy] == [int(i["index"]) for i in ds]

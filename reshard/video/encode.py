@@ -1,0 +1,134 @@
+"""Encoder settings of the re-encodes: the codecs, their defaults (measured), and one stream's options."""
+
+from __future__ import annotations
+
+import os
+from fractions import Fraction
+from typing import Literal
+
+import av
+
+from reshard.video.frames import VideoStream, frame_rate
+
+# SVT-AV1 prints its configuration on every encoder open unless told otherwise.
+os.environ.setdefault("SVT_LOG", "1")
+
+VideoMode = Literal["copy", "hevc", "h264"]
+VIDEO_MODES: tuple[str, ...] = ("copy", "hevc", "h264")
+# Codec name (as FFmpeg's codec descriptors name it) -> the encoder used to write it.
+ENCODERS: dict[str, str] = {"av1": "libsvtav1", "hevc": "libx265", "h264": "libx264"}
+# lerobot records with g=2: every other frame is a keyframe, so a random-access decode costs at most one
+# extra frame. Re-encodes keep that unless the caller passes the source's own GOP.
+DEFAULT_GOP = 2
+# Re-encode defaults, measured with reshard.video.compare on the synthetic sample (AV1 crf 30 source, 64x96
+# and 240x320): x265 `fast` at crf 21 keeps every frame >= 35.6 dB PSNR against the decoded source (mean
+# 39 dB at 64x96, 43 dB at 240x320) in 0.8x the source's bytes; crf 23 lets the worst frames of the tiny
+# sample drop to 34 dB. With a 2-frame GOP half the frames are intra, so presets between `superfast` and
+# `medium` differ little in speed (~75 frames/s/core at 240x320) and `fast` compresses best among them.
+# x264 needs crf 18 for the same worst frame (>= 35.5 dB), at 0.9-1.2x the source's bytes.
+# AV1 only re-encodes an episode of an AV1 source that does not start on a keyframe, at the source's crf:
+# SVT-AV1 preset 8 keeps its worst frame at 33-35 dB, where lerobot's speed-first preset 12 drops inter
+# frames of this second generation to 27-31 dB (below verify's 30 dB floor) in more bytes.
+DEFAULT_CRF: dict[str, int] = {"av1": 30, "hevc": 21, "h264": 18}
+DEFAULT_PRESET: dict[str, str] = {"av1": "8", "hevc": "fast", "h264": "fast"}
+X26X_PRESETS = (
+    "ultrafast",
+    "superfast",
+    "veryfast",
+    "faster",
+    "fast",
+    "medium",
+    "slow",
+    "slower",
+    "veryslow",
+)
+# moov in front: a reader can start on the first bytes of a whole-file fetch.
+MUX_OPTIONS: dict[str, str] = {"movflags": "faststart"}
+
+# --- encoder settings --------------------------------------------------------------------------------
+
+
+def encoder_options(
+    codec: str,
+    *,
+    gop: int,
+    crf: int,
+    preset: str | int | None = None,
+    bframes: int = 0,
+    threads: int | None = None,
+    lossless: bool = False,
+) -> dict[str, str]:
+    """Encoder options for PyAV: fixed keyframe interval, no scene cuts, closed GOP, `bframes` B-frames.
+
+    Args:
+        codec: `av1`, `hevc` or `h264`.
+        gop: keyframe interval in frames.
+        crf: constant rate factor.
+        preset: encoder speed preset; None picks `DEFAULT_PRESET[codec]`.
+        bframes: consecutive B-frames allowed (x264/x265 only).
+        threads: worker threads; None leaves the encoder's default (x265: one per core).
+        lossless: x265's lossless mode (`crf` is then ignored): what lerobot writes depth maps with.
+    """
+    if lossless and codec != "hevc":
+        raise ValueError(f"Invalid codec ({codec!r}) for a lossless encode. Expected 'hevc'.")
+    if codec not in ENCODERS:
+        raise ValueError(f"Invalid codec ({codec!r}). Expected one of {sorted(ENCODERS)}.")
+    preset = DEFAULT_PRESET[codec] if preset is None else str(preset)
+    if codec == "av1":
+        return {"g": str(gop), "crf": str(crf), "preset": str(preset)}
+    params = [f"keyint={gop}", f"min-keyint={gop}", "scenecut=0", f"bframes={bframes}"]
+    if codec == "h264":
+        return {"crf": str(crf), "preset": preset, "x264-params": ":".join(params)}
+    # x265 ignores AVCodecContext.thread_count: its thread pool and frame threads are set here.
+    # Reproducible output (a resumed reshard equals an uninterrupted one): with x265's sliced lookahead
+    # two encodes of the same frames in one process differed about every other run, and with weighted
+    # prediction's analysis they differed between processes (measured, 1 pool thread). Without both,
+    # every encode was byte-identical, at the same speed; robot cameras rarely fade, which is what
+    # weighted prediction is for.
+    params += ["open-gop=0", "log-level=error", "lookahead-slices=0", "weightp=0"]
+    params += ["lossless=1"] if lossless else []
+    if threads:
+        params += [f"pools={threads}"] + (["frame-threads=1"] if threads == 1 else [])
+    return {"crf": str(crf), "preset": preset, "x265-params": ":".join(params)}
+
+
+def add_video_stream(
+    container: av.container.OutputContainer,
+    codec: str,
+    *,
+    fps: float | Fraction,
+    width: int,
+    height: int,
+    gop: int,
+    crf: int,
+    preset: str | int | None = None,
+    bframes: int = 0,
+    threads: int | None = None,
+    pix_fmt: str = "yuv420p",
+    lossless: bool = False,
+) -> VideoStream:
+    """Add an encoding video stream to an output container, time base `1 / fps`.
+
+    Args:
+        container: the output container.
+        codec, gop, crf, preset, bframes, threads: as `encoder_options`.
+        fps: frame rate.
+        width, height: frame size in pixels.
+        pix_fmt: the pixel format to encode.
+        lossless: as `encoder_options`.
+    """
+    rate = frame_rate(fps)
+    options = encoder_options(
+        codec, gop=gop, crf=crf, preset=preset, bframes=bframes, threads=threads, lossless=lossless
+    )
+    stream = container.add_stream(ENCODERS[codec], rate=rate, options=options)
+    stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
+    stream.time_base = 1 / rate
+    if codec != "av1":
+        stream.codec_context.gop_size = gop
+        stream.codec_context.max_b_frames = bframes
+    if codec == "hevc":
+        stream.codec_tag = "hvc1"  # parameter sets out of band; what Apple players and most tools expect
+    if threads is not None:
+        stream.codec_context.thread_count = threads
+    return stream
