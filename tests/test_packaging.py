@@ -28,3 +28,28 @@ def test_imports_hold_in_a_directory_with_cache_and_reader_folders(tmp_path: Pat
     code = "from reader import EpisodeStream, DatasetMeta; from cache import NodeCache; import reshard.cli"
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_torch_free_modules_stay_torch_free() -> None:
+    """The README's Architecture section says which modules load without torch (the command line and
+    `lrs prewarm --dry-run` start quickly because of it); and no command module imports another."""
+    code = (
+        "import sys\n"
+        "import cache, cache.node, cache.prewarm, cache.remote\n"
+        "import reader.format.v3, reader.format.index, reader.format.layout, reader.format.catalog\n"
+        "import reader.format.parquet, reader.plan, reader.schedule, reader.prewarm, reader.metadata\n"
+        "import reader.state, reader.loader_math, reshard.cli\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    commands = Path(__file__).resolve().parent.parent / "reshard" / "cli"
+    for module in commands.glob("*.py"):
+        if module.stem == "__init__":
+            continue  # the package adds every command to the group
+        text = module.read_text()
+        others = [m.stem for m in commands.glob("*.py") if m.stem not in ("__init__", "base", module.stem)]
+        imported = [
+            o for o in others if f"from reshard.cli.{o} import" in text or f"import reshard.cli.{o}" in text
+        ]
+        assert not imported, f"{module.name} imports {imported}"

@@ -1,4 +1,4 @@
-"""`lrs push DIR URL`: the click layer over `reshard.push.push`."""
+"""`lrs push DIR URL`: the click layer over `reshard.push.publish.push`."""
 
 from __future__ import annotations
 
