@@ -29,7 +29,10 @@ def collate(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     In a DataLoader worker the batch's tensors share one shared-memory buffer (cheaper to hand over);
     elsewhere (the main process, `num_workers=0`) this is `default_collate`. Keys whose values are not
-    CPU tensors of one shape and dtype (strings, for example) are collated by `default_collate`.
+    CPU tensors of one shape and dtype (strings, for example) are collated by `default_collate`, except
+    Python lists (lerobot's `language` features: a list of annotations per frame, of any length), which
+    `default_collate` cannot batch: they come as one list of the samples' values, as lerobot's
+    `lerobot_collate_fn` gives them.
 
     Args:
         items: the samples of one batch (dicts with the same keys, as `EpisodeStream` yields; other
@@ -38,8 +41,13 @@ def collate(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     Returns:
         key -> stacked tensor (or `default_collate`'s value), in the items' key order.
     """
-    # Other mapping types (default_collate keeps their type) and batches outside a worker go the usual way.
-    if get_worker_info() is None or not items or type(items[0]) is not dict:
+    if not items or type(items[0]) is not dict:
+        return default_collate(items)  # other mapping types: default_collate keeps their type
+    kept = [key for key, value in items[0].items() if isinstance(value, list)]
+    if kept:  # Python lists (language annotations, of any length): one list of the samples' values
+        rest = collate([{k: v for k, v in item.items() if k not in kept} for item in items])
+        return {key: [item[key] for item in items] if key in kept else rest[key] for key in items[0]}
+    if get_worker_info() is None:
         return default_collate(items)
     first, count = items[0], len(items)
     layout: list[tuple[str, int, torch.Tensor]] = []

@@ -146,6 +146,10 @@ def _to_values(column: pa.ChunkedArray, *, name: str, episode: int, file: str) -
     if pa.types.is_struct(array.type) and array.type.get_field_index("bytes") >= 0:
         # A camera stored as images (HF `Image`: {bytes, path}): the encoded bytes, decoded per sample.
         return array.field("bytes").to_pylist()
+    if not _numeric_leaves(array.type):
+        # Text and annotations (lerobot's `language` features: a list of {role, content, ...} per frame,
+        # of any length): each row as the Python value `LeRobotDataset` gives.
+        return array.to_pylist()
     if array.null_count:
         raise DatasetError(
             f"Invalid values ({array.null_count} nulls). Expected none.",
@@ -184,6 +188,13 @@ def _to_values(column: pa.ChunkedArray, *, name: str, episode: int, file: str) -
     # A copy: Arrow buffers are read-only, and items must not alias what the pool keeps.
     values = np.array(array.to_numpy(zero_copy_only=False), dtype=dtype).reshape(shape)
     return torch.from_numpy(values)
+
+
+def _numeric_leaves(kind: pa.DataType) -> bool:
+    """Whether a column type is numbers or bools, possibly in (nested) lists: what becomes a tensor."""
+    while pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        kind = kind.value_type
+    return pa.types.is_floating(kind) or pa.types.is_integer(kind) or pa.types.is_boolean(kind)
 
 
 # --- ranged parquet reads ------------------------------------------------------------------------------
