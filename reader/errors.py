@@ -31,6 +31,7 @@ class DatasetError(LrsError):
         self.file = file
         self.episode = episode
         self.field = field
+        self.problem = message  # without the location, which `file`, `episode` and `field` hold
         where = []
         if file is not None:
             where.append(file)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -239,13 +239,27 @@ def check_files_exist(source: Source) -> None:
     Raises:
         DatasetError: naming the first missing file and an episode that needs it.
     """
+    for defect in iter_missing_files(source, listed_files(source)):
+        raise defect
+
+
+def listed_files(source: Source) -> set[str] | None:
+    """The dataset-relative paths under `data/` and `videos/`, or None where the store cannot list
+    (plain HTTP)."""
     present = set()
     for top in ("data", "videos"):
         root = source.remote.root
         for path in _find(source.remote, top):
             present.add(path[len(root) + 1 :] if root and path.startswith(root + "/") else path)
     if not present and not source.remote.is_local:
-        # Some stores (plain HTTP) cannot list; fall back to one existence check per file.
+        return None
+    return present
+
+
+def iter_missing_files(source: Source, present: set[str] | None) -> Iterator[DatasetError]:
+    """Each file an episode points at that does not exist, once per (file, episode); `present` is
+    `listed_files` (None: one existence check per file)."""
+    if present is None:
         present = {f for f in source.data_files() + source.video_files() if source.remote.exists(f)}
     for episode in source.episodes:
         needed = [(source.data_file(episode), "data")] + [
@@ -253,7 +267,7 @@ def check_files_exist(source: Source) -> None:
         ]
         for rel, field_name in needed:
             if rel not in present:
-                raise DatasetError(
+                yield DatasetError(
                     f"missing file {rel!r}",
                     file=source.remote.display(rel),
                     episode=episode.episode_index,
@@ -262,6 +276,16 @@ def check_files_exist(source: Source) -> None:
 
 
 def check_rows(source: Source, data_file: str, table: pa.Table | None = None) -> None:
+    """`iter_row_defects`, raising the first.
+
+    Raises:
+        DatasetError: naming the file, the episode and the column.
+    """
+    for defect in iter_row_defects(source, data_file, table):
+        raise defect
+
+
+def iter_row_defects(source: Source, data_file: str, table: pa.Table | None = None) -> Iterator[DatasetError]:
     """The rows of `data_file` are exactly its episodes' `[dataset_from_index, dataset_to_index)`.
 
     Checks the `index`, `episode_index` and `frame_index` columns: every episode's rows present once,
@@ -270,8 +294,8 @@ def check_rows(source: Source, data_file: str, table: pa.Table | None = None) ->
     `frame_index / fps` within `TIMESTAMP_TOLERANCE_S`: lerobot finds video frames by timestamp) and
     `task_index` (a row of the tasks table).
 
-    Raises:
-        DatasetError: naming the file, the episode and the column.
+    Yields the first defect of each episode (naming the file, the episode and the column), then a row
+    count that does not add up.
     """
     where = source.remote.display(data_file)
     if table is None:
@@ -283,44 +307,60 @@ def check_rows(source: Source, data_file: str, table: pa.Table | None = None) ->
     order = np.argsort(index, kind="stable")
     index, ep_col, frame = index[order], ep_col[order], frame[order]
     for episode in episodes:
-        lo, hi = np.searchsorted(index, [episode.dataset_from_index, episode.dataset_to_index])
-        rows = hi - lo
-        if rows != episode.length or not np.array_equal(
-            index[lo:hi], np.arange(episode.dataset_from_index, episode.dataset_to_index)
-        ):
-            raise DatasetError(
-                f"Invalid rows ({rows} rows with index in [{episode.dataset_from_index}, "
-                f"{episode.dataset_to_index})). Expected {episode.length}, each index once.",
-                file=where,
-                episode=episode.episode_index,
-                field="index",
-            )
-        if not (ep_col[lo:hi] == episode.episode_index).all():
-            raise DatasetError(
-                "rows of another episode inside its index range",
-                file=where,
-                episode=episode.episode_index,
-                field="episode_index",
-            )
-        if not np.array_equal(frame[lo:hi], np.arange(episode.length)):
-            bad = frame[lo:hi]
-            dup = len(bad) - len(np.unique(bad))
-            raise DatasetError(
-                f"Invalid frame_index ({dup} duplicated, {episode.length - len(np.unique(bad))} missing or "
-                f"out of order). Expected 0..{episode.length - 1} in order.",
-                file=where,
-                episode=episode.episode_index,
-                field="frame_index",
-            )
-        _check_timestamps(source, table, order[lo:hi], frame[lo:hi], episode.episode_index, where)
-        _check_task_index(source, table, order[lo:hi], episode.episode_index, where)
+        try:
+            _check_episode_rows(source, table, episode, index, ep_col, frame, order, where)
+        except DatasetError as defect:
+            yield defect
     covered = sum(e.length for e in episodes)
     if covered != len(index):
-        raise DatasetError(
+        yield DatasetError(
             f"Invalid row count ({len(index)}). Expected {covered}, the rows of the episodes pointing here.",
             file=where,
             field="index",
         )
+
+
+def _check_episode_rows(
+    source: Source,
+    table: pa.Table,
+    episode: EpisodeInfo,
+    index: np.ndarray,
+    ep_col: np.ndarray,
+    frame: np.ndarray,
+    order: np.ndarray,
+    where: str,
+) -> None:
+    lo, hi = np.searchsorted(index, [episode.dataset_from_index, episode.dataset_to_index])
+    rows = hi - lo
+    if rows != episode.length or not np.array_equal(
+        index[lo:hi], np.arange(episode.dataset_from_index, episode.dataset_to_index)
+    ):
+        raise DatasetError(
+            f"Invalid rows ({rows} rows with index in [{episode.dataset_from_index}, "
+            f"{episode.dataset_to_index})). Expected {episode.length}, each index once.",
+            file=where,
+            episode=episode.episode_index,
+            field="index",
+        )
+    if not (ep_col[lo:hi] == episode.episode_index).all():
+        raise DatasetError(
+            "rows of another episode inside its index range",
+            file=where,
+            episode=episode.episode_index,
+            field="episode_index",
+        )
+    if not np.array_equal(frame[lo:hi], np.arange(episode.length)):
+        bad = frame[lo:hi]
+        dup = len(bad) - len(np.unique(bad))
+        raise DatasetError(
+            f"Invalid frame_index ({dup} duplicated, {episode.length - len(np.unique(bad))} missing or "
+            f"out of order). Expected 0..{episode.length - 1} in order.",
+            file=where,
+            episode=episode.episode_index,
+            field="frame_index",
+        )
+    _check_timestamps(source, table, order[lo:hi], frame[lo:hi], episode.episode_index, where)
+    _check_task_index(source, table, order[lo:hi], episode.episode_index, where)
 
 
 # The columns `check_rows` reads; those after the first three are checked where a file has them.
@@ -418,17 +458,34 @@ def check_videos(source: Source, video_files: Iterable[str] | None = None) -> No
     Raises:
         DatasetError: naming the file, the episode and the camera.
     """
+    for defect in iter_video_defects(source, video_files):
+        raise defect
+
+
+def iter_video_defects(
+    source: Source, video_files: Iterable[str] | None = None, *, per_episode: bool = False
+) -> Iterator[DatasetError]:
+    """Each video file that is unreadable (with `per_episode`, once for each of its episodes), and each
+    episode whose time range its file does not hold (naming the file, the episode and the camera)."""
     tolerance = 1.0 / source.info.fps
     wanted = set(video_files) if video_files is not None else None
     for key in source.video_keys:
         for rel, episodes in source.episodes_by_video_file(key).items():
             if wanted is not None and rel not in wanted:
                 continue
-            duration = video_duration_s(source, rel)
+            try:
+                duration = video_duration_s(source, rel)
+            except DatasetError as defect:
+                if not per_episode:
+                    yield defect
+                    continue
+                for episode in episodes:
+                    yield DatasetError(defect.problem, file=defect.file, episode=episode.episode_index)
+                continue
             for episode in episodes:
                 seg = episode.video(key)
                 if seg.to_timestamp > duration + tolerance:
-                    raise DatasetError(
+                    yield DatasetError(
                         f"Invalid to_timestamp ({seg.to_timestamp:.4f} s). Expected <= the file's duration "
                         f"({duration:.4f} s).",
                         file=source.remote.display(rel),

@@ -21,7 +21,7 @@ from reshard.cli.base import (
 )
 from reshard.cli.prewarm import prewarm_command
 from reshard.cli.push import push_command
-from reshard.cli.reshard import inspect_cmd, reshard_cmd, verify_cmd
+from reshard.cli.reshard import doctor_cmd, inspect_cmd, reshard_cmd, verify_cmd
 from reshard.cli.sample import demo, describe_cmd, sample
 
 __all__ = ["EXIT_CHECK_FAILED", "EXIT_ERROR", "cli", "handle_errors", "main", "quiet_requested"]
@@ -30,6 +30,7 @@ for _command in (
     reshard_cmd,
     verify_cmd,
     inspect_cmd,
+    doctor_cmd,
     push_command,
     prewarm_command,
     sample,

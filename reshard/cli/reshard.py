@@ -204,3 +204,28 @@ def inspect_cmd(url: str, as_json: bool, probe_videos: int) -> None:
     """Describe the layout of any v3 dataset: files, row groups, page index, video GOPs, lrs/1 or not."""
     report = inspect_dataset(url, probe_videos=probe_videos)
     click.echo(json.dumps(report, indent=2) if as_json else render(report))
+
+
+@click.command(name="doctor")
+@click.argument("source")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--decode",
+    is_flag=True,
+    help="Decode every video frame and count each episode's (default: headers only).",
+)
+@quiet_option
+@handle_errors
+def doctor_cmd(source: str, as_json: bool, decode: bool, quiet: bool) -> None:
+    """List every defect of the v3 dataset SOURCE (a path or URL), read-only.
+
+    Runs the checks reshard and verify make, to the end instead of stopping at the first: metadata,
+    episode ranges, referenced files, orphan files, each data file's rows, each video's frames. Each
+    defect names the file, the episode and the field. Exits 0 when there is none, 1 when there are.
+    """
+    from reshard.doctor import doctor
+
+    report = doctor(source, decode=decode, progress=not quiet_requested(quiet) and not as_json)
+    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.render())
+    if not report.clean:
+        click.get_current_context().exit(EXIT_CHECK_FAILED)

@@ -1,0 +1,244 @@
+"""`lrs doctor SRC`: every defect of a LeRobot v3 dataset in one report, read-only.
+
+Public datasets ship defects: orphan files no episode references, videos short of the frames their
+episodes need, zero-byte videos, row counts that do not add up. `reshard` refuses such a source at its
+first defect; `doctor` runs every check to the end and lists them all, each naming the file, the episode
+and the field. The checks are the ones `reshard` and `verify` make (`reshard.source`), collected instead
+of raised, plus what only a whole-dataset view can see (orphans):
+
+1. `metadata`: `meta/info.json`, `meta/episodes/` and the tasks load (a failure ends the report);
+2. `episodes`: episode ranges tile `[0, total_frames)` in order, and video spans match lengths;
+3. `files`: every file an episode points at exists;
+4. `orphans`: no parquet or video file under `data/` or `videos/` that no episode references (where the
+   store can list);
+5. `rows`: each data file's rows are exactly its episodes' (index, episode_index, frame_index), with
+   finite, increasing timestamps at `frame_index / fps` and valid task indices, and its row count adds up;
+6. `videos`: each video file is non-empty and readable, and its header's duration holds every episode's
+   time range (`--decode`: every frame decoded and counted per episode instead of trusting the header).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from cache.progress import progress_bar
+from reader.errors import DatasetError
+from reshard.source import (
+    CHECKED_COLUMNS,
+    Source,
+    _read_parquet,
+    check_pointers,
+    iter_missing_files,
+    iter_row_defects,
+    iter_video_defects,
+    listed_files,
+    open_source,
+)
+
+CHECKS = ("metadata", "episodes", "files", "orphans", "rows", "videos")
+
+
+@dataclass(frozen=True)
+class Defect:
+    """One defect: the check that found it, where (file, episode, field), and what is wrong."""
+
+    check: str
+    problem: str
+    file: str | None = None
+    episode: int | None = None
+    field: str | None = None
+
+    @classmethod
+    def of(cls, check: str, error: DatasetError) -> Defect:
+        problem = getattr(error, "problem", None) or str(error)
+        return cls(check, problem, error.file, error.episode, error.field)
+
+    def describe(self) -> str:
+        where = [w for w in (self.file, None if self.episode is None else f"episode {self.episode}") if w]
+        if self.field:
+            where.append(f"field {self.field!r}")
+        return (
+            f"[{self.check}] {', '.join(where)}: {self.problem}"
+            if where
+            else f"[{self.check}] {self.problem}"
+        )
+
+
+@dataclass
+class Report:
+    """What `doctor` found: the checks it ran (and skipped, with why) and every defect."""
+
+    url: str
+    episodes: int = 0
+    frames: int = 0
+    checks: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    defects: list[Defect] = field(default_factory=list)
+    decoded: bool = False
+
+    @property
+    def clean(self) -> bool:
+        return not self.defects
+
+    @property
+    def defective_episodes(self) -> list[int]:
+        return sorted({d.episode for d in self.defects if d.episode is not None})
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["clean"] = self.clean
+        out["defective_episodes"] = self.defective_episodes
+        return out
+
+    def render(self) -> str:
+        head = (
+            f"doctor: {self.url}: {self.episodes} episodes, {self.frames} frames; checks: "
+            f"{', '.join(self.checks)}{' (decoded)' if self.decoded else ''}"
+        )
+        lines = [head]
+        lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
+        lines += [f"  {d.describe()}" for d in self.defects]
+        if self.clean:
+            lines.append("no defect found.")
+        else:
+            episodes = self.defective_episodes
+            lines.append(
+                f"{len(self.defects)} defect{'s' if len(self.defects) != 1 else ''} found"
+                + (f", in {len(episodes)} episode{'s' if len(episodes) != 1 else ''}" if episodes else "")
+                + "."
+            )
+        return "\n".join(lines)
+
+
+def doctor(
+    url: str,
+    *,
+    decode: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    progress: bool = False,
+) -> Report:
+    """Check every part of the dataset at `url` (any v3 source, local or remote); change nothing."""
+    report = Report(url)
+    try:
+        source = open_source(url, storage_options=storage_options, check_files=False)
+    except DatasetError as exc:
+        report.checks.append("metadata")
+        report.defects.append(Defect.of("metadata", exc))
+        return report
+    report.episodes, report.frames = len(source.episodes), sum(e.length for e in source.episodes)
+    report.checks.append("metadata")
+    report.checks.append("episodes")
+    try:
+        check_pointers(source)
+    except DatasetError as exc:
+        report.defects.append(Defect.of("episodes", exc))
+    listed = listed_files(source)
+    report.checks.append("files")
+    report.defects += [Defect.of("files", e) for e in iter_missing_files(source, listed)]
+    present = listed if listed is not None else None
+    if listed is None:
+        report.skipped["orphans"] = "the store cannot list directories"
+    else:
+        report.checks.append("orphans")
+        report.defects += list(_orphans(source, listed))
+    report.checks.append("rows")
+    data_files = [f for f in source.data_files() if present is None or f in present]
+    with progress_bar(total=len(data_files), unit="file", desc="doctor rows", disable=not progress) as bar:
+        for rel in data_files:
+            report.defects += [Defect.of("rows", e) for e in _rows(source, rel)]
+            bar.update(1)
+    report.checks.append("videos")
+    videos = [f for f in source.video_files() if present is None or f in present]
+    report.defects += [Defect.of("videos", e) for e in _empty(source, videos)]
+    readable = [f for f in videos if _size(source, f)]
+    if decode:
+        report.decoded = True
+        report.defects += [Defect.of("videos", e) for e in _decoded(source, readable, progress)]
+    else:
+        defects = iter_video_defects(source, readable, per_episode=True)
+        report.defects += [Defect.of("videos", e) for e in defects]
+    return report
+
+
+def _rows(source: Source, rel: str) -> Iterator[DatasetError]:
+    try:
+        table = _read_parquet(source.remote, rel, list(CHECKED_COLUMNS), missing_ok=True)
+    except (DatasetError, OSError) as exc:
+        error = (
+            exc if isinstance(exc, DatasetError) else DatasetError(str(exc), file=source.remote.display(rel))
+        )
+        yield error
+        return
+    yield from iter_row_defects(source, rel, table)
+
+
+def _orphans(source: Source, listed: set[str]) -> Iterator[Defect]:
+    referenced = set(source.data_files()) | set(source.video_files())
+    for rel in sorted(listed - referenced):
+        if rel.endswith((".parquet", ".mp4")):
+            yield Defect(
+                "orphans",
+                "no episode references this file (meta/episodes points elsewhere)",
+                file=source.remote.display(rel),
+            )
+
+
+def _size(source: Source, rel: str) -> int:
+    try:
+        return source.remote.size(rel)
+    except (OSError, DatasetError):
+        return 0
+
+
+def _empty(source: Source, videos: Iterable[str]) -> Iterator[DatasetError]:
+    for key in source.video_keys:
+        for rel, episodes in source.episodes_by_video_file(key).items():
+            if rel in videos and not _size(source, rel):
+                for episode in episodes:
+                    yield DatasetError(
+                        "empty video file (0 bytes)",
+                        file=source.remote.display(rel),
+                        episode=episode.episode_index,
+                        field=f"videos/{key}",
+                    )
+
+
+def _decoded(source: Source, videos: list[str], progress: bool) -> Iterator[DatasetError]:
+    """Decode every frame of each video and count, per episode, the frames inside its time range."""
+    import av
+
+    fps = float(source.info.fps)
+    half = 0.5 / fps
+    with progress_bar(total=len(videos), unit="file", desc="doctor decode", disable=not progress) as bar:
+        for key in source.video_keys:
+            for rel, episodes in source.episodes_by_video_file(key).items():
+                if rel not in videos:
+                    continue
+                where = source.remote.display(rel)
+                try:
+                    with source.remote.open(rel) as handle, av.open(handle) as container:
+                        times = [float(f.time) for f in container.decode(video=0) if f.time is not None]
+                except (av.error.FFmpegError, OSError) as exc:
+                    for episode in episodes:
+                        yield DatasetError(
+                            f"not a decodable video ({exc})",
+                            file=where,
+                            episode=episode.episode_index,
+                            field=f"videos/{key}",
+                        )
+                    bar.update(1)
+                    continue
+                for episode in episodes:
+                    seg = episode.video(key)
+                    found = sum(seg.from_timestamp - half <= t < seg.to_timestamp - half for t in times)
+                    if found < episode.length:
+                        yield DatasetError(
+                            f"Invalid video: {found} frames decoded in [{seg.from_timestamp:.3f}, "
+                            f"{seg.to_timestamp:.3f}) s. Expected {episode.length}, the episode's length.",
+                            file=where,
+                            episode=episode.episode_index,
+                            field=f"videos/{key}",
+                        )
+                bar.update(1)

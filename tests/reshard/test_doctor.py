@@ -1,0 +1,104 @@
+"""`lrs doctor`: every defect of a v3 dataset in one report, each naming the file, episode and field.
+
+One fixture holds one of each defect public datasets ship (a zero-byte video inside a file of whole
+episodes, a video short a tail of frames, orphan parquet and video files, a data file short a row, a
+missing video); the report must list them all, with and without `--decode`, and exit 1. The clean
+sample exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import av
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from reshard.cli import cli
+
+CAM0, CAM1 = "observation.images.cam0", "observation.images.cam1"
+
+
+def _video(root: Path, cam: str, file: int) -> Path:
+    return root / f"videos/{cam}/chunk-000/file-{file:03d}.mp4"
+
+
+def _shorten(path: Path, drop: int) -> None:
+    """Rewrite a video without its last `drop` frames (same timing, H.264)."""
+    with av.open(str(path)) as src:
+        stream = src.streams.video[0]
+        frames = [f.to_ndarray(format="rgb24") for f in src.decode(stream)]
+        rate = stream.average_rate
+    out = path.with_suffix(".tmp.mp4")
+    with av.open(str(out), "w") as dst:
+        video = dst.add_stream("libx264", rate=rate)
+        video.height, video.width = frames[0].shape[:2]
+        video.pix_fmt = "yuv420p"
+        for pixels in frames[:-drop]:
+            dst.mux(video.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")))
+        dst.mux(video.encode())
+    out.replace(path)
+
+
+@pytest.fixture(scope="module")
+def defective(sample_ds: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("doctor") / "v3"
+    shutil.copytree(sample_ds, root)  # 8 episodes: 3 per data file and per video file, 2 cameras
+    _video(root, CAM1, 1).write_bytes(b"")  # episodes 3, 4, 5 of cam1: a zero-byte file
+    _shorten(_video(root, CAM0, 2), drop=5)  # episode 7 of cam0 (the file's last) short 5 frames
+    shutil.copy(root / "data/chunk-000/file-000.parquet", root / "data/chunk-000/file-009.parquet")
+    shutil.copy(_video(root, CAM0, 0), _video(root, CAM0, 9))  # orphans
+    data = root / "data/chunk-000/file-002.parquet"  # episodes 6, 7: drop episode 7's last row
+    table = pq.read_table(data)
+    pq.write_table(table.slice(0, table.num_rows - 1), data)
+    _video(root, CAM1, 0).unlink()  # episodes 0, 1, 2 of cam1: missing
+    return root
+
+
+def _doctor(*args: str) -> tuple[int, dict]:
+    result = CliRunner().invoke(cli, ["doctor", *args, "--json", "-q"])
+    return result.exit_code, json.loads(result.output)
+
+
+def _found(report: dict) -> set[tuple[str, str, int | None]]:
+    return {(d["check"], Path(d["file"]).name if d["file"] else "", d["episode"]) for d in report["defects"]}
+
+
+@pytest.mark.parametrize("decode", [False, True], ids=["headers", "decode"])
+def test_doctor_lists_every_defect(defective: Path, decode: bool) -> None:
+    code, report = _doctor(str(defective), *(["--decode"] if decode else []))
+    assert code == 1 and not report["clean"] and report["decoded"] == decode
+    found = _found(report)
+    expected = {
+        *(("videos", "file-001.mp4", e) for e in (3, 4, 5)),  # zero bytes
+        ("videos", "file-002.mp4", 7),  # short a tail
+        ("orphans", "file-009.parquet", None),
+        ("orphans", "file-009.mp4", None),
+        ("rows", "file-002.parquet", 7),
+        ("rows", "file-002.parquet", None),  # the row count no longer adds up
+        *(("files", "file-000.mp4", e) for e in (0, 1, 2)),  # missing
+    }
+    assert expected <= found, sorted(expected - found)
+    assert found - expected == set(), sorted(found - expected)
+    assert report["defective_episodes"] == [0, 1, 2, 3, 4, 5, 7]
+    for defect in report["defects"]:
+        assert defect["problem"] and (defect["file"] or defect["check"] == "metadata")
+
+
+def test_the_table_names_each_defect_and_a_clean_dataset_passes(defective: Path, sample_ds: Path) -> None:
+    result = CliRunner().invoke(cli, ["doctor", str(defective), "-q"])
+    assert result.exit_code == 1
+    assert "[videos] " in result.output and "empty video file (0 bytes)" in result.output
+    assert "episode 7, field 'index'" in result.output and "in 7 episodes." in result.output
+    clean = CliRunner().invoke(cli, ["doctor", str(sample_ds), "-q"])
+    assert clean.exit_code == 0 and clean.output.strip().endswith("no defect found.")
+
+
+def test_metadata_that_does_not_load_is_one_defect(tmp_path: Path) -> None:
+    code, report = _doctor(str(tmp_path))
+    assert code == 1 and report["checks"] == ["metadata"]
+    assert [d["check"] for d in report["defects"]] == ["metadata"]
+    assert "meta/info.json" in report["defects"][0]["file"]
