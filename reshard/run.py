@@ -42,7 +42,7 @@ from reshard.execute import (
 )
 from reshard.meta import Record, build_meta, reencoded_videos
 from reshard.plan import Plan, VideoTask, make_plan
-from reshard.source import Source, check_videos, open_source
+from reshard.source import Source, iter_video_defects, open_source
 from reshard.tables import read_footer
 
 log = logging.getLogger(__name__)
@@ -156,20 +156,37 @@ def _context(source: Source, work: Path, options: ReshardOptions) -> TaskContext
 
 
 def check_video_files(source: Source, tasks: list[VideoTask]) -> None:
-    """`check_videos` on the tasks' source files, naming the first episode of an unreadable file.
+    """The tasks' source videos are readable and hold their episodes' time ranges.
 
     Raises:
-        DatasetError: a source video is unreadable or shorter than its episodes' time ranges.
+        DatasetError: the first defect, naming its file and episode; when there are more, the message
+            counts them and names every defective episode (`lrs doctor` lists each one).
     """
-    try:
-        check_videos(source, sorted({t.source for t in tasks}))
-    except DatasetError as exc:
-        first = {source.remote.display(t.source): t.videos[0].episode for t in tasks}
-        if exc.episode is not None or exc.file not in first:
-            raise
-        # The message without the "<file>: " prefix DatasetError put in front of it.
-        message = str(exc)[len(exc.file) + 2 :]
-        raise DatasetError(message, file=exc.file, episode=first[exc.file], field=exc.field) from exc
+    defects = list(iter_video_defects(source, sorted({t.source for t in tasks}), per_episode=True))
+    if not defects:
+        return
+    first = defects[0]
+    if len(defects) == 1:
+        raise first
+    episodes = sorted({d.episode for d in defects if d.episode is not None})
+    raise DatasetError(
+        f"{first.problem} ({len(defects)} video defects in all, in episodes {_ranges(episodes)}; "
+        f"`lrs doctor {redact(source.url)}` lists each)",
+        file=first.file,
+        episode=first.episode,
+        field=first.field,
+    )
+
+
+def _ranges(values: list[int]) -> str:
+    """`[0, 1, 2, 5]` -> `0-2,5`."""
+    parts: list[str] = []
+    for value in values:
+        if parts and value == int(parts[-1].split("-")[-1]) + 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{value}"
+        else:
+            parts.append(str(value))
+    return ",".join(parts)
 
 
 def _job_doc(source: Source, options: ReshardOptions) -> dict[str, Any]:

@@ -102,3 +102,15 @@ def test_metadata_that_does_not_load_is_one_defect(tmp_path: Path) -> None:
     assert code == 1 and report["checks"] == ["metadata"]
     assert [d["check"] for d in report["defects"]] == ["metadata"]
     assert "meta/info.json" in report["defects"][0]["file"]
+
+
+def test_reshard_refuses_naming_every_defective_episode(sample_ds: Path, tmp_path: Path) -> None:
+    root = tmp_path / "v3"
+    shutil.copytree(sample_ds, root)
+    _video(root, CAM1, 0).write_bytes(b"")  # episodes 0-2
+    _shorten(_video(root, CAM0, 2), drop=5)  # episode 7
+    result = CliRunner().invoke(cli, ["reshard", str(root), "--out", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 3, result.output
+    assert "4 video defects in all, in episodes 0-2,7" in result.output, result.output
+    assert f"`lrs doctor {root}` lists each" in result.output
+    assert not (tmp_path / "out").exists()  # nothing written where reshard refuses
