@@ -22,7 +22,6 @@ from cache.remote import Remote, resolve
 from reader.errors import DatasetError
 from reader.format.parquet import parse_parquet
 from reader.format.v3 import (
-    DEFAULT_EPISODES_PATH,
     EPISODES_DIR,
     INFO_PATH,
     STATS_PATH,
@@ -33,6 +32,7 @@ from reader.format.v3 import (
     concat_episode_tables,
     parse_episodes,
     parse_tasks,
+    read_episode_files,
 )
 
 
@@ -145,13 +145,13 @@ def open_source(
         raise DatasetError(
             "missing: not a LeRobot v3 dataset root (no meta/info.json)", file=remote.display(INFO_PATH)
         ) from exc
-    episode_files = _episode_files(remote, info)
-    if not episode_files:
+    found = read_episode_files(remote, info)
+    if not found:
         raise DatasetError(
             "no episodes: meta/episodes/ holds no parquet file", file=remote.display(EPISODES_DIR)
         )
-    tables = [_read_parquet(remote, f) for f in episode_files]
-    table = concat_episode_tables(tables, file=remote.display(EPISODES_DIR))
+    episode_files = [rel for rel, _, _ in found]
+    table = concat_episode_tables([t for _, t, _ in found], file=remote.display(EPISODES_DIR))
     table = table.take(pa.compute.sort_indices(table, [("episode_index", "ascending")]))
     episodes = parse_episodes(table, info.video_keys, file=remote.display(EPISODES_DIR))
     if not episodes:
@@ -166,27 +166,6 @@ def open_source(
     if check_files:
         check_files_exist(source)
     return source
-
-
-def _episode_files(remote: Remote, info: Info) -> list[str]:
-    """The `meta/episodes/` parquet files: listed, or probed in template order where listing is impossible."""
-    root = remote.root
-    listed = sorted(
-        p[len(root) + 1 :] if root and p.startswith(root + "/") else p
-        for p in _find(remote, EPISODES_DIR)
-        if p.endswith(".parquet")
-    )
-    if listed or remote.is_local:
-        return listed
-    # Plain HTTP cannot list a directory: walk lerobot's chunk/file numbering until a file is missing.
-    chunks_size = int(info.raw.get("chunks_size") or 1000)
-    found, n = [], 0
-    while True:
-        rel = DEFAULT_EPISODES_PATH.format(chunk_index=n // chunks_size, file_index=n % chunks_size)
-        if not remote.exists(rel):
-            return found
-        found.append(rel)
-        n += 1
 
 
 def _find(remote: Remote, rel: str) -> list[str]:

@@ -22,7 +22,6 @@ from reader.format.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON
 from reader.format.layout import Layout
 from reader.format.parquet import parse_parquet
 from reader.format.v3 import (
-    DEFAULT_EPISODES_PATH,
     EPISODES_DIR,
     INFO_PATH,
     TASKS_PATH,
@@ -32,6 +31,7 @@ from reader.format.v3 import (
     episode_columns,
     parse_episodes,
     parse_tasks,
+    read_episode_files,
 )
 
 LayoutKind = Literal["lrs/1", "v3"]
@@ -194,7 +194,7 @@ def _open_v3(remote: Remote, reads: Reads) -> Catalog:
     info = Info.parse(info_bytes, file=remote.display(INFO_PATH))
     digest = hashlib.sha256(info_bytes)
     tables = []
-    for table, data in _episode_tables(remote, info):
+    for _, table, data in read_episode_files(remote, info):
         digest.update(data)
         tables.append(table.select([c for c in episode_columns(info.video_keys) if c in table.column_names]))
     table = concat_episode_tables(tables, file=remote.display(EPISODES_DIR))
@@ -207,26 +207,6 @@ def _open_v3(remote: Remote, reads: Reads) -> Catalog:
         tasks=_tasks(remote, reads),
         fingerprint=f"v3-{digest.hexdigest()[:20]}",
     )
-
-
-def _episode_tables(remote: Remote, info: Info) -> list[tuple[pa.Table, bytes]]:
-    """The `meta/episodes/` files, found by walking the v3 template until every episode is counted."""
-    chunks_size = int(info.raw.get("chunks_size", 1000))
-    found: list[tuple[pa.Table, bytes]] = []
-    counted = 0
-    while counted < info.total_episodes or not found:
-        chunk, index = divmod(len(found), chunks_size)
-        rel = DEFAULT_EPISODES_PATH.format(chunk_index=chunk, file_index=index)
-        try:
-            table, data = _read_table(remote.cat, remote, rel)
-        except FileNotFoundError as exc:
-            raise DatasetError(
-                f"missing: {counted} of total_episodes={info.total_episodes} episodes found before it",
-                file=remote.display(rel),
-            ) from exc
-        counted += table.num_rows
-        found.append((table, data))
-    return found
 
 
 def _v3_refs(info: Info, infos: list[EpisodeInfo]) -> tuple[EpisodeRef, ...]:

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from reader.errors import DatasetError
+from reader.format.parquet import parse_parquet
 
 INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
@@ -339,3 +340,32 @@ def check_tiling(episodes: Sequence[Any], *, file: str, error: type[DatasetError
             raise error(f"Invalid length ({episode.length}). Expected >= 1.", **where, field="length")
         expected += episode.length
     return expected
+
+
+def read_episode_files(remote: Any, info: Info) -> list[tuple[str, pa.Table, bytes]]:
+    """The `meta/episodes/` files as (path, table, bytes), found by walking lerobot's chunk/file numbering
+    until `total_episodes` are counted: one read per file, on any store (plain HTTP cannot list). The one
+    way the reader and reshard find them.
+
+    Raises:
+        DatasetError: a file of the numbering is missing before every episode is counted, or unreadable.
+    """
+    chunks_size = int(info.raw.get("chunks_size") or 1000)
+    found: list[tuple[str, pa.Table, bytes]] = []
+    counted = 0
+    while counted < info.total_episodes or not found:
+        chunk, index = divmod(len(found), chunks_size)
+        rel = DEFAULT_EPISODES_PATH.format(chunk_index=chunk, file_index=index)
+        try:
+            data = remote.cat(rel)
+        except FileNotFoundError as exc:
+            if not found and not info.total_episodes:
+                return found  # an empty dataset may have no episodes file at all
+            raise DatasetError(
+                f"missing: {counted} of total_episodes={info.total_episodes} episodes found before it",
+                file=remote.display(rel),
+            ) from exc
+        table = parse_parquet(data, file=remote.display(rel))
+        counted += table.num_rows
+        found.append((rel, table, data))
+    return found

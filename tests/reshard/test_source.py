@@ -210,6 +210,8 @@ def test_truncated_video(ds: Path) -> None:
 
 
 def test_empty_dataset(ds: Path) -> None:
-    _edit_episodes(ds, lambda t: t.slice(0, 0))
-    with pytest.raises(DatasetError, match=r"meta/episodes: no episodes"):
+    _edit_episodes(ds, lambda t: t.slice(0, 0))  # info.json still says 6 episodes
+    with pytest.raises(
+        DatasetError, match=r"file-001.parquet: missing: 0 of total_episodes=6 episodes found"
+    ):
         open_source(str(ds))
