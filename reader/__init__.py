@@ -18,15 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from reader.batch import collate
+    from reader.loader import ResumableLoader
     from reader.metadata import DatasetMeta
     from reader.pool import ReaderStats
-    from reader.stream import EpisodeStream, ResumableLoader
+    from reader.stream import EpisodeStream
 
 __all__ = ["DatasetMeta", "EpisodeStream", "ReaderStats", "ResumableLoader", "collate"]
 
 _LAZY = {
     "EpisodeStream": "reader.stream",
-    "ResumableLoader": "reader.stream",
+    "ResumableLoader": "reader.loader",
     "ReaderStats": "reader.pool",
     "collate": "reader.batch",
     "DatasetMeta": "reader.metadata",
