@@ -103,7 +103,7 @@ def fetch_in_order(
         CacheError: a file could not be written to the cache directory.
     """
     check_int("ahead", ahead, 1)
-    caches = list(cache) if isinstance(cache, (list, tuple)) else [cache]
+    caches = _caches(cache)
     _check_unique(files, len(caches))
     started, before = time.monotonic(), _stats(caches)
     present = [_present(caches[f.source], f) for f in files]
@@ -138,7 +138,7 @@ def mark_need_order(cache: NodeCache | Sequence[NodeCache], files: Sequence[File
     Files not in the cache directory (evicted meanwhile, or served in place from a local source) are
     skipped.
     """
-    caches = list(cache) if isinstance(cache, (list, tuple)) else [cache]
+    caches = _caches(cache)
     for request in reversed(files):
         path = caches[request.source].path(request.path)
         with contextlib.suppress(FileNotFoundError), open_fd(path) as fd:
@@ -223,11 +223,13 @@ def _check_unique(files: Sequence[FileRequest], caches: int) -> None:
         seen.add((request.source, request.path))
 
 
+def _caches(cache: NodeCache | Sequence[NodeCache]) -> list[NodeCache]:
+    """One cache, or one per dataset of a mixture, as a list (`FileRequest.source` indexes it)."""
+    return list(cache) if isinstance(cache, (list, tuple)) else [cache]
+
+
 def _stats(caches: Sequence[NodeCache]) -> CacheStats:
-    total = CacheStats()
-    for cache in caches:
-        total = total + cache.stats()
-    return total
+    return sum((cache.stats() for cache in caches), CacheStats())
 
 
 def _delta(after: CacheStats, before: CacheStats) -> CacheStats:

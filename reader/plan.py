@@ -144,10 +144,15 @@ class ReadPlan:
         )
 
     def entry_refs(
-        self, seed: int, epoch: int, parts: Sequence[Any] | None = None
+        self,
+        seed: int,
+        epoch: int,
+        parts: Sequence[Any] | None = None,
+        schedule: Schedule | None = None,
     ) -> list[tuple[Any, EpisodeRef]]:
         """The source and episode of each entry of `epoch` (`Piece.episode` indexes it): with `parts`,
-        each source's `parts[i]`, else the source's index."""
+        each source's `parts[i]`, else the source's index. `schedule`: one already built for `seed`
+        (its entries do not depend on the workers)."""
         by_position = [
             (i if parts is None else parts[i], s.catalog.episodes[e])
             for i, s in enumerate(self.sources)
@@ -155,7 +160,8 @@ class ReadPlan:
         ]
         if self.weights is None:
             return by_position
-        return [by_position[p] for p in self.schedule(seed, 0).entries(epoch).positions.tolist()]
+        schedule = self.schedule(seed, 0) if schedule is None else schedule
+        return [by_position[p] for p in schedule.entries(epoch).positions.tolist()]
 
     @property
     def identity(self) -> Identity:

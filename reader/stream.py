@@ -9,7 +9,6 @@ process that iterates, so the stream pickles and forks cleanly into DataLoader w
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import shutil
 import tempfile
@@ -39,8 +38,6 @@ from reader.rows import RowGroupReader
 from reader.schedule import Schedule
 from reader.state import Resume, parse_state
 from reader.windows import Windows, delta_indices
-
-_log = logging.getLogger("lrs.reader")
 
 DEFAULT_PREFETCH_EPISODES = 8
 DEFAULT_DECODE_THREADS = 2
@@ -335,7 +332,7 @@ class EpisodeStream(IterableDataset):
             return iter(())
         consumer = Consumer(
             schedule.emission(self.epoch, self.rank, logical),
-            self.entry_refs(self.epoch, process.parts),
+            self.plan.entry_refs(self.seed, self.epoch, process.parts, schedule),
             start=start,
             decoders=process.decoders,
             options=self.options,
@@ -417,10 +414,7 @@ class EpisodeStream(IterableDataset):
         process that used this cache directory for it, earlier runs included.
         """
         if not all_processes:
-            mine = CacheStats()
-            for source in self.sources:
-                mine = mine + source.cache.stats()
-            return self._runtime().snapshot(mine)
+            return self._runtime().snapshot(sum((s.cache.stats() for s in self.sources), CacheStats()))
         total = sum(read_published(self.cache.cache_dir, self._run), ReaderStats())
         process = self._process
         if process is not None and process.pid == os.getpid() and not process.published:

@@ -19,16 +19,14 @@ of raised, plus what only a whole-dataset view can see (orphans):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cache.progress import progress_bar
 from reader.errors import DatasetError
 from reshard.source import (
-    CHECKED_COLUMNS,
     Source,
-    _read_parquet,
     check_pointers,
     iter_missing_files,
     iter_row_defects,
@@ -36,8 +34,6 @@ from reshard.source import (
     listed_files,
     open_source,
 )
-
-CHECKS = ("metadata", "episodes", "files", "orphans", "rows", "videos")
 
 
 @dataclass(frozen=True)
@@ -137,22 +133,21 @@ def doctor(
     listed = listed_files(source)
     report.checks.append("files")
     report.defects += [Defect.of("files", e) for e in iter_missing_files(source, listed)]
-    present = listed if listed is not None else None
     if listed is None:
         report.skipped["orphans"] = "the store cannot list directories"
     else:
         report.checks.append("orphans")
         report.defects += list(_orphans(source, listed))
     report.checks.append("rows")
-    data_files = [f for f in source.data_files() if present is None or f in present]
+    data_files = [f for f in source.data_files() if listed is None or f in listed]
     with progress_bar(total=len(data_files), unit="file", desc="doctor rows", disable=not progress) as bar:
         for rel in data_files:
             report.defects += [Defect.of("rows", e) for e in _rows(source, rel)]
             bar.update(1)
     report.checks.append("videos")
-    videos = [f for f in source.video_files() if present is None or f in present]
-    report.defects += [Defect.of("videos", e) for e in _empty(source, videos)]
-    readable = [f for f in videos if _size(source, f)]
+    sizes = {f: _size(source, f) for f in source.video_files() if listed is None or f in listed}
+    report.defects += [Defect.of("videos", e) for e in _empty(source, sizes)]
+    readable = [f for f, size in sizes.items() if size]
     if decode:
         report.decoded = True
         report.defects += [Defect.of("videos", e) for e in _decoded(source, readable, progress)]
@@ -163,15 +158,13 @@ def doctor(
 
 
 def _rows(source: Source, rel: str) -> Iterator[DatasetError]:
+    """`iter_row_defects`, with a file it cannot read as one more defect."""
     try:
-        table = _read_parquet(source.remote, rel, list(CHECKED_COLUMNS), missing_ok=True)
-    except (DatasetError, OSError) as exc:
-        error = (
-            exc if isinstance(exc, DatasetError) else DatasetError(str(exc), file=source.remote.display(rel))
-        )
-        yield error
-        return
-    yield from iter_row_defects(source, rel, table)
+        yield from iter_row_defects(source, rel)
+    except DatasetError as exc:
+        yield exc
+    except OSError as exc:
+        yield DatasetError(str(exc), file=source.remote.display(rel))
 
 
 def _orphans(source: Source, listed: set[str]) -> Iterator[Defect]:
@@ -192,10 +185,11 @@ def _size(source: Source, rel: str) -> int:
         return 0
 
 
-def _empty(source: Source, videos: Iterable[str]) -> Iterator[DatasetError]:
+def _empty(source: Source, sizes: Mapping[str, int]) -> Iterator[DatasetError]:
+    """Each episode of a video file of 0 bytes (`sizes`: the files present, by path)."""
     for key in source.video_keys:
         for rel, episodes in source.episodes_by_video_file(key).items():
-            if rel in videos and not _size(source, rel):
+            if sizes.get(rel, 1) == 0:
                 for episode in episodes:
                     yield DatasetError(
                         "empty video file (0 bytes)",
