@@ -363,10 +363,15 @@ def main():  # spawned DataLoader workers import this file: run only as __main__
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
     root, batch_size, workers, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     context, uint8, delta = sys.argv[5], sys.argv[6] == "uint8", json.loads(sys.argv[7])
+    kind = sys.argv[8]
     t = os.times()
     cpu0 = t.user + t.system
-    ds = LeRobotDataset("local/bench", root=root, video_backend="torchcodec", return_uint8=uint8,
-                        delta_timestamps=delta)
+    if kind == "lancedb":  # lerobot-lancedb's map-style LanceDBDataset over the Lance conversion at root
+        from lerobot_lancedb import LanceDBDataset
+        ds = LanceDBDataset(root=root, return_uint8=uint8, delta_timestamps=delta)
+    else:
+        ds = LeRobotDataset("local/bench", root=root, video_backend="torchcodec", return_uint8=uint8,
+                            delta_timestamps=delta)
     opened = time.perf_counter() - began
     loader = DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
                         multiprocessing_context=context if workers else None,
@@ -520,8 +525,32 @@ def lerobot_case(
     script.write_text(LEROBOT_SCRIPT)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
     argv = [str(python), str(script), str(v3), str(args.batch_size), str(args.workers), str(WARMUP_BATCHES),
-            args.context, "uint8" if uint8 else "float32", json.dumps(MODES[mode])]  # fmt: skip
+            args.context, "uint8" if uint8 else "float32", json.dumps(MODES[mode]), "lerobot"]  # fmt: skip
     return Case(argv, env=env, optional=True, settings={"mode": mode, "uint8": uint8})
+
+
+def lancedb_case(v3: Path, script: Path, args: argparse.Namespace, *, mode: str) -> Case | None:
+    """lerobot-lancedb 0.3.1's LanceDBDataset (the closest peer: map-style, shuffled, its float32
+    defaults) over its own conversion of the v3 sample, made once per workdir with its converter, in
+    the lerobot reference venv (`pip install lerobot-lancedb==0.3.1` there); None when it is absent."""
+    lerobot = lerobot_case(v3, script, args, mode=mode)
+    if lerobot is None:
+        return None
+    python, env = lerobot.argv[0], lerobot.env
+    lance = args.workdir / f"{v3.name}-lance"
+    if not (lance / "meta/info.json").exists():
+        convert = (
+            "import sys; from pathlib import Path; from lerobot_lancedb.convert import convert; "
+            "convert(Path(sys.argv[1]), root=Path(sys.argv[2]))"
+        )
+        done = subprocess.run(
+            [python, "-c", convert, str(lance), str(v3)], env=env, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            print(f"no lerobot-lancedb case: {done.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+            return None
+    argv = [*lerobot.argv[:2], str(lance), *lerobot.argv[3:-1], "lancedb"]
+    return Case(argv, env=env, optional=True, settings={"mode": mode, "uint8": False})
 
 
 def run_cases(cases: dict[str, Case], repeat: int) -> dict[str, dict[str, Any]]:
@@ -673,6 +702,9 @@ def main() -> None:
             )
             if lerobot is not None:
                 planned[f"lerobot-{mode}"] = lerobot
+                lancedb = lancedb_case(v3, Path(scratch) / "lerobot_case.py", args, mode=mode)
+                if lancedb is not None:
+                    planned[f"lancedb-{mode}"] = lancedb
             planned[f"lrs1-{mode}"] = reader_case(
                 lrs, args, http=False, mode=mode, uint8=False, collate=False
             )
@@ -736,6 +768,7 @@ def main() -> None:
         return 1 / (1 / decode + 1 / cases[loader]["samples_per_s"])
 
     readers = {n: c for n, c in cases.items() if n.startswith(("lrs1", "v3"))}
+    peers = {n: c for n, c in cases.items() if n.startswith("lancedb")}
     results: dict[str, Any] = {
         "settings": {
             "episodes": args.episodes,
@@ -758,7 +791,7 @@ def main() -> None:
         lerobot = cases.get(f"lerobot-{mode}")
         if lerobot is None:
             continue
-        ours = {n: c for n, c in readers.items() if f"-{mode}" in n}
+        ours = {n: c for n, c in {**readers, **peers}.items() if f"-{mode}" in n}
         results[f"vs_lerobot_{mode}"] = {
             n: {
                 "samples_per_s": c["samples_per_s"] / lerobot["samples_per_s"],
