@@ -123,8 +123,16 @@ def doctor(
         report.checks.append("metadata")
         report.defects.append(Defect.of("metadata", exc))
         return report
-    report.episodes, report.frames = len(source.episodes), sum(e.length for e in source.episodes)
     report.checks.append("metadata")
+    return examine(source, report, decode=decode, progress=progress)
+
+
+def examine(
+    source: Source, report: Report | None = None, *, decode: bool = False, progress: bool = False
+) -> Report:
+    """Run every check after `metadata` on an opened source, adding to `report` (a new one if None)."""
+    report = report or Report(source.url, checks=["metadata"])
+    report.episodes, report.frames = len(source.episodes), sum(e.length for e in source.episodes)
     report.checks.append("episodes")
     try:
         check_pointers(source)
@@ -158,13 +166,16 @@ def doctor(
 
 
 def _rows(source: Source, rel: str) -> Iterator[DatasetError]:
-    """`iter_row_defects`, with a file it cannot read as one more defect."""
+    """`iter_row_defects`, with a file it cannot read as a defect of each of its episodes."""
     try:
         yield from iter_row_defects(source, rel)
+        return
     except DatasetError as exc:
-        yield exc
+        problem = exc.problem
     except OSError as exc:
-        yield DatasetError(str(exc), file=source.remote.display(rel))
+        problem = f"not a readable parquet file ({exc})"
+    for episode in source.episodes_by_data_file().get(rel, []):
+        yield DatasetError(problem, file=source.remote.display(rel), episode=episode.episode_index)
 
 
 def _orphans(source: Source, listed: set[str]) -> Iterator[Defect]:

@@ -12,6 +12,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
@@ -35,7 +36,8 @@ from reshard.meta import (
     record_to_json,
 )
 from reshard.plan import DataTask, Task, VideoTask
-from reshard.source import Source
+from reshard.selection import parse_episode_list
+from reshard.source import Source, episode_ranges
 from reshard.tables import write_data_file
 from reshard.video.write import DEFAULT_GOP, VIDEO_MODES, X26X_PRESETS, VideoMode, write_episode_video
 
@@ -55,6 +57,9 @@ class ReshardOptions:
         crf: quality of re-encoded videos (default: the video step's).
         preset: encoder preset of re-encoded videos (default: the video step's).
         data_file_mb: the size bound of an output data file, in MiB.
+        skip_defective: leave out the episodes `lrs doctor`'s checks find defective (instead of refusing
+            the source), renumbering the rest (`reshard.selection`).
+        skip_episodes: source episodes to leave out, as `3,7,10-12`.
     """
 
     video: VideoMode = "copy"
@@ -62,6 +67,8 @@ class ReshardOptions:
     crf: int | None = None
     preset: str | None = None
     data_file_mb: float = 100.0
+    skip_defective: bool = False
+    skip_episodes: str = ""
 
     def __post_init__(self) -> None:
         if self.video not in VIDEO_MODES:
@@ -70,6 +77,10 @@ class ReshardOptions:
             raise ValueError(f"Invalid gop ({self.gop}). Expected >= 1.")
         if self.crf is not None and not 0 <= self.crf <= 63:
             raise ValueError(f"Invalid crf ({self.crf}). Expected 0..63.")
+        if self.skip_episodes:
+            # Checked and written one way here; against the source's episodes when it is opened.
+            episodes = parse_episode_list(self.skip_episodes, sys.maxsize)
+            object.__setattr__(self, "skip_episodes", episode_ranges(episodes))
         if not self.data_file_mb > 0:
             raise ValueError(f"Invalid data_file_mb ({self.data_file_mb}). Expected > 0.")
         if self.video != "copy" and self.preset is not None and self.preset not in X26X_PRESETS:
@@ -77,8 +88,19 @@ class ReshardOptions:
                 f"Invalid preset ({self.preset!r}) for --video {self.video}. Expected one of {list(X26X_PRESETS)}."
             )
 
+    @property
+    def skipping(self) -> bool:
+        """Whether episodes may be left out."""
+        return self.skip_defective or bool(self.skip_episodes)
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The options as recorded; the skip options only where set, so that a reshard of every episode
+        records what it recorded before they existed."""
+        doc = asdict(self)
+        for name in ("skip_defective", "skip_episodes"):
+            if not doc[name]:
+                del doc[name]
+        return doc
 
 
 DEFAULT_OPTIONS = ReshardOptions()

@@ -8,12 +8,15 @@ plus finalize produce the same bytes as one run:
 - `meta/episodes/`: the source table with every pointer made true (data and video chunk/file indices,
   `from_timestamp = 0`, `to_timestamp = length / fps`), the other columns (tasks, length, stats/*) kept;
 - `meta/info.json` with the totals, the data file bound and per-camera video info as written;
-- `meta/tasks.parquet` and `meta/stats.json`, copied (episodes and frames do not change);
+- `meta/tasks.parquet` and `meta/stats.json`, copied (episodes and frames do not change), or with
+  episodes left out (`reshard.selection`), the stats of the kept ones aggregated from their per-episode
+  stats, and `meta/lrs/dropped.json`, which episodes were dropped and why;
 - `meta/lrs/episodes.parquet`, `meta/lrs/layout.json`, `meta/lrs/files.parquet`.
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
 import hashlib
 import io
@@ -46,6 +49,7 @@ from reader.format.index import (
 from reader.format.v3 import DEFAULT_EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH
 from reshard import DISTRIBUTION
 from reshard.plan import Plan
+from reshard.selection import DROPPED_JSON
 from reshard.source import Source
 from reshard.tables import RowGroupSpan
 
@@ -153,9 +157,12 @@ def build_meta(
     video_records = [r for r in records.values() if isinstance(r, VideoRecord)]
     files: list[tuple[str, bytes]] = list(episodes_files(source, plan))
     files.append((TASKS_PATH, source.remote.cat(TASKS_PATH)))
-    if source.remote.exists(STATS_PATH):
-        files.append((STATS_PATH, source.remote.cat(STATS_PATH)))
+    stats = stats_json(source)
+    if stats is not None:
+        files.append((STATS_PATH, stats))
     files.append((INFO_PATH, info_json(source, params, video_records)))
+    if source.selection is not None:
+        files.append((DROPPED_JSON, source.selection.to_json()))
     index = episodes_to_table(index_entries(source, plan, records), source.video_keys)
     files.append((EPISODES_INDEX, _parquet_bytes(index)))
     layout = layout_json(source, params, video_records)
@@ -164,6 +171,16 @@ def build_meta(
     files.append((FILES_INDEX, _parquet_bytes(files_to_table(listed))))
     files.append((LAYOUT_JSON, layout))
     return files
+
+
+def stats_json(source: Source) -> bytes | None:
+    """`meta/stats.json` of the output: the source's bytes, or with episodes left out, the aggregation of
+    the kept episodes' stats; None where the source has none."""
+    if not source.whole.remote.exists(STATS_PATH):
+        return None
+    if source.parent is None:
+        return source.remote.cat(STATS_PATH)
+    return (json.dumps(source.stats, indent=4) + "\n").encode()
 
 
 def _entry(rel: str, data: bytes) -> FileEntry:
@@ -251,12 +268,26 @@ def info_json(source: Source, params: dict[str, Any], video_records: list[VideoR
     raw["total_episodes"] = len(source.episodes)
     raw["total_frames"] = source.total_frames
     raw["total_tasks"] = len(source.tasks)
+    if source.selection is not None and isinstance(raw.get("splits"), dict):
+        raw["splits"] = {
+            name: _kept_split(span, source.selection.kept) for name, span in raw["splits"].items()
+        }
     mb = params["data_file_mb"]
     raw["data_files_size_in_mb"] = int(mb) if float(mb).is_integer() else mb
     for key in source.video_keys:
         info = raw["features"][key].setdefault("info", {})
         info.update(_video_info([r for r in video_records if r.key == key]))
     return (json.dumps(raw, indent=4) + "\n").encode()
+
+
+def _kept_split(span: Any, kept: tuple[int, ...]) -> Any:
+    """A `"first:end"` split of source episodes as output episodes (the kept ones in it, renumbered)."""
+    try:
+        first, end = (int(x) for x in str(span).split(":"))
+    except ValueError:
+        return span
+    lo, hi = bisect.bisect_left(kept, first), bisect.bisect_left(kept, end)
+    return f"{lo}:{hi}"
 
 
 def _video_info(records: list[VideoRecord]) -> dict[str, Any]:
@@ -301,9 +332,10 @@ def layout_json(source: Source, params: dict[str, Any], video_records: list[Vide
             "url": redact(source.url),
             "revision": source_revision(source.url),
             "codebase_version": source.info.raw.get("codebase_version"),
-            "total_episodes": len(source.episodes),
-            "total_frames": source.total_frames,
+            "total_episodes": len(source.whole.episodes),
+            "total_frames": source.whole.total_frames,
         },
+        "dropped_episodes": len(source.selection.dropped) if source.selection else 0,
         "params": params,
         "reencoded": [{"episode": e, "camera": k, "reason": reason} for e, k, reason in reencoded],
     }

@@ -30,6 +30,7 @@ from cache.remote import redact
 from cache.store import atomic_write
 from reader.errors import DatasetError
 from reader.format.index import LAYOUT_JSON, parse_layout_json
+from reshard.doctor import Defect, examine
 from reshard.errors import ReshardError
 from reshard.execute import (
     DEFAULT_OPTIONS,
@@ -42,10 +43,22 @@ from reshard.execute import (
 )
 from reshard.meta import Record, build_meta, reencoded_videos
 from reshard.plan import Plan, VideoTask, make_plan
-from reshard.source import Source, iter_video_defects, open_source
+from reshard.selection import SKIPPED_BY_USER, Dropped, Selection, make_selection, parse_episode_list, select
+from reshard.source import (
+    Source,
+    check_files_exist,
+    describe_defect,
+    episode_ranges,
+    iter_video_defects,
+    open_source,
+    raise_defects,
+)
 from reshard.tables import read_footer
 
 log = logging.getLogger(__name__)
+
+# The selection of a job that leaves episodes out, in its work directory (published as meta/lrs/dropped.json).
+DROPPED_JSON_NAME = "dropped.json"
 
 
 @dataclass(frozen=True)
@@ -61,6 +74,8 @@ class ReshardResult:
         reencoded: (episode, camera, reason) of the episodes re-encoded in copy mode.
         seconds: wall time.
         part: the part run, `(index, count)`, when only one part was.
+        dropped: the source episodes left out and why (`--skip-defective`, `--skip-episodes`); `episodes`
+            counts the ones written.
     """
 
     out: Path
@@ -71,6 +86,7 @@ class ReshardResult:
     reencoded: tuple[tuple[int, str, str], ...] = ()
     seconds: float = 0.0
     part: tuple[int, int] | None = None
+    dropped: tuple[Dropped, ...] = ()
 
 
 def default_work_dir(out: Path) -> Path:
@@ -162,31 +178,77 @@ def check_video_files(source: Source, tasks: list[VideoTask]) -> None:
         DatasetError: the first defect, naming its file and episode; when there are more, the message
             counts them and names every defective episode (`lrs doctor` lists each one).
     """
-    defects = list(iter_video_defects(source, sorted({t.source for t in tasks}), per_episode=True))
-    if not defects:
-        return
-    first = defects[0]
-    if len(defects) == 1:
-        raise first
-    episodes = sorted({d.episode for d in defects if d.episode is not None})
-    raise DatasetError(
-        f"{first.problem} ({len(defects)} video defects in all, in episodes {_ranges(episodes)}; "
-        f"`lrs doctor {redact(source.url)}` lists each)",
-        file=first.file,
-        episode=first.episode,
-        field=first.field,
+    raise_defects(
+        list(iter_video_defects(source, sorted({t.source for t in tasks}), per_episode=True)), source.url
     )
 
 
-def _ranges(values: list[int]) -> str:
-    """`[0, 1, 2, 5]` -> `0-2,5`."""
-    parts: list[str] = []
-    for value in values:
-        if parts and value == int(parts[-1].split("-")[-1]) + 1:
-            parts[-1] = f"{parts[-1].split('-')[0]}-{value}"
-        else:
-            parts.append(str(value))
-    return ",".join(parts)
+def every_defect(source: Source, first: DatasetError, *, quiet: bool) -> DatasetError:
+    """The error of a reshard stopped by the defect `first`: with every defect of the source counted and
+    every defective episode named (`lrs doctor`'s checks, run once the reshard has failed)."""
+    log.info("%s: checking the whole source for other defects", first.file)
+    report = examine(source.whole, progress=not quiet)
+    if len(report.defects) <= 1:
+        return first
+    head, episodes = report.defects[0], report.defective_episodes
+    return DatasetError(
+        f"{head.problem} ({len(report.defects)} defects in all, in episodes {episode_ranges(episodes)}; "
+        f"`lrs doctor {redact(source.url)}` lists each, and `lrs reshard --skip-defective` leaves those "
+        "episodes out)",
+        file=head.file,
+        episode=head.episode,
+        field=head.field,
+    )
+
+
+# Checks whose defects outside every episode leave the output untouched: an orphan file is not copied, and
+# rows no episode points at are not read.
+_HARMLESS = ("orphans", "rows")
+
+
+def select_episodes(source: Source, options: ReshardOptions, ws: Workspace, *, quiet: bool) -> Source:
+    """The source with the episodes `options` leaves out dropped and the rest renumbered.
+
+    The selection is made once per job and kept in the work directory, so that every part, a rerun and
+    finalize agree on it (a part that finds it there does not check the source again).
+
+    Raises:
+        ReshardError: `--skip-episodes` names an episode the source does not have.
+        DatasetError: a defect outside every episode that touches the output, or no episode left.
+    """
+    path = ws.root / DROPPED_JSON_NAME
+    if path.exists():
+        selection = Selection.from_json(path.read_bytes(), file=str(path))
+    else:
+        try:
+            skipped = (
+                parse_episode_list(options.skip_episodes, len(source.episodes))
+                if options.skip_episodes
+                else []
+            )
+        except ValueError as exc:
+            raise ReshardError(f"{exc} (--skip-episodes)") from None
+        defects: list[Defect] = []
+        if options.skip_defective:
+            defects = examine(source, progress=not quiet).defects
+        fatal = [d for d in defects if d.episode is None and d.check not in _HARMLESS]
+        raise_defects([DatasetError(d.problem, file=d.file, field=d.field) for d in fatal], source.url)
+        ignored = [describe_defect(d) for d in defects if d.episode is None]
+        # An episode's first defect says why it is left out.
+        defective = {d.episode: describe_defect(d) for d in reversed(defects) if d.episode is not None}
+        selection = make_selection(len(source.episodes), skipped, defective, ignored)
+        tmp = ws.temp(".json")
+        tmp.write_bytes(selection.to_json())
+        # os.link fails when another part won the race: both computed the same selection.
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+        tmp.unlink()
+    kept = select(source, selection)
+    check_files_exist(kept)
+    for dropped in selection.dropped:
+        if dropped.reason != SKIPPED_BY_USER:
+            log.warning("episode %d left out: %s", dropped.episode, dropped.reason)
+    return kept
 
 
 def _job_doc(source: Source, options: ReshardOptions) -> dict[str, Any]:
@@ -284,7 +346,8 @@ def reshard(
     if work_dir:
         _check_same_filesystem(Path(work_dir).absolute(), out)
     ws = Workspace(Path(work_dir).absolute() if work_dir else default_work_dir(out))
-    source = open_source(src, storage_options=storage_options)
+    # With episodes to leave out, files are checked per episode: a missing one drops its episodes.
+    source = open_source(src, storage_options=storage_options, check_files=False)
     _check_apart(source, out, ws.root)
     doc = _job_doc(source, options)
     if _completed(out, doc):
@@ -296,26 +359,38 @@ def reshard(
             f"Invalid --finalize for {out}: no unfinished reshard in {ws.root}. Expected every part to have "
             "run first (--part I/N)."
         )
-    plan = make_plan(source.info, source.episodes, source_sizes(source), data_file_mb=options.data_file_mb)
-    tasks = [] if finalize_only else (plan.tasks() if part is None else plan.part(*part))
     fresh = not ws.root.exists()
     try:
+        if options.skipping:
+            _claim(ws, doc, out)
+            source = select_episodes(source, options, ws, quiet=quiet)
+        else:
+            check_files_exist(source)
+        plan = make_plan(
+            source.info, source.episodes, source_sizes(source), data_file_mb=options.data_file_mb
+        )
+        tasks = [] if finalize_only else (plan.tasks() if part is None else plan.part(*part))
         check_video_files(source, [t for t in tasks if isinstance(t, VideoTask)])
         _claim(ws, doc, out)
         if part is None and not finalize_only:
             shutil.rmtree(ws.root / "tmp", ignore_errors=True)
         written = run_tasks(tasks, _context(source, ws.root, options), workers=workers, quiet=quiet)
-    except DatasetError:
+    except (DatasetError, ReshardError) as exc:
         # A bad source found by a fresh single run leaves nothing behind; parts share the directory.
         if fresh and part is None:
             shutil.rmtree(ws.root, ignore_errors=True)
+        if isinstance(exc, DatasetError) and exc.episode is not None and not options.skipping:
+            raise every_defect(source, exc, quiet=quiet) from exc
         raise
     for record in written:
         if record.reason is not None:
             log.warning("episode %d of %s re-encoded: %s", record.episode, record.key, record.reason)
+    dropped = source.selection.dropped if source.selection else ()
     if part is not None:
         seconds = time.monotonic() - started
-        return ReshardResult(out, len(source.episodes), len(tasks), False, seconds=seconds, part=part)
+        return ReshardResult(
+            out, len(source.episodes), len(tasks), False, seconds=seconds, part=part, dropped=dropped
+        )
     records = finalize(source, plan, ws, out, options)
     return ReshardResult(
         out,
@@ -324,6 +399,7 @@ def reshard(
         True,
         reencoded=tuple(reencoded_videos(records.values())),
         seconds=time.monotonic() - started,
+        dropped=dropped,
     )
 
 

@@ -13,12 +13,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 
-from cache.remote import Remote, resolve
+from cache.remote import Remote, redact, resolve
 from reader.errors import DatasetError
 from reader.format.parquet import parse_parquet
 from reader.format.v3 import (
@@ -35,6 +35,9 @@ from reader.format.v3 import (
     read_episode_files,
 )
 
+if TYPE_CHECKING:
+    from reshard.selection import Selection
+
 
 @dataclass(frozen=True)
 class Source:
@@ -48,6 +51,9 @@ class Source:
         stats: `meta/stats.json` (empty when absent).
         episodes_table: the full `meta/episodes` table (stats columns included), by episode index.
         episode_files: the `meta/episodes/` parquet files, sorted.
+        parent: for a source with episodes left out (`reshard.selection.select`), the whole source;
+            `episodes` and `episodes_table` are then the kept episodes, renumbered.
+        selection: which episodes of `parent` are kept.
     """
 
     remote: Remote
@@ -57,9 +63,23 @@ class Source:
     stats: dict[str, Any]
     episodes_table: pa.Table = field(repr=False)
     episode_files: list[str] = field(default_factory=list)
+    parent: Source | None = field(default=None, repr=False)
+    selection: Selection | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
-        return f"Source({self.remote.url!r}, episodes={len(self.episodes)}, frames={self.total_frames})"
+        kept = f" of {len(self.parent.episodes)}" if self.parent else ""
+        return f"Source({self.remote.url!r}, episodes={len(self.episodes)}{kept}, frames={self.total_frames})"
+
+    @property
+    def whole(self) -> Source:
+        """The source with every episode (itself, unless episodes are left out)."""
+        return self.parent or self
+
+    def origin(self, episode: int) -> EpisodeInfo:
+        """The source record of episode `episode`: where its rows are, under the source's numbering."""
+        if self.parent is None or self.selection is None:
+            return self.episodes[episode]
+        return self.parent.episodes[self.selection.kept[episode]]
 
     @property
     def url(self) -> str:
@@ -216,10 +236,10 @@ def check_files_exist(source: Source) -> None:
     """Every file an episode points at exists (one recursive listing per top directory).
 
     Raises:
-        DatasetError: naming the first missing file and an episode that needs it.
+        DatasetError: naming the first missing file and an episode that needs it (and counting the
+            others, `raise_defects`).
     """
-    for defect in iter_missing_files(source, listed_files(source)):
-        raise defect
+    raise_defects(list(iter_missing_files(source, listed_files(source))), source.url)
 
 
 def listed_files(source: Source) -> set[str] | None:
@@ -262,6 +282,75 @@ def check_rows(source: Source, data_file: str, table: pa.Table | None = None) ->
     """
     for defect in iter_row_defects(source, data_file, table):
         raise defect
+
+
+def check_kept_rows(source: Source, data_file: str, table: pa.Table | None = None) -> None:
+    """`iter_row_defects` of the whole source, but those of the episodes `source` leaves out, and
+    those outside every episode its selection records as ignored.
+
+    Raises:
+        DatasetError: every other defect of the file at once (`raise_defects`).
+    """
+    selection = source.selection
+    dropped = {d.episode for d in selection.dropped} if selection else set()
+    ignored = set(selection.ignored) if selection else set()
+    raise_defects(
+        [
+            defect
+            for defect in iter_row_defects(source.whole, data_file, table)
+            if defect.episode not in dropped
+            and (defect.episode is not None or describe_defect(defect) not in ignored)
+        ],
+        source.url,
+    )
+
+
+class Located(Protocol):
+    """A defect as `DatasetError` and `doctor.Defect` both hold it."""
+
+    problem: str
+    file: str | None
+    field: str | None
+
+
+def describe_defect(defect: Located) -> str:
+    """A defect in one line: where (file, field) and what is wrong; the episode is said apart."""
+    where = [w for w in (defect.file, defect.field and f"field {defect.field!r}") if w]
+    return f"{', '.join(where)}: {defect.problem}" if where else defect.problem
+
+
+def raise_defects(defects: list[DatasetError], url: str) -> None:
+    """Raise the first defect; where there are more, its message counts them and names every defective
+    episode, and says that `lrs doctor` lists each one.
+
+    Raises:
+        DatasetError: when `defects` is not empty.
+    """
+    if not defects:
+        return
+    first = defects[0]
+    if len(defects) == 1:
+        raise first
+    episodes = sorted({d.episode for d in defects if d.episode is not None})
+    among = f", in episodes {episode_ranges(episodes)}" if episodes else ""
+    raise DatasetError(
+        f"{first.problem} ({len(defects)} defects in all{among}; `lrs doctor {redact(url)}` lists each, "
+        "and `lrs reshard --skip-defective` leaves those episodes out)",
+        file=first.file,
+        episode=first.episode,
+        field=first.field,
+    )
+
+
+def episode_ranges(values: list[int]) -> str:
+    """`[0, 1, 2, 5]` -> `0-2,5`."""
+    parts: list[list[int]] = []
+    for value in values:
+        if parts and value == parts[-1][-1] + 1:
+            parts[-1] = [parts[-1][0], value]
+        else:
+            parts.append([value])
+    return ",".join("-".join(str(v) for v in part) for part in parts)
 
 
 def iter_row_defects(source: Source, data_file: str, table: pa.Table | None = None) -> Iterator[DatasetError]:

@@ -23,7 +23,8 @@ from cache.remote import Remote
 from reader.errors import DatasetError
 from reader.format.parquet import row_group_span
 from reshard.plan import DataTask
-from reshard.source import CHECKED_COLUMNS, Source, check_rows
+from reshard.selection import renumber_rows
+from reshard.source import CHECKED_COLUMNS, Source, check_kept_rows
 
 INDEX_COLUMNS = ["index", "episode_index", "frame_index"]
 T = TypeVar("T")
@@ -92,7 +93,8 @@ class EpisodeRows:
         # saves, and parallelism comes from running tasks in several processes (--workers).
         checked = [c for c in CHECKED_COLUMNS if c in self._file.schema_arrow.names]
         index = self._read(lambda: self._file.read(columns=checked, use_threads=False), episode)
-        check_rows(source, rel, index)
+        check_kept_rows(source, rel, index)
+        self.source = source
         # Rows sorted by `index`: position k of `_order` is the file row holding the k-th smallest index.
         self._index = index.column("index").to_numpy()
         self._order = np.argsort(self._index, kind="stable")
@@ -132,6 +134,13 @@ class EpisodeRows:
         if last - first + 1 == length and bool(np.all(np.diff(rows) == 1)):
             return table.slice(first - base, length)
         return table.take(pa.array(rows - base))
+
+    def episode(self, episode: int) -> pa.Table:
+        """The rows of episode `episode` of the source (numbered as the output numbers it: where
+        episodes are left out, read from its source rows and renumbered)."""
+        origin = self.source.origin(episode)
+        rows = self.read(origin.dataset_from_index, origin.length, episode=origin.episode_index)
+        return rows if self.source.parent is None else renumber_rows(rows, self.source.episodes[episode])
 
     def close(self) -> None:
         self._groups.clear()
@@ -250,13 +259,11 @@ def _episodes_rows(task: DataTask, source: Source, local: LocalFile, schema: pa.
     """The rows of each episode of the task, in order; one source file open at a time."""
     by_file = itertools.groupby(task.episodes, key=lambda i: source.data_file(source.episodes[i]))
     for rel, indices in by_file:
-        episodes = [source.episodes[i] for i in indices]
+        episodes = list(indices)
         with local(rel) as path:
-            reader = EpisodeRows(source, rel, path, schema, episode=episodes[0].episode_index)
+            reader = EpisodeRows(source, rel, path, schema, episode=source.origin(episodes[0]).episode_index)
             try:
                 for episode in episodes:
-                    yield reader.read(
-                        episode.dataset_from_index, episode.length, episode=episode.episode_index
-                    )
+                    yield reader.episode(episode)
             finally:
                 reader.close()

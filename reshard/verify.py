@@ -35,8 +35,9 @@ from reader.format.index import FILES_INDEX
 from reader.format.layout import Layout
 from reader.format.v3 import EPISODES_DIR, INFO_PATH, STATS_PATH, TASKS_PATH
 from reshard.execute import list_files, local_copy
-from reshard.meta import file_sha256
-from reshard.source import Source, check_rows, open_source
+from reshard.meta import file_sha256, stats_json
+from reshard.selection import DROPPED_JSON, Selection, select
+from reshard.source import Source, check_files_exist, check_rows, open_source
 from reshard.tables import INDEX_COLUMNS, EpisodeRows, range_crc32, row_group_ranges
 from reshard.video.compare import DEFAULT_MIN_PSNR_DB, compare_episode_video, probe_video
 
@@ -179,7 +180,8 @@ def verify(
         DatasetError: `against` is not a readable v3 dataset, or `url` holds no dataset at all (no
             `meta/info.json`): nothing to check, which is an input error, not a failed check.
     """
-    source = open_source(against, storage_options=storage_options) if against else None
+    # The files are checked for the episodes the output kept (`_as_resharded`).
+    source = open_source(against, storage_options=storage_options, check_files=False) if against else None
     remote = resolve(url, storage_options=storage_options)
     if not remote.exists(INFO_PATH):
         raise DatasetError("missing: not a LeRobot dataset root", file=remote.display(INFO_PATH))
@@ -198,6 +200,12 @@ def verify(
     ]
     if source is not None:
         checks += [("source-tables", _check_source_tables), ("source-videos", _check_source_videos)]
+        try:
+            source = _as_resharded(source, remote)
+        except (DatasetError, ValueError) as exc:
+            violation = Violation("source-tables", str(exc), DROPPED_JSON)
+            return VerifyReport(remote.url, source.url, ("layout",), (violation,))
+        check_files_exist(source)
     passed = ["layout"]
     with tempfile.TemporaryDirectory(prefix="lrs-verify-") as tmp:
         run = _Run(remote, Path(tmp), min_psnr, layout, dataset, source)
@@ -213,6 +221,15 @@ def verify(
         violations=tuple(run.violations),
         videos=tuple(run.videos),
     )
+
+
+def _as_resharded(source: Source, remote: Remote) -> Source:
+    """The source as the output saw it: where the output left episodes out (`meta/lrs/dropped.json`),
+    the kept ones, renumbered."""
+    if remote.exists(DROPPED_JSON):
+        selection = Selection.from_json(remote.cat(DROPPED_JSON), file=remote.display(DROPPED_JSON))
+        source = select(source, selection)
+    return source
 
 
 # --- 2. files -----------------------------------------------------------------------------------------
@@ -394,9 +411,12 @@ def _check_source_tables(run: _Run) -> None:
     if [e.length for e in src.episodes] != [e.length for e in out.episodes]:
         run.fail("source-tables", "Invalid episode lengths. Expected the source's, episode for episode.")
         return
-    for rel in (TASKS_PATH, STATS_PATH):
-        if src.remote.exists(rel) and src.remote.cat(rel) != out.remote.cat(rel):
-            run.fail("source-tables", "Invalid content. Expected the source's bytes.", rel)
+    if src.remote.cat(TASKS_PATH) != out.remote.cat(TASKS_PATH):
+        run.fail("source-tables", "Invalid content. Expected the source's bytes.", TASKS_PATH)
+    stats = stats_json(src)
+    if stats is not None and (not out.remote.exists(STATS_PATH) or stats != out.remote.cat(STATS_PATH)):
+        expected = "the source's bytes" if src.parent is None else "the kept episodes' stats"
+        run.fail("source-tables", f"Invalid content. Expected {expected}.", STATS_PATH)
     _compare_episode_columns(run, src, out)
     with _SourceRows(run, src) as source_rows:
         for rel in run.layout.data_files():
@@ -423,8 +443,8 @@ class _SourceRows:
         self.stack.close()
 
     def read(self, ep: int) -> pa.Table:
-        episode = self.source.episodes[ep]
-        rel = self.source.data_file(episode)
+        """The rows of output episode `ep` as the source has them (renumbered where episodes were left out)."""
+        rel = self.source.data_file(self.source.episodes[ep])
         if self.current is None or self.current[0] != rel:
             self.stack.close()
             path = self.stack.enter_context(self.run.local(self.source.remote, rel))
@@ -432,7 +452,7 @@ class _SourceRows:
             rows = EpisodeRows(self.source, rel, path, self.schema)
             self.stack.callback(rows.close)
             self.current = (rel, rows)
-        table = self.current[1].read(episode.dataset_from_index, episode.length, episode=ep)
+        table = self.current[1].episode(ep)
         return table.replace_schema_metadata(self.schema.metadata if self.schema else None)
 
 

@@ -16,6 +16,10 @@ with the same windows, and every sample must equal lerobot's for the same index,
 for bit, depth cameras included (in millimetres, and again in metres), and `EpisodeStream.meta` must
 equal lerobot's `dataset.meta` (features, stats with depth rescaled to the unit, keys, counts, tasks).
 
+Where the output left episodes out (`lrs reshard --skip-episodes/--skip-defective`, recorded in
+`meta/lrs/dropped.json`), each output row is compared with its kept source row, `episode_index` and
+`index` renumbered.
+
 With `--reader --mix OTHER` (another dataset of the same fps), the mixture `EpisodeStream([OUT, OTHER])`
 is compared with lerobot's `MultiLeRobotDataset` of the two: every sample (its `dataset_index`, the
 common keys) bit for bit, and `stream.meta.stats` with lerobot's aggregated `stats`.
@@ -60,15 +64,21 @@ def main() -> int:
     reencoded = {(r["episode"], r["camera"]) for r in layout.get("reencoded", [])}
     a = LeRobotDataset("local/source", root=args.source, delta_timestamps=windows)
     b = LeRobotDataset("local/output", root=args.output, delta_timestamps=windows)
-    if len(a) != len(b):
-        print(f"Invalid length ({len(b)}). Expected {len(a)}, the source's.")
+    rows, renumbered = kept_rows(args.source, args.output)
+    if len(rows) != len(b):
+        print(f"Invalid length ({len(b)}). Expected {len(rows)}, the source's kept rows.")
         return 1
     worst = math.inf
-    for i in range(len(a)):
-        x, y = a[i], b[i]
+    for i, j in enumerate(rows):
+        x, y = a[j], b[i]
         if x.keys() != y.keys():
             print(f"Invalid keys at index {i} ({sorted(x.keys() ^ y.keys())} differ).")
             return 1
+        if renumbered:  # episodes were left out: the kept ones are renumbered, their rows contiguous
+            x["index"] = torch.tensor(i, dtype=x["index"].dtype)
+            x["episode_index"] = torch.tensor(
+                renumbered[int(x["episode_index"])], dtype=x["episode_index"].dtype
+            )
         for key, u in x.items():
             v = y[key]
             if not isinstance(u, torch.Tensor):
@@ -78,7 +88,7 @@ def main() -> int:
             elif key in cameras and key not in depth and u.dtype.is_floating_point and not torch.equal(u, v):
                 mse = float(((u - v) ** 2).mean())
                 worst = min(worst, 10 * math.log10(1 / mse))
-                same = all_reencoded or (int(x["episode_index"]), key) in reencoded
+                same = all_reencoded or (int(y["episode_index"]), key) in reencoded
             else:
                 same = torch.equal(u, v)
             if not same:
@@ -86,7 +96,8 @@ def main() -> int:
                 return 1
     floor_ok = worst >= args.psnr_floor
     print(
-        f"{len(a)} samples: tabular values, masks and shapes equal; frames "
+        (f"{len(a) - len(b)} rows of left-out episodes skipped; " if renumbered else "")
+        + f"{len(b)} samples: tabular values, masks and shapes equal; frames "
         + ("identical" if worst == math.inf else f"worst PSNR {worst:.1f} dB")
         + (f"; depth cameras {sorted(depth)} identical" if depth else "")
     )
@@ -98,6 +109,30 @@ def main() -> int:
     if failed or args.mix is None:
         return failed
     return compare_mixture(args.output, args.mix, {k: v for k, v in windows.items() if k not in depth})
+
+
+def kept_rows(source: Path, output: Path) -> tuple[list[int], dict[int, int]]:
+    """The source index of each output row, and the output number of each kept source episode (empty
+    where the output kept every episode: `meta/lrs/dropped.json`)."""
+    import pyarrow.parquet as pq
+
+    episodes = pq.read_table(source / "meta/episodes", columns=["episode_index", "length"]).sort_by(
+        "episode_index"
+    )
+    lengths = dict(zip(*(episodes.column(n).to_pylist() for n in ("episode_index", "length")), strict=True))
+    dropped_json = output / "meta/lrs/dropped.json"
+    gone = (
+        {d["episode"] for d in json.loads(dropped_json.read_text())["dropped"]}
+        if dropped_json.exists()
+        else set()
+    )
+    rows, start, renumbered = [], 0, {}
+    for episode, length in sorted(lengths.items()):
+        if episode not in gone:
+            renumbered[episode] = len(renumbered)
+            rows += range(start, start + length)
+        start += length
+    return rows, renumbered if gone else {}
 
 
 def compare_mixture(root: Path, other: Path, windows: dict) -> int:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from reader import DatasetMeta
+from tests.reshard.defects import make_defective
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 LRS = str(Path(sys.executable).with_name("lrs"))
@@ -65,6 +66,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = subprocess.run([LRS, "sample", str(work / "v3"), "-q"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     shutil.copytree(work / "v3", work / "my-dataset")
+    make_defective(work / "v3", work / "droid")
     return work
 
 

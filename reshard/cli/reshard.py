@@ -11,6 +11,8 @@ from reshard.cli.base import EXIT_CHECK_FAILED, handle_errors, quiet_option, qui
 from reshard.execute import ReshardOptions
 from reshard.inspect import inspect_dataset, render
 from reshard.run import reshard, slurm_part
+from reshard.selection import DROPPED_JSON
+from reshard.source import episode_ranges
 from reshard.verify import verify
 from reshard.video.compare import DEFAULT_MIN_PSNR_DB
 from reshard.video.write import VIDEO_MODES
@@ -76,6 +78,18 @@ class PartType(click.ParamType):
     type=click.Path(file_okay=False, path_type=Path),
     help="Work directory (same filesystem as --out) [default: <out parent>/.<out name>.lrs-work].",
 )
+@click.option(
+    "--skip-defective",
+    is_flag=True,
+    help="Leave out the episodes `lrs doctor` finds defective (refused otherwise) and renumber the rest; "
+    "meta/lrs/dropped.json records which and why.",
+)
+@click.option(
+    "--skip-episodes",
+    default="",
+    metavar="LIST",
+    help="Source episodes to leave out, as 3,7,10-12; the rest are renumbered.",
+)
 @click.option("--push-bucket", "push_url", help="After finishing, push the output to this URL (lrs push).")
 @click.option("--push-create", is_flag=True, help="With --push-bucket: create the bucket if missing.")
 @click.option("--endpoint-url", help="With --push-bucket: S3-compatible or Hub endpoint.")
@@ -93,6 +107,8 @@ def reshard_cmd(
     part: tuple[int, int] | None,
     finalize: bool,
     work_dir: Path | None,
+    skip_defective: bool,
+    skip_episodes: str,
     push_url: str | None,
     push_create: bool,
     endpoint_url: str | None,
@@ -110,7 +126,15 @@ def reshard_cmd(
     if push_url and part is not None:
         raise click.UsageError("--push-bucket needs a finished output: use it with --finalize, not --part.")
     try:
-        options = ReshardOptions(video=video, gop=gop, crf=crf, preset=preset, data_file_mb=data_file_mb)  # type: ignore[arg-type]
+        options = ReshardOptions(
+            video=video,  # type: ignore[arg-type]
+            gop=gop,
+            crf=crf,
+            preset=preset,
+            data_file_mb=data_file_mb,
+            skip_defective=skip_defective,
+            skip_episodes=skip_episodes,
+        )
     except ValueError as exc:  # checked before any work, so nothing is left behind
         raise click.UsageError(str(exc)) from exc
     result = reshard(
@@ -133,6 +157,11 @@ def reshard_cmd(
         )
     else:
         click.echo(f"resharded {result.episodes} episodes into {out} in {result.seconds:.1f} s.")
+    if result.dropped and result.part is None:
+        click.echo(
+            f"left out {len(result.dropped)} source episodes ({episode_ranges([d.episode for d in result.dropped])}) "
+            f"and renumbered the rest; {out / DROPPED_JSON} says why."
+        )
     if result.finalized and video != "copy":
         depth = _depth_keys(out)
         if depth:

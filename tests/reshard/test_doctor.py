@@ -12,50 +12,11 @@ import json
 import shutil
 from pathlib import Path
 
-import av
-import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
 from reshard.cli import cli
-
-CAM0, CAM1 = "observation.images.cam0", "observation.images.cam1"
-
-
-def _video(root: Path, cam: str, file: int) -> Path:
-    return root / f"videos/{cam}/chunk-000/file-{file:03d}.mp4"
-
-
-def _shorten(path: Path, drop: int) -> None:
-    """Rewrite a video without its last `drop` frames (same timing, H.264)."""
-    with av.open(str(path)) as src:
-        stream = src.streams.video[0]
-        frames = [f.to_ndarray(format="rgb24") for f in src.decode(stream)]
-        rate = stream.average_rate
-    out = path.with_suffix(".tmp.mp4")
-    with av.open(str(out), "w") as dst:
-        video = dst.add_stream("libx264", rate=rate)
-        video.height, video.width = frames[0].shape[:2]
-        video.pix_fmt = "yuv420p"
-        for pixels in frames[:-drop]:
-            dst.mux(video.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")))
-        dst.mux(video.encode())
-    out.replace(path)
-
-
-@pytest.fixture(scope="module")
-def defective(sample_ds: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("doctor") / "v3"
-    shutil.copytree(sample_ds, root)  # 8 episodes: 3 per data file and per video file, 2 cameras
-    _video(root, CAM1, 1).write_bytes(b"")  # episodes 3, 4, 5 of cam1: a zero-byte file
-    _shorten(_video(root, CAM0, 2), drop=5)  # episode 7 of cam0 (the file's last) short 5 frames
-    shutil.copy(root / "data/chunk-000/file-000.parquet", root / "data/chunk-000/file-009.parquet")
-    shutil.copy(_video(root, CAM0, 0), _video(root, CAM0, 9))  # orphans
-    data = root / "data/chunk-000/file-002.parquet"  # episodes 6, 7: drop episode 7's last row
-    table = pq.read_table(data)
-    pq.write_table(table.slice(0, table.num_rows - 1), data)
-    _video(root, CAM1, 0).unlink()  # episodes 0, 1, 2 of cam1: missing
-    return root
+from tests.reshard.defects import CAM0, CAM1, shorten, video
 
 
 def _doctor(*args: str) -> tuple[int, dict]:
@@ -107,10 +68,10 @@ def test_metadata_that_does_not_load_is_one_defect(tmp_path: Path) -> None:
 def test_reshard_refuses_naming_every_defective_episode(sample_ds: Path, tmp_path: Path) -> None:
     root = tmp_path / "v3"
     shutil.copytree(sample_ds, root)
-    _video(root, CAM1, 0).write_bytes(b"")  # episodes 0-2
-    _shorten(_video(root, CAM0, 2), drop=5)  # episode 7
+    video(root, CAM1, 0).write_bytes(b"")  # episodes 0-2
+    shorten(video(root, CAM0, 2), drop=5)  # episode 7
     result = CliRunner().invoke(cli, ["reshard", str(root), "--out", str(tmp_path / "out"), "-q"])
     assert result.exit_code == 3, result.output
-    assert "4 video defects in all, in episodes 0-2,7" in result.output, result.output
+    assert "4 defects in all, in episodes 0-2,7" in result.output, result.output
     assert f"`lrs doctor {root}` lists each" in result.output
     assert not (tmp_path / "out").exists()  # nothing written where reshard refuses

@@ -1,0 +1,57 @@
+"""A v3 dataset with one of each defect public datasets ship (for `lrs doctor`, `reshard --skip-defective`).
+
+Made from the 8-episode sample (3 episodes per data file and per video file, 2 cameras):
+
+- episodes 0, 1, 2: their cam1 video file is missing;
+- episodes 3, 4, 5: their cam1 video file has zero bytes;
+- episode 7: its cam0 video is short 5 frames, and its data file short its last row (so that file's
+  row count no longer adds up either);
+- an orphan parquet file and an orphan video that no episode references.
+
+Episode 6 is the one without a defect.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import av
+import pyarrow.parquet as pq
+
+CAM0, CAM1 = "observation.images.cam0", "observation.images.cam1"
+
+
+def video(root: Path, cam: str, file: int) -> Path:
+    return root / f"videos/{cam}/chunk-000/file-{file:03d}.mp4"
+
+
+def shorten(path: Path, drop: int) -> None:
+    """Rewrite a video without its last `drop` frames (same timing, H.264)."""
+    with av.open(str(path)) as src:
+        stream = src.streams.video[0]
+        frames = [f.to_ndarray(format="rgb24") for f in src.decode(stream)]
+        rate = stream.average_rate
+    out = path.with_suffix(".tmp.mp4")
+    with av.open(str(out), "w") as dst:
+        video = dst.add_stream("libx264", rate=rate)
+        video.height, video.width = frames[0].shape[:2]
+        video.pix_fmt = "yuv420p"
+        for pixels in frames[:-drop]:
+            dst.mux(video.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")))
+        dst.mux(video.encode())
+    out.replace(path)
+
+
+def make_defective(sample_ds: Path, root: Path) -> Path:
+    """A copy of the sample at `root` with the defects of the module docstring."""
+    shutil.copytree(sample_ds, root)  # 8 episodes: 3 per data file and per video file, 2 cameras
+    video(root, CAM1, 1).write_bytes(b"")  # episodes 3, 4, 5 of cam1: a zero-byte file
+    shorten(video(root, CAM0, 2), drop=5)  # episode 7 of cam0 (the file's last) short 5 frames
+    shutil.copy(root / "data/chunk-000/file-000.parquet", root / "data/chunk-000/file-009.parquet")
+    shutil.copy(video(root, CAM0, 0), video(root, CAM0, 9))  # orphans
+    data = root / "data/chunk-000/file-002.parquet"  # episodes 6, 7: drop episode 7's last row
+    table = pq.read_table(data)
+    pq.write_table(table.slice(0, table.num_rows - 1), data)
+    video(root, CAM1, 0).unlink()  # episodes 0, 1, 2 of cam1: missing
+    return root
