@@ -129,6 +129,9 @@ def test_skip_defective_writes_the_other_episodes(defective: Path, tmp_path: Pat
     report = verify(str(out), against=str(defective))
     assert report.ok, report.describe()
     assert "source-tables" in report.passed and "source-videos" in report.passed
+    samples = list(EpisodeStream(out, shuffle=False, cache_dir=tmp_path / "cache"))
+    assert [int(s["index"]) for s in samples] == list(range(kept.num_rows))
+    assert {int(s["episode_index"]) for s in samples} == {0}
 
 
 def test_skip_episodes_renumbers_and_keeps_meta_consistent(sample_ds: Path, tmp_path: Path) -> None:
