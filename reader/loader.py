@@ -36,7 +36,7 @@ class ResumableLoader:
         self.loader, self.stream, self.batches = loader, loader.dataset, 0
 
     def __iter__(self) -> Iterator[Any]:
-        self.batches = self.stream.pending_batches()
+        self.batches = self.stream.pending_batches(self.loader.num_workers)
         for batch in self.loader:
             self.batches += 1
             yield batch
@@ -57,4 +57,4 @@ class ResumableLoader:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Load a state into the stream (see `EpisodeStream.load_state_dict`)."""
         self.stream.load_state_dict(state)
-        self.batches = self.stream.pending_batches()
+        self.batches = self.stream.pending_batches(self.loader.num_workers)

@@ -18,18 +18,21 @@ with `StateError`; so is one made for another `num_workers`, when the stream is 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from reader.errors import StateError
 from reader.loader_math import loader_resume
+from reader.schedule.rest import Segment
 
 # 2: the order of lrs 0.2 (pieces emitted in runs, one cyclic pool order); a version 1 state would
 # resume another order, so it is refused.
 STATE_VERSION = 2
 _LOADER_KEYS = ("batches_consumed", "batch_size", "num_workers")
 _CONSUMER_KEYS = ("worker", "num_workers", "samples")
+# A `before` entry, in `Segment`'s field order.
+_SEGMENT_KEYS = ("world_size", "num_workers", "batch_size", "batches_consumed", "episode_pool_size")
 
 
 def selection_digest(episodes: Sequence[int]) -> str:
@@ -60,8 +63,10 @@ class Identity:
             "epoch": epoch,
         }
 
-    def check(self, state: Mapping[str, Any]) -> None:
-        """Refuse a state whose header (when present) names another run's identity.
+    def check(self, state: Mapping[str, Any], *, elastic: bool = True) -> None:
+        """Refuse a state whose header (when present) names another run's identity: another dataset,
+        selection or shuffle; with `elastic=False` (a worker's own position), also another pool size or
+        world size.
 
         Raises:
             StateError: naming the first mismatching field.
@@ -74,10 +79,13 @@ class Identity:
         reasons = {
             "fingerprint": "the state was saved for another dataset (or another version of it)",
             "episodes": "the state was saved for another selection of episodes",
-            "episode_pool_size": "the emission order depends on the pool size",
-            "world_size": "the split across ranks depends on the world size",
             "shuffle": "the order depends on shuffle",
         }
+        if not elastic:
+            reasons["episode_pool_size"] = (
+                "a worker's position in its emission order depends on the pool size"
+            )
+            reasons["world_size"] = "a worker's position is one rank's; resume with a trainer's batch count"
         for name, reason in reasons.items():
             if name in state and state[name] != getattr(self, name):
                 raise StateError(
@@ -94,17 +102,48 @@ class Resume:
         num_workers: the DataLoader workers it was made for.
         batches: loader kind: (batches_consumed, batch_size); None for the consumer kind.
         consumer: consumer kind: (logical worker, samples consumed); None for the loader kind.
+        world_size: the ranks it was made for.
+        pool_size: the episode pool size it was made for.
+        before: loader kind: the runs of this epoch before the one it counts batches of, each on its own
+            topology (an elastic resume's history; empty for a run from the epoch's start).
     """
 
     epoch: int
     num_workers: int
     batches: tuple[int, int] | None = None
     consumer: tuple[int, int] | None = None
+    world_size: int = 1
+    pool_size: int = 1
+    before: tuple[Segment, ...] = ()
+
+    @property
+    def segment(self) -> Segment | None:
+        """The run it counts batches of, as a segment (None for the consumer kind)."""
+        if self.batches is None:
+            return None
+        consumed, batch_size = self.batches
+        return Segment(self.world_size, self.num_workers, batch_size, consumed, self.pool_size)
+
+    def continues(self, *, world_size: int, num_workers: int, pool_size: int) -> bool:
+        """Whether a run on this topology continues the saved run exactly (same emission orders, each
+        worker from its position), rather than streaming the rest of the epoch on a new topology."""
+        return (self.world_size, self.num_workers, self.pool_size) == (world_size, num_workers, pool_size)
+
+    def history(self, *, world_size: int, num_workers: int, pool_size: int) -> tuple[Segment, ...]:
+        """The runs of the epoch before a run on this topology: `before`, plus the saved run itself
+        where the new one does not continue it."""
+        segment = self.segment
+        if segment is None or self.continues(
+            world_size=world_size, num_workers=num_workers, pool_size=pool_size
+        ):
+            return self.before
+        return (*self.before, segment)
 
     def start(
         self, worker_samples: Sequence[int], *, num_workers: int, physical: int
     ) -> tuple[int | None, int]:
-        """Which logical worker physical worker `physical` serves, and from which sample.
+        """Which logical worker physical worker `physical` serves, and from which sample, when a run
+        continues the saved one (`continues`).
 
         Args:
             worker_samples: samples per epoch of each logical worker of the rank.
@@ -144,13 +183,21 @@ class Resume:
         return logical, 0 if logical is None else resume.samples_consumed[logical]
 
 
-def parse_state(state: Mapping[str, Any], identity: Identity, *, epoch: int) -> tuple[Resume, int | None]:
+def parse_state(
+    state: Mapping[str, Any],
+    identity: Identity,
+    *,
+    epoch: int,
+    default_pool: Callable[[int], int] | None = None,
+) -> tuple[Resume, int | None]:
     """Validate a state for this stream.
 
     Args:
         state: a loader or consumer state (see the module docstring).
         identity: the stream's identity.
         epoch: the stream's epoch, used when the state names none.
+        default_pool: the pool size a run with this batch size had, for a loader state that names
+            none (a trainer's own dict); default: the stream's.
 
     Returns:
         The position to resume, and the seed the state names (None when it names none).
@@ -160,22 +207,52 @@ def parse_state(state: Mapping[str, Any], identity: Identity, *, epoch: int) -> 
     """
     if not isinstance(state, Mapping):
         raise StateError(f"Invalid state ({type(state).__name__}). Expected a dict.")
-    identity.check(state)
+    consumer = all(k in state for k in _CONSUMER_KEYS)
+    identity.check(state, elastic=not consumer)
     seed = _int(state, "seed", 0, required=False)
     epoch = _int(state, "epoch", 0, required=False, default=epoch)
-    if all(k in state for k in _CONSUMER_KEYS):
+    world_size = _int(state, "world_size", 1, required=False, default=identity.world_size)
+    if consumer:
         workers = _int(state, "num_workers", 0)
         worker = _int(state, "worker", 0)
         if worker >= max(1, workers):
             raise StateError(f"Invalid state worker ({worker}). Expected < max(1, num_workers={workers}).")
-        return Resume(epoch, workers, consumer=(worker, _int(state, "samples", 0))), seed
+        consumed = (worker, _int(state, "samples", 0))
+        pool = identity.episode_pool_size
+        return Resume(epoch, workers, consumer=consumed, world_size=world_size, pool_size=pool), seed
     if all(k in state for k in _LOADER_KEYS):
         batches = (_int(state, "batches_consumed", 0), _int(state, "batch_size", 1))
-        return Resume(epoch, _int(state, "num_workers", 0), batches=batches), seed
+        pool = _int(state, "episode_pool_size", 1, required=False)
+        if pool is None:
+            pool = default_pool(batches[1]) if default_pool is not None else identity.episode_pool_size
+        resume = Resume(
+            epoch,
+            _int(state, "num_workers", 0),
+            batches=batches,
+            world_size=world_size,
+            pool_size=pool,
+            before=_segments(state.get("before", [])),
+        )
+        return resume, seed
     raise StateError(
         f"Invalid state (keys {sorted(state)}). Expected {list(_LOADER_KEYS)} (a trainer's count of "
         f"consumed batches) or {list(_CONSUMER_KEYS)} (what state_dict() returns inside a worker)."
     )
+
+
+def _segments(raw: Any) -> tuple[Segment, ...]:
+    """The `before` list of a loader state: the epoch's earlier runs, each a dict of `Segment.to_json`."""
+    if not isinstance(raw, list):
+        raise StateError(f"Invalid state before ({type(raw).__name__}). Expected a list of earlier runs.")
+    segments = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, Mapping) or set(item) != set(_SEGMENT_KEYS):
+            keys = sorted(item) if isinstance(item, Mapping) else type(item).__name__
+            raise StateError(f"Invalid state before[{i}] ({keys}). Expected the keys {list(_SEGMENT_KEYS)}.")
+        low = {"world_size": 1, "batch_size": 1, "episode_pool_size": 1}
+        values = [_int(item, name, low.get(name, 0)) for name in _SEGMENT_KEYS]
+        segments.append(Segment(*values))
+    return tuple(segments)
 
 
 def _int(

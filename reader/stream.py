@@ -36,6 +36,7 @@ from reader.pool import Consumer, Counters, Options, Part, ReaderStats
 from reader.published import PUBLISH_INTERVAL_S, publish, published_path, read_published
 from reader.rows import RowGroupReader
 from reader.schedule import Schedule
+from reader.schedule.rest import RestSchedule, Segment, rest_after
 from reader.state import Resume, parse_state
 from reader.windows import Windows, delta_indices
 
@@ -131,6 +132,8 @@ class EpisodeStream(IterableDataset):
         depth_output_unit: DepthUnit = "mm",
     ) -> None:
         super().__init__()
+        # How a trainer's resume dict without a pool size is read: the pool its run had (`load_state_dict`).
+        self._default_pool = None if episode_pool_size is not None else batch_size is not None
         if episode_pool_size is None:
             episode_pool_size = default_pool_size(batch_size)
         check_int("episode_pool_size", episode_pool_size, 1)
@@ -320,10 +323,11 @@ class EpisodeStream(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
         num_workers, physical = (info.num_workers, info.id) if info is not None else (0, 0)
-        schedule = self.schedule(num_workers)
+        schedule, history = self._resumed_schedule(num_workers)
         logical, start = physical, 0
-        if self._resume is not None and self._resume.epoch == self.epoch:
-            logical, start = self._resume.start(
+        resume = self._pending()
+        if resume is not None and (resume.consumer is not None or self._continues(resume, num_workers)):
+            logical, start = resume.start(
                 schedule.worker_samples(), num_workers=num_workers, physical=physical
             )
         process = self._runtime()
@@ -338,8 +342,35 @@ class EpisodeStream(IterableDataset):
             options=self.options,
             counters=process.counters,
         )
-        process.cursor = _Cursor(consumer, self.epoch, logical, num_workers)
+        process.cursor = _Cursor(consumer, self.epoch, logical, num_workers, history)
         return _publishing(consumer, process)
+
+    def _pending(self) -> Resume | None:
+        """The loaded state, when it is for the current epoch."""
+        return self._resume if self._resume is not None and self._resume.epoch == self.epoch else None
+
+    def _continues(self, resume: Resume, num_workers: int) -> bool:
+        return resume.continues(
+            world_size=self.world_size, num_workers=num_workers, pool_size=self.episode_pool_size
+        )
+
+    def _history(self, num_workers: int) -> tuple[Segment, ...]:
+        """The runs of the current epoch before this one (an elastic resume's), for `num_workers`."""
+        resume = self._pending()
+        if resume is None:
+            return ()
+        return resume.history(
+            world_size=self.world_size, num_workers=num_workers, pool_size=self.episode_pool_size
+        )
+
+    def _resumed_schedule(self, num_workers: int) -> tuple[Schedule | RestSchedule, tuple[Segment, ...]]:
+        """The order this run streams the current epoch in: the whole epoch's, or after earlier runs on
+        other topologies, the rest of it (`reader.schedule.rest`); and those runs."""
+        schedule = self.schedule(num_workers)
+        history = self._history(num_workers)
+        if not history:
+            return schedule, history
+        return RestSchedule(schedule, self.epoch, rest_after(schedule, self.epoch, history)), history
 
     def state_dict(
         self,
@@ -361,6 +392,9 @@ class EpisodeStream(IterableDataset):
         if all(given):
             state = self.identity.header(seed=self.seed, epoch=self.epoch)
             state.update(batches_consumed=batches_consumed, batch_size=batch_size, num_workers=num_workers)
+            history = self._history(num_workers)  # type: ignore[arg-type]
+            if history:
+                state["before"] = [s.to_json() for s in history]
             parse_state(state, self.identity, epoch=self.epoch)
             return state
         if any(given):
@@ -377,6 +411,8 @@ class EpisodeStream(IterableDataset):
             )
         state = self.identity.header(seed=self.seed, epoch=cursor.epoch)
         state.update(worker=cursor.logical, num_workers=cursor.num_workers, samples=cursor.consumer.position)
+        if cursor.history:
+            state["before"] = [s.to_json() for s in cursor.history]
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -389,17 +425,31 @@ class EpisodeStream(IterableDataset):
             StateError: the state is malformed or was made for another dataset, episode selection, pool
                 size, world size or shuffle (another num_workers is refused when iterating).
         """
-        resume, seed = parse_state(state, self.identity, epoch=self.epoch)
+        default_pool = None
+        if self._default_pool is not None:
+            given = self._default_pool
+            default_pool = lambda batch_size: default_pool_size(batch_size if given else None)  # noqa: E731
+        resume, seed = parse_state(state, self.identity, epoch=self.epoch, default_pool=default_pool)
         if seed is not None:
             Schedule(self.lengths, seed=seed)  # validates it
             self.seed = seed
+        segments = (*resume.before, *([resume.segment] if resume.segment is not None else []))
+        if segments:
+            try:  # the runs it names, checked now by arithmetic: each within what its epoch had left
+                rest_after(self.schedule(0), resume.epoch, segments)
+            except ValueError as exc:
+                raise StateError(f"{exc} (resume state of epoch {resume.epoch})") from None
         self.epoch = resume.epoch
         self._resume = resume
 
-    def pending_batches(self) -> int:
-        """Batches a pending trainer state says were consumed in the current epoch (0 if none)."""
-        resume = self._resume
-        if resume is None or resume.epoch != self.epoch or resume.batches is None:
+    def pending_batches(self, num_workers: int | None = None) -> int:
+        """Batches a pending trainer state says were consumed in the current epoch by the run that a
+        DataLoader with `num_workers` continues (0 if none, or where that DataLoader streams the rest of
+        the epoch on a new topology: it counts its own batches from 0)."""
+        resume = self._pending()
+        if resume is None or resume.batches is None:
+            return 0
+        if num_workers is not None and not self._continues(resume, num_workers):
             return 0
         return resume.batches[0]
 
@@ -493,6 +543,7 @@ class _Cursor:
     epoch: int
     logical: int
     num_workers: int
+    history: tuple[Segment, ...] = ()
 
 
 @dataclass

@@ -24,6 +24,7 @@ An epoch is built in four steps, each a small function over numpy arrays:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 
@@ -189,6 +190,10 @@ class Schedule:
             topology=topology,
             starts=entries.starts if self.weights is not None else None,
         )
+
+    def with_topology(self, world_size: int, num_workers: int, pool_size: int) -> Schedule:
+        """This run's order on another topology (the entries and their order do not change)."""
+        return dataclasses.replace(self, world_size=world_size, num_workers=num_workers, pool_size=pool_size)
 
     def emission(self, epoch: int, rank: int, worker: int) -> Emission:
         """The emission plan of consumer (rank, worker) in `epoch`."""

@@ -310,6 +310,10 @@ class Emission:
             int(self._share.rows[index, 2]),
         )
 
+    def entry_of(self, piece: np.ndarray) -> np.ndarray:
+        """The entry (`Piece.episode`) of each of these piece indices."""
+        return self._episodes[piece]
+
     def _columns(self) -> tuple[list[int], list[int], list[int]]:
         return self._episodes.tolist(), self._starts.tolist(), self._share.rows[:, 2].tolist()
 
