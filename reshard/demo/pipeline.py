@@ -35,7 +35,8 @@ from cache.progress import human_bytes
 from reader.batch import collate
 from reader.pool import ReaderStats
 from reader.stream import EpisodeStream
-from reshard.demo.sample import SampleSpec, read_frame_id, write_sample
+from reshard.demo.frames import read_frame_id
+from reshard.demo.sample import SampleSpec, write_sample
 from reshard.errors import VerifyError
 from reshard.execute import ReshardOptions
 from reshard.prewarm import PrewarmSummary, prewarm

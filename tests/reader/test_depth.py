@@ -19,7 +19,8 @@ from reader import EpisodeStream
 from reader.depth import DEPTH_QMAX, Quantizer, is_depth
 from reader.errors import DatasetError, DecodeError
 from reshard.cli import cli
-from reshard.demo.sample import SampleSpec, depth_frame, read_frame_id, write_sample
+from reshard.demo.frames import depth_frame, read_frame_id
+from reshard.demo.sample import SampleSpec, write_sample
 
 DEPTH, RGB = "observation.images.depth0", "observation.images.cam0"
 SPEC = {"episodes": 5, "min_length": 6, "max_length": 14, "cameras": 1, "depth_cameras": 1, "seed": 3}

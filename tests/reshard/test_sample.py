@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from torchcodec.decoders import VideoDecoder
 
-from reshard.demo.sample import SampleSpec, draw_frame, read_frame_id, write_sample
+from reshard.demo.frames import draw_frame, read_frame_id
+from reshard.demo.sample import SampleSpec, write_sample
 from reshard.source import open_source, validate
 
 
