@@ -23,7 +23,7 @@ import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import av
 from av.video.frame import PictureType
@@ -247,6 +247,8 @@ def mux(container: av.container.OutputContainer, packets: Iterable[av.Packet]) -
 
 @dataclass(frozen=True)
 class _Encode:
+    """How one episode is re-encoded: `add_video_stream`'s settings but the frame rate and size."""
+
     codec: str
     pix_fmt: str
     gop: int
@@ -265,20 +267,7 @@ def _reencode(
         width, height = stream.codec_context.width, stream.codec_context.height
         frames = nearest(frames_from(container, stream, segment.from_timestamp, ref), segment, ref)
         with atomic_path(out_path) as tmp, av.open(tmp, mode="w", format="mp4", options=MUX_OPTIONS) as out:
-            ostream = add_video_stream(
-                out,
-                encode.codec,
-                fps=segment.rate,
-                width=width,
-                height=height,
-                gop=encode.gop,
-                crf=encode.crf,
-                preset=encode.preset,
-                bframes=encode.bframes,
-                threads=encode.threads,
-                pix_fmt=encode.pix_fmt,
-                lossless=encode.lossless,
-            )
+            ostream = add_video_stream(out, fps=segment.rate, width=width, height=height, **asdict(encode))
             for i, frame in frames:
                 if frame.format.name != encode.pix_fmt:
                     frame = frame.reformat(format=encode.pix_fmt)
