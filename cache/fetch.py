@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cache.errors import FetchError, IntegrityError
-from cache.remote import Remote, redact
+from cache.remote import Remote
+from cache.retry import redact
 from cache.stats import Counters
 from cache.store import file_sha256, open_fd, write_record
 

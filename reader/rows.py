@@ -19,7 +19,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +31,8 @@ from reader.errors import DatasetError, LayoutError, RowGroupMismatch
 from reader.format.catalog import EpisodeRef
 from reader.format.parquet import row_group_span
 from reader.windows import Windows
+
+T = TypeVar("T")
 
 _FOOTER_GUESS = 64 * 1024
 _MAGIC = b"PAR1"
@@ -268,13 +270,7 @@ class RowGroupReader:
         if cached is not None:
             return cached
         with file_lock:  # one read per file, however many threads admit its episodes at once
-            with self._lock:
-                cached = self._footers.get(rel)
-            if cached is None:
-                cached = self._read_metadata(rel)
-                with self._lock:
-                    self._footers[rel] = cached
-        return cached
+            return self._memo(self._footers, rel, self._read_metadata)
 
     def _read_metadata(self, rel: str) -> pq.FileMetaData:
         size = self._size(rel)
@@ -361,13 +357,17 @@ class RowGroupReader:
         return table
 
     def _size(self, rel: str) -> int:
+        return self._memo(self._sizes, rel, self._size_of)
+
+    def _memo(self, memo: dict[str, T], rel: str, compute: Callable[[str], T]) -> T:
+        """`memo[rel]`, computed outside the lock on a miss (two threads may both compute it)."""
         with self._lock:
-            size = self._sizes.get(rel)
-        if size is None:
-            size = self._size_of(rel)
+            value = memo.get(rel)
+        if value is None:
+            value = compute(rel)
             with self._lock:
-                self._sizes[rel] = size
-        return size
+                memo[rel] = value
+        return value
 
     def _read(self, rel: str, start: int, end: int) -> bytes:
         data = self._files.read_range(rel, start, end)

@@ -1,9 +1,10 @@
 """`EpisodeStream`: the training-time IterableDataset over an lrs/1 (or plain v3) dataset.
 
-The class only wires things together: `reader.format.catalog` reads the metadata, `reader.schedule` decides the
-order, `reader.state` the resume arithmetic, and `reader.pool` reads, fetches and decodes. Everything a
-process needs at run time (cache threads, open decoders, parquet footers) is created lazily in the
-process that iterates, so the stream pickles and forks cleanly into DataLoader workers.
+The class only wires things together: `reader.format.catalog` reads the metadata, `reader.sources` sets up
+how each dataset is read, `reader.schedule` decides the order, `reader.state` the resume arithmetic, and
+`reader.pool` reads, fetches and decodes. Everything a process needs at run time (`reader.runtime`: cache
+threads, open decoders, parquet footers) is created lazily in the process that iterates, so the stream
+pickles and forks cleanly into DataLoader workers.
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ import functools
 import os
 import shutil
 import tempfile
-import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -26,19 +26,20 @@ from cache import NodeCache, Remote, aggregate_stats
 from cache.checks import check_int
 from cache.stats import CacheStats
 from reader.decode import Decoders, SeekMode, check_device
-from reader.depth import DepthUnit, Quantizer, check_unit, is_depth
-from reader.errors import DatasetError, StateError
+from reader.depth import DepthUnit, check_unit
+from reader.errors import StateError
 from reader.format.catalog import Catalog, EpisodeRef
-from reader.format.v3 import INFO_PATH
 from reader.metadata import DatasetMeta
-from reader.plan import FETCH_THREADS, ReadPlan, default_pool_size
-from reader.pool import Consumer, Counters, Options, Part, ReaderStats
-from reader.published import PUBLISH_INTERVAL_S, publish, published_path, read_published
+from reader.plan import ReadPlan, default_pool_size
+from reader.pool import Consumer, Options, Part, ReaderStats
+from reader.published import published_path, read_published
 from reader.rows import RowGroupReader
+from reader.runtime import Cursor, ProcessState, publishing
 from reader.schedule import Schedule
 from reader.schedule.rest import RestSchedule, Segment, rest_after
+from reader.sources import Source, data_file_size, open_sources
 from reader.state import Resume, parse_state
-from reader.windows import Windows, delta_indices
+from reader.windows import Windows
 
 DEFAULT_PREFETCH_EPISODES = 8
 DEFAULT_DECODE_THREADS = 2
@@ -156,45 +157,22 @@ class EpisodeStream(IterableDataset):
         )
         self.seed, self.epoch = seed, 0
         self.schedule(0)  # validates the seed
-        common = self.plan.common_keys if self.plan.mixture else None
         if cache_dir is None:
             cache_dir = self._temporary_cache_dir()
-        sources = []
-        for i, planned in enumerate(self.plan.sources):
-            catalog = planned.catalog
-            video_keys = catalog.info.video_keys
-            keys = [*catalog.column_order, *video_keys]
-            for key in (delta_timestamps or {}) if common is not None else ():
-                if key not in common:
-                    raise ValueError(
-                        f"Invalid delta_timestamps key {key!r}. Expected a feature every source of the "
-                        f"mixture has: {catalog.remote.url} (source {i}) or another lacks it."
-                    )
-            windows = Windows(
-                delta_indices(delta_timestamps, fps=catalog.info.fps, tolerance_s=tolerance_s, keys=keys)
-            )
-            options = Options(
-                windows=windows,
-                tolerance_s=tolerance_s,
-                return_uint8=bool(return_uint8),
-                image_transforms=image_transforms,
-                prefetch_episodes=prefetch_episodes,
-                verify_sha256=not catalog.remote.reads_in_place,
-                decode_threads=decode_threads,
-                decode_ahead=decode_ahead if decode_threads else 0,
-                keep={k: max(d) - min(d) for k, d in windows.offsets.items() if k in video_keys},
-                depth=_quantizers(catalog),
-                depth_unit=check_unit(depth_output_unit),
-            )
-            cache = NodeCache(
-                cache_dir,
-                catalog.remote,
-                fingerprint=catalog.fingerprint,
-                max_bytes=cache_max_bytes,
-                max_workers=FETCH_THREADS,
-            )
-            sources.append(_Source(catalog, cache, options, planned.episodes, planned.drop))
-        self.sources: tuple[_Source, ...] = tuple(sources)
+        shared = Options(
+            windows=Windows({}),
+            tolerance_s=tolerance_s,
+            return_uint8=bool(return_uint8),
+            image_transforms=image_transforms,
+            prefetch_episodes=prefetch_episodes,
+            verify_sha256=True,
+            decode_threads=decode_threads,
+            decode_ahead=decode_ahead if decode_threads else 0,
+            depth_unit=check_unit(depth_output_unit),
+        )
+        self.sources: tuple[Source, ...] = open_sources(
+            self.plan, shared, delta_timestamps, cache_dir=cache_dir, cache_max_bytes=cache_max_bytes
+        )
         self._decoding = (
             _decoder_capacity(
                 decoder_cache_size,
@@ -207,7 +185,7 @@ class EpisodeStream(IterableDataset):
         )
         self.identity = self.plan.identity
         self._resume: Resume | None = None
-        self._process: _Process | None = None
+        self._process: ProcessState | None = None
         self._meta: DatasetMeta | None = None
         self._run = uuid.uuid4().hex[:12]  # names this stream's published counters (see `stats`)
 
@@ -261,7 +239,7 @@ class EpisodeStream(IterableDataset):
         """How the stream reads (a mixture's sources differ only in windows and depth: `sources[i].options`)."""
         return self.sources[0].options
 
-    def _only(self, what: str) -> _Source:
+    def _only(self, what: str) -> Source:
         if self.mixture:
             raise AttributeError(f"A mixture has one {what} per source. Expected stream.sources[i].{what}.")
         return self.sources[0]
@@ -342,8 +320,8 @@ class EpisodeStream(IterableDataset):
             options=self.options,
             counters=process.counters,
         )
-        process.cursor = _Cursor(consumer, self.epoch, logical, num_workers, history)
-        return _publishing(consumer, process)
+        process.cursor = Cursor(consumer, self.epoch, logical, num_workers, history)
+        return publishing(consumer, process)
 
     def _pending(self) -> Resume | None:
         """The loaded state, when it is for the current epoch."""
@@ -490,7 +468,7 @@ class EpisodeStream(IterableDataset):
         self._cleanup = weakref.finalize(self, _remove_dir, path, os.getpid())
         return path
 
-    def _runtime(self) -> _Process:
+    def _runtime(self) -> ProcessState:
         process = self._process
         if process is None or process.pid != os.getpid():
             capacity, device, seek_mode = self._decoding
@@ -498,14 +476,14 @@ class EpisodeStream(IterableDataset):
                 Part(
                     s.catalog,
                     s.cache,
-                    RowGroupReader(s.cache, functools.partial(_data_file_size, s), s.catalog.remote.display),
+                    RowGroupReader(s.cache, functools.partial(data_file_size, s), s.catalog.remote.display),
                     s.options,
                     index=i if self.mixture else None,
                     drop=s.drop,
                 )
                 for i, s in enumerate(self.sources)
             )
-            process = self._process = _Process(
+            process = self._process = ProcessState(
                 pid=os.getpid(),
                 parts=parts,
                 decoders=Decoders(capacity, device=device, seek_mode=seek_mode),
@@ -513,97 +491,6 @@ class EpisodeStream(IterableDataset):
             )
             process.counters.on_add = process.publish
         return process
-
-
-@dataclass(frozen=True)
-class _Source:
-    """One source of the stream: its dataset, its view of the node cache, how it is read, which of its
-    episodes, and the keys left out of its samples (a mixture's keys not common to every source)."""
-
-    catalog: Catalog
-    cache: NodeCache
-    options: Options
-    episodes: list[int]
-    drop: frozenset[str]
-
-
-def _data_file_size(source: _Source, rel: str) -> int:
-    size = source.catalog.file_sizes.get(rel)
-    if size is not None:
-        return size
-    # Plain v3 lists no sizes, and a remote's size query cannot always tell a transient failure from a
-    # missing file (fsspec's HTTP `info`), so v3 data files are fetched whole into the cache (once per
-    # node; local sources are read in place) and their row groups read from there.
-    return os.path.getsize(source.cache.fetch(rel))
-
-
-@dataclass
-class _Cursor:
-    consumer: Consumer
-    epoch: int
-    logical: int
-    num_workers: int
-    history: tuple[Segment, ...] = ()
-
-
-@dataclass
-class _Process:
-    """What one process owns while reading: footers, decoders, counters, the running iteration."""
-
-    pid: int
-    parts: tuple[Part, ...]
-    decoders: Decoders
-    counters: Counters = field(default_factory=Counters)
-    cursor: _Cursor | None = None
-    stats_path: str | None = None
-    published: bool = False
-    published_at: float = float("-inf")
-
-    def snapshot(self, cache: CacheStats) -> ReaderStats:
-        return replace(
-            self.counters.values,
-            decoders_opened=self.decoders.opened,
-            row_reads=sum(p.rows.range_reads for p in self.parts),
-            row_bytes=sum(p.rows.bytes_read for p in self.parts),
-            cache=cache,
-        )
-
-    def publish(self, *, force: bool = False) -> None:
-        """Write this process's counters for `EpisodeStream.stats(all_processes=True)`: at most once a
-        second unless `force`. A failed write (a full disk) only loses the figures."""
-        now = time.monotonic()
-        if self.stats_path is None or (not force and now - self.published_at < PUBLISH_INTERVAL_S):
-            return
-        self.published_at = now
-        if publish(self.stats_path, self.pid, self.snapshot(CacheStats())):
-            self.published = True
-
-
-def _publishing(consumer: Consumer, process: _Process) -> Iterator[dict[str, Any]]:
-    """Iterate `consumer`, publishing the process's counters once more when the iteration ends."""
-    try:
-        yield from consumer
-    finally:
-        process.publish(force=True)
-
-
-def _quantizers(catalog: Catalog) -> dict[str, Quantizer]:
-    """The quantizer of each depth camera, from `meta/info.json`.
-
-    Raises:
-        DatasetError: a depth camera's quantizer parameters are invalid (naming the camera).
-    """
-    features = catalog.info.features
-    quantizers = {}
-    for key in catalog.info.video_keys:
-        if is_depth(features[key]):
-            try:
-                quantizers[key] = Quantizer.from_feature(features[key])
-            except ValueError as exc:
-                raise DatasetError(
-                    f"Invalid depth camera {key!r}: {exc}", file=catalog.remote.display(INFO_PATH)
-                ) from exc
-    return quantizers
 
 
 def _decoder_capacity(given: int | None, pool_size: int, ahead: int, cameras: int) -> int:

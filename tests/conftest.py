@@ -4,6 +4,7 @@
 - `sample_converted_ds`: the same episodes, data row groups spanning several episodes (v2.1 conversions).
 - `sample_unaligned_ds`: video files encoded as one stream (GOP 4): some episodes start between keyframes.
 - `sample_chunked_ds`: 7 camera-less episodes, one per data file, 2 files per chunk directory.
+- `sample_depth_ds`: `DEPTH_SPEC`, 5 episodes, one RGB camera and one depth camera (12-bit lossless HEVC).
 - `sample_resharded_ds`: `sample_ds` resharded into lrs/1 with the default options.
 """
 
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from reshard.demo.sample import write_sample
+
+DEPTH_SPEC = {"episodes": 5, "min_length": 6, "max_length": 14, "cameras": 1, "depth_cameras": 1, "seed": 3}
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +45,11 @@ def sample_chunked_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
         episodes_per_data_file=1,
         chunks_size=2,
     )
+
+
+@pytest.fixture(scope="session")
+def sample_depth_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_sample(tmp_path_factory.mktemp("depth") / "v3", **DEPTH_SPEC)
 
 
 @pytest.fixture(scope="session")

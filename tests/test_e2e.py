@@ -15,20 +15,10 @@ from click.testing import CliRunner
 
 from reshard.cli import EXIT_CHECK_FAILED, cli
 from reshard.demo import pipeline as demo_module
-from reshard.demo.pipeline import (
-    SUBDIRS,
-    DemoCheckError,
-    DemoConfig,
-    DemoResult,
-    Sample,
-    StreamRun,
-    check_exactly_once,
-    check_frames_shown,
-    check_prewarm_served,
-    check_resume,
-    render_table,
-    run_demo,
-)
+from reshard.demo.checks import check_exactly_once, check_frames_shown, check_prewarm_served, check_resume
+from reshard.demo.config import DemoCheckError, DemoConfig
+from reshard.demo.pipeline import SUBDIRS, DemoResult, render_table, run_demo
+from reshard.demo.stream import Sample, StreamRun, open_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = DemoConfig(episodes=6, cameras=2, height=64, width=80, min_length=12, max_length=30, batch_size=4)
@@ -215,7 +205,7 @@ def test_the_demo_stream_is_one_process_whatever_the_environment_says(
     # Run under torchrun (RANK=1, WORLD_SIZE=2), the demo must still stream the whole epoch as prewarmed.
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    stream = demo_module._open_stream(str(sample_resharded_ds), tmp_path / "cache", SMALL, 0)
+    stream = open_stream(str(sample_resharded_ds), tmp_path / "cache", SMALL, 0)
     assert (stream.rank, stream.world_size) == (0, 1)
 
 

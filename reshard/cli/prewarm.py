@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -24,22 +25,54 @@ _UNITS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 _SHOWN_FILES = 10
 
 
-class Weights(click.ParamType):
-    """Comma-separated numbers: 3,1 or 0.7,0.3."""
+class CommaList(click.ParamType):
+    """Comma-separated items, each part parsed by `parse`; a tuple (a default, or a value click converted
+    before) passes through.
 
-    name = "W,W,..."
+    Args:
+        name: the metavar.
+        parse: the items one part stands for; raises ValueError for a malformed part.
+        what, expected: the error message's `Invalid <what> (<value>). Expected <expected>.`
+    """
+
+    def __init__(self, name: str, parse: Callable[[str], Sequence[Any]], *, what: str, expected: str) -> None:
+        self.name, self.parse, self.what, self.expected = name, parse, what, expected
 
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> tuple[float, ...]:
+    ) -> tuple[Any, ...]:
         if isinstance(value, tuple):
             return value
         try:
-            return tuple(float(part) for part in str(value).split(","))
+            return tuple(item for part in str(value).split(",") for item in self.parse(part.strip()))
         except ValueError:
-            self.fail(
-                f"Invalid weights ({value!r}). Expected numbers separated by commas, e.g. 3,1.", param, ctx
-            )
+            self.fail(f"Invalid {self.what} ({value}). Expected {self.expected}.", param, ctx)
+
+
+def _weight(part: str) -> list[float]:
+    return [float(part)]
+
+
+def _indices(part: str) -> Sequence[int]:
+    """`7` or a range `0-99`."""
+    low, dash, high = part.partition("-")
+    if not low.isdigit() or (dash and not high.isdigit()) or (dash and int(high) < int(low)):
+        raise ValueError(part)
+    return range(int(low), int(high) + 1) if dash else [int(low)]
+
+
+class Weights(CommaList):
+    """A mixture's weights: 3,1 or 0.7,0.3."""
+
+    def __init__(self) -> None:
+        super().__init__("W,W,...", _weight, what="weights", expected="numbers separated by commas, e.g. 3,1")
+
+
+class IndexList(CommaList):
+    """Episode or rank indices: `0,3,7` or ranges `0-99,120`."""
+
+    def __init__(self) -> None:
+        super().__init__("LIST", _indices, what="list", expected="integers and ranges like 0,3,7 or 0-99,120")
 
 
 class ByteSize(click.ParamType):
@@ -64,25 +97,6 @@ class ByteSize(click.ParamType):
                 ctx,
             )
         return count
-
-
-class IndexList(click.ParamType):
-    """Episode indices: `0,3,7` or ranges `0-99,120`."""
-
-    name = "LIST"
-
-    def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> tuple[int, ...]:
-        if isinstance(value, tuple):
-            return value  # type: ignore[return-value]
-        chosen: list[int] = []
-        for part in str(value).split(","):
-            low, dash, high = part.strip().partition("-")
-            if not low.isdigit() or (dash and not high.isdigit()) or (dash and int(high) < int(low)):
-                self.fail(f"Invalid list ({value}). Expected integers and ranges like 0,3,7 or 0-99,120.")
-            chosen += range(int(low), int(high) + 1) if dash else [int(low)]
-        return tuple(chosen)
 
 
 @dataclass(frozen=True)

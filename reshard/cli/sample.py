@@ -81,7 +81,7 @@ def sample(directory: Path, quiet: bool, unaligned: bool, **options: object) -> 
     """Write a synthetic LeRobot v3.0 dataset, the way lerobot's recorder does.
 
     Frames carry their episode, frame and camera index as visible blocks, so tests and you can check
-    that a loader decoded the right frame (reshard.demo.sample.read_frame_id).
+    that a loader decoded the right frame (reshard.demo.frames.read_frame_id).
     """
     try:
         spec = SampleSpec(keyframe_aligned=not unaligned, **options)  # type: ignore[arg-type]

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from cache.remote import DEFAULT_RETRY, Remote, RetryPolicy
+from cache.remote import Remote
+from cache.retry import DEFAULT_RETRY, RetryPolicy
 
 # Uploads to a local directory land in `<name><PARTIAL_MARK><random>` first, then are renamed.
 PARTIAL_MARK = ".lrs-partial-"

@@ -5,7 +5,8 @@ A v3 video file holds many episodes back to back; lrs/1 wants one MP4 per (episo
 
 - `copy` remuxes the episode's packets (no re-encode, decoded frames bit-identical to the source's). It
   is only possible when the episode starts on a keyframe and its packets form one self-contained run in
-  decode order; otherwise that one episode is re-encoded with the source codec and the result says why.
+  decode order (`reshard.video.cut`); otherwise that one episode is re-encoded with the source codec and
+  the result says why.
 - `hevc` / `h264` decode the episode and re-encode it with x265 / x264: yuv420p, 8 bit, short closed GOP,
   no B-frames unless asked, because the reader decodes at random frames and NVDEC has no AV1 decoder.
 
@@ -22,8 +23,7 @@ import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass
 
 import av
 from av.video.frame import PictureType
@@ -36,6 +36,7 @@ from reshard.video.compare import (
     compare_episode_video,
     probe_video,
 )
+from reshard.video.cut import Demuxed, copy_plan, demux_window
 from reshard.video.encode import (
     DEFAULT_CRF,
     DEFAULT_GOP,
@@ -49,18 +50,15 @@ from reshard.video.encode import (
     encoder_options,
 )
 from reshard.video.frames import (
-    EPS_S,
     Segment,
     VideoRef,
     VideoStream,
     codec_name,
-    demux,
     frame_rate,
     frames_from,
     keyframe_interval,
     nearest,
     open_video,
-    seek,
 )
 
 __all__ = [
@@ -249,6 +247,8 @@ def mux(container: av.container.OutputContainer, packets: Iterable[av.Packet]) -
 
 @dataclass(frozen=True)
 class _Encode:
+    """How one episode is re-encoded: `add_video_stream`'s settings but the frame rate and size."""
+
     codec: str
     pix_fmt: str
     gop: int
@@ -267,20 +267,7 @@ def _reencode(
         width, height = stream.codec_context.width, stream.codec_context.height
         frames = nearest(frames_from(container, stream, segment.from_timestamp, ref), segment, ref)
         with atomic_path(out_path) as tmp, av.open(tmp, mode="w", format="mp4", options=MUX_OPTIONS) as out:
-            ostream = add_video_stream(
-                out,
-                encode.codec,
-                fps=segment.rate,
-                width=width,
-                height=height,
-                gop=encode.gop,
-                crf=encode.crf,
-                preset=encode.preset,
-                bframes=encode.bframes,
-                threads=encode.threads,
-                pix_fmt=encode.pix_fmt,
-                lossless=encode.lossless,
-            )
+            ostream = add_video_stream(out, fps=segment.rate, width=width, height=height, **asdict(encode))
             for i, frame in frames:
                 if frame.format.name != encode.pix_fmt:
                     frame = frame.reformat(format=encode.pix_fmt)
@@ -304,13 +291,6 @@ def _reencode(
     )
 
 
-@dataclass(frozen=True)
-class _Demuxed:
-    time: float  # pts in seconds
-    order: int  # position in decode order
-    packet: av.Packet = field(repr=False)
-
-
 def _copy_episode(
     ref: VideoRef,
     out_path: str,
@@ -325,8 +305,8 @@ def _copy_episode(
     with open_video(ref, threads) as (container, stream):
         codec, pix_fmt = codec_name(stream), stream.codec_context.pix_fmt
         width, height = stream.codec_context.width, stream.codec_context.height
-        packets = _demux_window(container, stream, segment, ref)
-        plan = _copy_plan(packets, segment, ref)
+        packets = demux_window(container, stream, segment, ref)
+        plan = copy_plan(packets, segment, ref)
         source_gop = (
             gop
             if gop is not None
@@ -376,69 +356,8 @@ def _preset_fits(codec: str, preset: str | None) -> bool:
     return str(preset).lstrip("-").isdigit() if codec == "av1" else preset in X26X_PRESETS
 
 
-def _demux_window(container: Any, stream: VideoStream, segment: Segment, ref: VideoRef) -> list[_Demuxed]:
-    """Packets in decode order from the keyframe at or before the episode until none can be in it.
-
-    If the demuxer's seek lands past the episode's start, the packets are read from the file's start.
-    """
-    packets = _demux_until(container, stream, segment, segment.from_timestamp, ref)
-    if segment.from_timestamp > 0 and not (
-        packets and min(p.time for p in packets) <= segment.from_timestamp + EPS_S
-    ):
-        packets = _demux_until(container, stream, segment, None, ref)
-    return packets
-
-
-def _demux_until(
-    container: Any,
-    stream: VideoStream,
-    segment: Segment,
-    seek_to: float | None,
-    ref: VideoRef,
-) -> list[_Demuxed]:
-    end = segment.window[1]
-    tb = stream.time_base
-    seek(container, stream, seek_to, ref)
-    packets: list[_Demuxed] = []
-    for packet in demux(container, stream, ref):
-        if packet.dts is None or packet.pts is None:
-            continue
-        if float(packet.dts * tb) >= end:
-            break  # pts >= dts: neither this packet nor any later one shows in the window
-        packets.append(_Demuxed(float(packet.pts * tb), len(packets), packet))
-    return packets
-
-
-def _copy_plan(packets: list[_Demuxed], segment: Segment, ref: VideoRef) -> list[tuple[_Demuxed, int]] | str:
-    """The episode's packets in decode order with their output frame index, or why they cannot be copied."""
-    start, end = segment.window
-    window = [p for p in packets if start <= p.time < end]
-    by_time = sorted(window, key=lambda p: p.time)
-    picked = [p for _, p in nearest(((p.time, p) for p in by_time), segment, ref)]
-    if len(window) != len(picked):
-        return (
-            f"the source has {len(window)} frames in the episode's time range, {segment.length} "
-            "expected at from_timestamp + i / fps; copying would keep the extra frames"
-        )
-    first = window[0]
-    if not first.packet.is_keyframe or first is not by_time[0]:
-        before = [p.time for p in packets if p.packet.is_keyframe and p.time <= by_time[0].time + EPS_S]
-        previous = f"{before[-1]:.4f} s" if before else "none"
-        return (
-            f"the episode does not start on a keyframe (first frame at {by_time[0].time:.4f} s, "
-            f"previous keyframe at {previous}), so it cannot be cut without re-encoding"
-        )
-    if window[-1].order - first.order + 1 != len(window):
-        return (
-            "the episode's frames are interleaved in decode order with frames outside it "
-            "(B-frames referencing across the episode boundary), so it cannot be cut losslessly"
-        )
-    rank = {id(p): i for i, p in enumerate(by_time)}
-    return [(p, rank[id(p)]) for p in window]
-
-
 def _write_copy(
-    stream: VideoStream, plan: list[tuple[_Demuxed, int]], out_path: str, segment: Segment
+    stream: VideoStream, plan: list[tuple[Demuxed, int]], out_path: str, segment: Segment
 ) -> None:
     """Remux, retimed: presentation rank k -> pts k / fps; decode position j -> dts (j - delay) / fps."""
     tb = 1 / segment.rate

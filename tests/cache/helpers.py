@@ -7,13 +7,23 @@ import hashlib
 import os
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from cache.remote import Remote, RetryPolicy, resolve
+from cache.remote import Remote, resolve
+from cache.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from cache.node import NodeCache
 
 FINGERPRINT = "fp0"
 # Fast backoff keeps fault-injection tests quick; 8 tries make a permanent failure of a 20% fault rate
 # (0.2 ** 8) negligible.
 FAST_RETRY = RetryPolicy(attempts=8, base_delay_s=0.002, max_delay_s=0.02)
+
+
+def in_cache(cache: NodeCache, *rels: str) -> list[str]:
+    """Those of `rels` whose files are in the cache directory, in the order given."""
+    return [rel for rel in rels if os.path.exists(cache.path(rel))]
 
 
 @dataclass(frozen=True)

@@ -19,18 +19,19 @@ from reader import EpisodeStream
 from reader.depth import DEPTH_QMAX, Quantizer, is_depth
 from reader.errors import DatasetError, DecodeError
 from reshard.cli import cli
-from reshard.demo.sample import SampleSpec, depth_frame, read_frame_id, write_sample
+from reshard.demo.frames import depth_frame, read_frame_id
+from reshard.demo.sample import SampleSpec
+from tests.conftest import DEPTH_SPEC
 
 DEPTH, RGB = "observation.images.depth0", "observation.images.cam0"
-SPEC = {"episodes": 5, "min_length": 6, "max_length": 14, "cameras": 1, "depth_cameras": 1, "seed": 3}
 H, W = 64, 96
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
 
 @pytest.fixture(scope="session")
-def depth_ds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("depth")
-    v3 = write_sample(base / "v3", **SPEC)
+def depth_ds(sample_depth_ds: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("depth-out")
+    v3 = sample_depth_ds
     out = {"v3": v3}
     for mode in ("copy", "hevc"):
         result = CliRunner().invoke(cli, ["reshard", str(v3), "--out", str(base / mode), "--video", mode])
@@ -121,7 +122,7 @@ def test_depth_is_the_quantizers_inverse_in_every_layout(
         assert torch.equal(depth, expected_depth(episode, frame, unit)), (episode, frame)
         assert read_frame_id(item[RGB])[:2] == (episode, frame)  # the RGB camera is untouched
         seen += 1
-    assert seen == sum(SampleSpec(**SPEC).lengths())
+    assert seen == sum(SampleSpec(**DEPTH_SPEC).lengths())
 
 
 def test_millimetres_are_rounded_metres(depth_ds: dict[str, Path]) -> None:

@@ -134,7 +134,8 @@ def test_a_broken_image_is_a_decode_error() -> None:
 
 
 def test_lrs_sample_writes_image_cameras_that_reshard_and_read(tmp_path: Path) -> None:
-    from reshard.demo.sample import read_frame_id, write_sample
+    from reshard.demo.frames import read_frame_id
+    from reshard.demo.sample import write_sample
 
     v3, out = tmp_path / "v3", tmp_path / "lrs"
     write_sample(v3, episodes=3, cameras=1, image_cameras=1, seed=3)

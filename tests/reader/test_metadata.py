@@ -18,21 +18,14 @@ from reader import EpisodeStream
 from reader.errors import DatasetError
 from reader.format.v3 import Info
 from reader.metadata import DatasetMeta, rescale_depth_stats, stats_to_numpy
-from reshard.demo.sample import write_sample
 
 DEPTH, RGB = "observation.images.depth0", "observation.images.cam0"
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_sample(
-        tmp_path_factory.mktemp("meta") / "v3",
-        episodes=3,
-        min_length=5,
-        max_length=8,
-        cameras=1,
-        depth_cameras=1,
-    )
+def dataset(sample_depth_ds: Path) -> Path:
+    """A v3 sample with an RGB camera and a depth camera."""
+    return sample_depth_ds
 
 
 def _stats_json(root: Path) -> dict:

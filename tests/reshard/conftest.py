@@ -1,4 +1,4 @@
-"""Fixtures of the reshard tests."""
+"""Fixtures shared by the reshard tests."""
 
 from __future__ import annotations
 
@@ -7,6 +7,13 @@ from pathlib import Path
 import pytest
 
 from tests.reshard.defects import make_defective
+from tests.reshard.push_fixtures import make_dataset
+
+
+@pytest.fixture(scope="session")
+def push_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The push tests' source: a tiny lrs/1-shaped directory (`push_fixtures.make_dataset`), never written to."""
+    return make_dataset(tmp_path_factory.mktemp("push-src") / "ds")
 
 
 @pytest.fixture(scope="session")

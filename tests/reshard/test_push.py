@@ -17,12 +17,7 @@ from reshard.cli import cli
 from reshard.errors import LayoutError, PushError
 from reshard.push.publish import PushSummary, publish_phase, push
 from reshard.push.target import PARTIAL_MARK, FsspecTarget
-from tests.reshard.push_fixtures import TOKEN, all_files, copy_dataset, expected_files, make_dataset
-
-
-@pytest.fixture(scope="session")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_dataset(tmp_path_factory.mktemp("push-src") / "ds")
+from tests.reshard.push_fixtures import TOKEN, all_files, copy_dataset, expected_files
 
 
 @pytest.fixture
@@ -31,10 +26,10 @@ def secrets(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("as_url", [False, True], ids=["path", "file-url"])
-def test_push_uploads_every_indexed_file(dataset: Path, tmp_path: Path, as_url: bool) -> None:
+def test_push_uploads_every_indexed_file(push_dataset: Path, tmp_path: Path, as_url: bool) -> None:
     dest = tmp_path / "out"
-    summary = push(dataset, f"file://{dest}" if as_url else str(dest), workers=3, quiet=True)
-    expected = expected_files(dataset)
+    summary = push(push_dataset, f"file://{dest}" if as_url else str(dest), workers=3, quiet=True)
+    expected = expected_files(push_dataset)
     assert all_files(dest) == expected
     assert sorted(summary.uploaded) == sorted(expected)
     assert summary.skipped == ()
@@ -43,17 +38,17 @@ def test_push_uploads_every_indexed_file(dataset: Path, tmp_path: Path, as_url: 
     assert summary.url == (f"file://{dest}" if as_url else str(dest))
 
 
-def test_rerun_skips_everything(dataset: Path, tmp_path: Path) -> None:
-    push(dataset, str(tmp_path / "out"), quiet=True)
-    again = push(dataset, str(tmp_path / "out"), quiet=True)
+def test_rerun_skips_everything(push_dataset: Path, tmp_path: Path) -> None:
+    push(push_dataset, str(tmp_path / "out"), quiet=True)
+    again = push(push_dataset, str(tmp_path / "out"), quiet=True)
     assert again.uploaded == ()
-    assert sorted(again.skipped) == sorted(expected_files(dataset))
-    assert again.skipped_bytes == sum(len(v) for v in expected_files(dataset).values())
+    assert sorted(again.skipped) == sorted(expected_files(push_dataset))
+    assert again.skipped_bytes == sum(len(v) for v in expected_files(push_dataset).values())
 
 
-def test_resume_uploads_only_missing_and_resized_files(dataset: Path, tmp_path: Path) -> None:
+def test_resume_uploads_only_missing_and_resized_files(push_dataset: Path, tmp_path: Path) -> None:
     dest = tmp_path / "out"
-    expected = expected_files(dataset)
+    expected = expected_files(push_dataset)
     landed = sorted(r for r in expected if r.startswith("videos/"))[:3]
     for rel in landed:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -64,7 +59,7 @@ def test_resume_uploads_only_missing_and_resized_files(dataset: Path, tmp_path: 
     leftover = dest / "data" / f"file-001.parquet{PARTIAL_MARK}dead"
     leftover.write_bytes(b"half")
 
-    summary = push(dataset, str(dest), quiet=True)
+    summary = push(push_dataset, str(dest), quiet=True)
 
     assert sorted(summary.skipped) == landed
     assert sorted(summary.uploaded) == sorted(set(expected) - set(landed))
@@ -73,7 +68,7 @@ def test_resume_uploads_only_missing_and_resized_files(dataset: Path, tmp_path: 
 
 
 def test_publish_order_data_then_meta_then_index_then_layout(
-    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    push_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     events: list[tuple[str, str]] = []
     lock = threading.Lock()
@@ -87,7 +82,7 @@ def test_publish_order_data_then_meta_then_index_then_layout(
             events.append(("end", batch[0].rel))
 
     monkeypatch.setattr(FsspecTarget, "upload", recording)
-    push(dataset, str(tmp_path / "out"), workers=4, quiet=True)
+    push(push_dataset, str(tmp_path / "out"), workers=4, quiet=True)
 
     # A file of a later phase may start only when every file of earlier phases has ended.
     for i, (kind, rel) in enumerate(events):
@@ -96,7 +91,7 @@ def test_publish_order_data_then_meta_then_index_then_layout(
             ended = {r for k, r in events[:i] if k == "end"}
             assert earlier <= ended, rel
     assert events[-1] == ("end", LAYOUT_JSON)
-    assert len(events) == 2 * len(expected_files(dataset))
+    assert len(events) == 2 * len(expected_files(push_dataset))
 
 
 @pytest.mark.parametrize(
@@ -116,21 +111,21 @@ def test_publish_phase(rel: str, phase: int) -> None:
     assert publish_phase(rel) == phase
 
 
-def test_dry_run_uploads_nothing(dataset: Path, tmp_path: Path) -> None:
+def test_dry_run_uploads_nothing(push_dataset: Path, tmp_path: Path) -> None:
     dest = tmp_path / "out"
-    push(dataset, str(dest), quiet=True)
+    push(push_dataset, str(dest), quiet=True)
     (dest / LAYOUT_JSON).unlink()
-    summary = push(dataset, str(dest), dry_run=True, quiet=True)
+    summary = push(push_dataset, str(dest), dry_run=True, quiet=True)
     assert summary.dry_run
     assert summary.uploaded == (LAYOUT_JSON,)
-    assert len(summary.skipped) == len(expected_files(dataset)) - 1
+    assert len(summary.skipped) == len(expected_files(push_dataset)) - 1
     assert not (dest / LAYOUT_JSON).exists()
     assert summary.describe().startswith("Would upload 1 files (300 B), skipped ")
 
 
-def test_progress_callback_counts_uploaded_bytes(dataset: Path, tmp_path: Path) -> None:
+def test_progress_callback_counts_uploaded_bytes(push_dataset: Path, tmp_path: Path) -> None:
     seen: list[int] = []
-    summary = push(dataset, str(tmp_path / "out"), workers=2, quiet=True, progress=seen.append)
+    summary = push(push_dataset, str(tmp_path / "out"), workers=2, quiet=True, progress=seen.append)
     assert sum(seen) == summary.uploaded_bytes
     assert len(seen) == len(summary.uploaded)
 
@@ -175,8 +170,10 @@ def _garbage_index(root: Path) -> None:
     ],
     ids=["no-index", "missing-file", "size-mismatch", "path-escape", "garbage-index"],
 )
-def test_source_is_validated_before_any_upload(dataset: Path, tmp_path: Path, damage, match: str) -> None:
-    source = copy_dataset(dataset, tmp_path / "src")
+def test_source_is_validated_before_any_upload(
+    push_dataset: Path, tmp_path: Path, damage, match: str
+) -> None:
+    source = copy_dataset(push_dataset, tmp_path / "src")
     damage(source)
     with pytest.raises(LayoutError, match=match):
         push(source, str(tmp_path / "out"), quiet=True)
@@ -185,10 +182,10 @@ def test_source_is_validated_before_any_upload(dataset: Path, tmp_path: Path, da
 
 @pytest.mark.parametrize("rel", ["videos/observation.images.wrist/chunk-000/file-001.mp4", "meta/info.json"])
 def test_a_file_changed_after_reshard_is_refused_and_nothing_published(
-    dataset: Path, tmp_path: Path, rel: str
+    push_dataset: Path, tmp_path: Path, rel: str
 ) -> None:
     """One byte flipped, same size: the sizes agree, only the index's sha256 tells."""
-    source = copy_dataset(dataset, tmp_path / "src")
+    source = copy_dataset(push_dataset, tmp_path / "src")
     data = bytearray((source / rel).read_bytes())
     data[len(data) // 2] ^= 0xFF
     (source / rel).write_bytes(bytes(data))
@@ -201,9 +198,9 @@ def test_a_file_changed_after_reshard_is_refused_and_nothing_published(
     assert rel not in landed
     assert not any(r.startswith("meta/lrs/") for r in landed)
     # Repaired, the same push completes and a rerun is a no-op.
-    shutil.copy(dataset / rel, source / rel)
+    shutil.copy(push_dataset / rel, source / rel)
     assert _invoke(str(source), str(tmp_path / "out"), "--quiet").exit_code == 0
-    assert all_files(tmp_path / "out") == expected_files(dataset)
+    assert all_files(tmp_path / "out") == expected_files(push_dataset)
 
 
 @pytest.mark.parametrize(
@@ -229,27 +226,29 @@ def test_a_file_changed_after_reshard_is_refused_and_nothing_published(
     ],
     ids=["http", "hf-dataset-repo", "hf-bucket-no-name", "onto-source", "endpoint-for-local"],
 )
-def test_invalid_targets(dataset: Path, tmp_path: Path, url: str, endpoint: str | None, match: str) -> None:
-    url = {"SOURCE": str(dataset), "OUT": str(tmp_path / "out")}.get(url, url)
+def test_invalid_targets(
+    push_dataset: Path, tmp_path: Path, url: str, endpoint: str | None, match: str
+) -> None:
+    url = {"SOURCE": str(push_dataset), "OUT": str(tmp_path / "out")}.get(url, url)
     with pytest.raises(PushError, match=match):
-        push(dataset, url, endpoint_url=endpoint, quiet=True)
+        push(push_dataset, url, endpoint_url=endpoint, quiet=True)
 
 
 def test_bare_path_that_looks_like_a_repo_id_is_a_directory(
-    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    push_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    push(dataset, "owner/name", quiet=True)
-    assert all_files(tmp_path / "owner" / "name") == expected_files(dataset)
+    push(push_dataset, "owner/name", quiet=True)
+    assert all_files(tmp_path / "owner" / "name") == expected_files(push_dataset)
 
 
-def test_invalid_workers(dataset: Path, tmp_path: Path) -> None:
+def test_invalid_workers(push_dataset: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"Invalid workers \(0\)\. Expected an integer >= 1\."):
-        push(dataset, str(tmp_path / "out"), workers=0)
+        push(push_dataset, str(tmp_path / "out"), workers=0)
 
 
 def test_remote_that_drops_a_file_fails_the_check(
-    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    push_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     upload = FsspecTarget.upload
 
@@ -261,11 +260,11 @@ def test_remote_that_drops_a_file_fails_the_check(
     with pytest.raises(
         PushError, match=r"Invalid remote file \(.*/out/meta/stats\.json\): missing after upload"
     ):
-        push(dataset, str(tmp_path / "out"), quiet=True)
+        push(push_dataset, str(tmp_path / "out"), quiet=True)
 
 
 def test_transient_errors_are_retried_and_logged_without_secrets(
-    dataset: Path,
+    push_dataset: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -282,16 +281,16 @@ def test_transient_errors_are_retried_and_logged_without_secrets(
 
     monkeypatch.setattr(FsspecTarget, "upload", flaky)
     with caplog.at_level(logging.DEBUG):
-        summary = push(dataset, str(tmp_path / "out"), workers=2, quiet=True)
-    assert all_files(tmp_path / "out") == expected_files(dataset)
-    assert len(summary.uploaded) == len(expected_files(dataset))
+        summary = push(push_dataset, str(tmp_path / "out"), workers=2, quiet=True)
+    assert all_files(tmp_path / "out") == expected_files(push_dataset)
+    assert len(summary.uploaded) == len(expected_files(push_dataset))
     assert caplog.text.count("retrying") == 3
     assert "<redacted>" in caplog.text
     assert TOKEN not in caplog.text
 
 
 def test_permanent_upload_error_stops_before_meta_without_secrets(
-    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, secrets: None
+    push_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, secrets: None
 ) -> None:
     upload = FsspecTarget.upload
 
@@ -304,7 +303,7 @@ def test_permanent_upload_error_stops_before_meta_without_secrets(
     with pytest.raises(
         PushError, match=r"^Upload of .*/data/chunk-000/file-001\.parquet failed: ValueError"
     ) as info:
-        push(dataset, str(tmp_path / "out"), workers=2, quiet=True)
+        push(push_dataset, str(tmp_path / "out"), workers=2, quiet=True)
     assert TOKEN not in str(info.value)
     assert info.value.__cause__ is None and info.value.__suppress_context__
     assert not any(rel.startswith("meta/") for rel in all_files(tmp_path / "out"))
@@ -314,19 +313,21 @@ def _invoke(*args: str) -> object:
     return CliRunner().invoke(cli, ["push", *args], catch_exceptions=False)
 
 
-def test_cli_push_prints_summary(dataset: Path, tmp_path: Path) -> None:
-    result = _invoke(str(dataset), str(tmp_path / "out"), "--workers", "2", "--quiet")
+def test_cli_push_prints_summary(push_dataset: Path, tmp_path: Path) -> None:
+    result = _invoke(str(push_dataset), str(tmp_path / "out"), "--workers", "2", "--quiet")
     assert result.exit_code == 0, result.output
     assert (
-        result.output.strip().splitlines()[-1].startswith(f"Uploaded {len(expected_files(dataset))} files (2")
+        result.output.strip()
+        .splitlines()[-1]
+        .startswith(f"Uploaded {len(expected_files(push_dataset))} files (2")
     )
-    assert all_files(tmp_path / "out") == expected_files(dataset)
+    assert all_files(tmp_path / "out") == expected_files(push_dataset)
 
 
-def test_cli_dry_run_lists_uploads_and_skips(dataset: Path, tmp_path: Path) -> None:
-    push(dataset, str(tmp_path / "out"), quiet=True)
+def test_cli_dry_run_lists_uploads_and_skips(push_dataset: Path, tmp_path: Path) -> None:
+    push(push_dataset, str(tmp_path / "out"), quiet=True)
     (tmp_path / "out" / "meta/info.json").unlink()
-    result = _invoke(str(dataset), str(tmp_path / "out"), "--dry-run")
+    result = _invoke(str(push_dataset), str(tmp_path / "out"), "--dry-run")
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
     assert lines[0] == "upload meta/info.json"
@@ -335,20 +336,20 @@ def test_cli_dry_run_lists_uploads_and_skips(dataset: Path, tmp_path: Path) -> N
     assert not (tmp_path / "out" / "meta/info.json").exists()
 
 
-def test_cli_progress_bar_runs(dataset: Path, tmp_path: Path) -> None:
-    result = _invoke(str(dataset), str(tmp_path / "out"))
+def test_cli_progress_bar_runs(push_dataset: Path, tmp_path: Path) -> None:
+    result = _invoke(str(push_dataset), str(tmp_path / "out"))
     assert result.exit_code == 0, result.output
     assert "push: 100%" in result.output
 
 
 def test_cli_failure_is_one_line_without_secrets(
-    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, secrets: None
+    push_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, secrets: None
 ) -> None:
     def leaky(self: FsspecTarget, batch: list) -> None:
         raise PermissionError(f"denied: Authorization: Bearer {TOKEN}")
 
     monkeypatch.setattr(FsspecTarget, "upload", leaky)
-    result = _invoke(str(dataset), str(tmp_path / "out"), "--quiet")
+    result = _invoke(str(push_dataset), str(tmp_path / "out"), "--quiet")
     assert result.exit_code == 3
     assert result.output.startswith("Error: Upload of ")
     assert "PermissionError" in result.output

@@ -30,7 +30,7 @@ from reshard.cli import cli
 from reshard.errors import PushError
 from reshard.push import hf as push_hf
 from reshard.push.publish import publish_phase, push
-from tests.reshard.push_fixtures import TOKEN, expected_files, make_dataset
+from tests.reshard.push_fixtures import TOKEN, expected_files
 
 BUCKET = "owner/bkt"
 
@@ -106,11 +106,6 @@ class FakeHub:
         return [arg for name, arg in self.calls if name == "batch_bucket_files"]
 
 
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_dataset(tmp_path_factory.mktemp("push-hf-src") / "ds")
-
-
 @pytest.fixture
 def hub(monkeypatch: pytest.MonkeyPatch) -> FakeHub:
     monkeypatch.setenv("HF_TOKEN", TOKEN)
@@ -119,15 +114,15 @@ def hub(monkeypatch: pytest.MonkeyPatch) -> FakeHub:
     return FakeHub().install(monkeypatch)
 
 
-def _xet(dataset: Path, rel: str) -> tuple[int, str]:
-    info = hash_files([str(dataset / rel)])[0]
+def _xet(push_dataset: Path, rel: str) -> tuple[int, str]:
+    info = hash_files([str(push_dataset / rel)])[0]
     return info.file_size, info.hash
 
 
-def test_push_sends_bounded_batches_in_publish_order(dataset: Path, hub: FakeHub) -> None:
-    summary = push(dataset, f"hf://buckets/{BUCKET}/ds/v1", create=True, workers=1, quiet=True)
+def test_push_sends_bounded_batches_in_publish_order(push_dataset: Path, hub: FakeHub) -> None:
+    summary = push(push_dataset, f"hf://buckets/{BUCKET}/ds/v1", create=True, workers=1, quiet=True)
 
-    expected = expected_files(dataset)
+    expected = expected_files(push_dataset)
     assert hub.calls[0] == ("create_bucket", (BUCKET, True))
     assert hub.calls[1] == ("list_bucket_tree", (BUCKET, "ds/v1", True))
     assert hub.calls[-1] == ("list_bucket_tree", (BUCKET, "ds/v1", True))
@@ -144,34 +139,36 @@ def test_push_sends_bounded_batches_in_publish_order(dataset: Path, hub: FakeHub
     phases = [publish_phase(r) for r in sent]
     assert phases == sorted(phases)
     assert batches[-1] == [f"ds/v1/{LAYOUT_JSON}"]
-    assert hub.buckets[BUCKET] == {f"ds/v1/{rel}": _xet(dataset, rel) for rel in expected}
+    assert hub.buckets[BUCKET] == {f"ds/v1/{rel}": _xet(push_dataset, rel) for rel in expected}
     assert not are_progress_bars_disabled()
 
 
-def test_resume_skips_files_with_same_size_and_xet_hash(dataset: Path, hub: FakeHub) -> None:
-    expected = expected_files(dataset)
+def test_resume_skips_files_with_same_size_and_xet_hash(push_dataset: Path, hub: FakeHub) -> None:
+    expected = expected_files(push_dataset)
     same = ["data/chunk-000/file-000.parquet", "videos/observation.images.front/chunk-000/file-000.mp4"]
     same_size_other_hash = "meta/info.json"
     other_size = "data/chunk-000/file-001.parquet"
-    hub.buckets[BUCKET] = {rel: _xet(dataset, rel) for rel in same}
+    hub.buckets[BUCKET] = {rel: _xet(push_dataset, rel) for rel in same}
     hub.buckets[BUCKET][same_size_other_hash] = (len(expected[same_size_other_hash]), "0" * 64)
-    hub.buckets[BUCKET][other_size] = (7, _xet(dataset, other_size)[1])
+    hub.buckets[BUCKET][other_size] = (7, _xet(push_dataset, other_size)[1])
 
-    summary = push(dataset, f"hf://buckets/{BUCKET}", workers=2, quiet=True)
+    summary = push(push_dataset, f"hf://buckets/{BUCKET}", workers=2, quiet=True)
 
     assert sorted(summary.skipped) == sorted(same)
     assert sorted(summary.uploaded) == sorted(set(expected) - set(same))
     assert hub.calls[0] == ("list_bucket_tree", (BUCKET, None, True))
-    assert hub.buckets[BUCKET] == {rel: _xet(dataset, rel) for rel in expected}
+    assert hub.buckets[BUCKET] == {rel: _xet(push_dataset, rel) for rel in expected}
 
 
-def test_interrupted_push_publishes_no_meta_and_rerun_sends_the_rest(dataset: Path, hub: FakeHub) -> None:
+def test_interrupted_push_publishes_no_meta_and_rerun_sends_the_rest(
+    push_dataset: Path, hub: FakeHub
+) -> None:
     hub.buckets[BUCKET] = {}
     hub.faults.append(lambda n: _http_error(403, "403 Forbidden") if n == 2 else None)
     with pytest.raises(
         PushError, match=r"^Upload of hf://buckets/owner/bkt/.* failed: .*\(HTTP 403\).*HF_TOKEN"
     ):
-        push(dataset, f"hf://buckets/{BUCKET}", workers=1, quiet=True)
+        push(push_dataset, f"hf://buckets/{BUCKET}", workers=1, quiet=True)
     landed = set(hub.buckets[BUCKET])
     # Batches 0 and 1 landed; one already queued may slip through before the cancel, no meta ever.
     assert len(landed) >= 3
@@ -179,28 +176,28 @@ def test_interrupted_push_publishes_no_meta_and_rerun_sends_the_rest(dataset: Pa
 
     hub.faults.clear()
     hub.calls.clear()
-    summary = push(dataset, f"hf://buckets/{BUCKET}", workers=1, quiet=True)
+    summary = push(push_dataset, f"hf://buckets/{BUCKET}", workers=1, quiet=True)
 
     sent = {dest for batch in hub.batches() for dest in batch}
-    assert sent == set(expected_files(dataset)) - landed
+    assert sent == set(expected_files(push_dataset)) - landed
     assert set(summary.skipped) == landed
 
 
 def test_transient_hub_errors_are_retried(
-    dataset: Path, hub: FakeHub, caplog: pytest.LogCaptureFixture
+    push_dataset: Path, hub: FakeHub, caplog: pytest.LogCaptureFixture
 ) -> None:
     hub.buckets[BUCKET] = {}
     hub.faults.append(
         lambda n: _http_error(503, f"503 Service Unavailable token={TOKEN}") if n in (0, 3) else None
     )
     with caplog.at_level(logging.DEBUG):
-        summary = push(dataset, f"hf://buckets/{BUCKET}", workers=2, quiet=True)
-    assert len(summary.uploaded) == len(expected_files(dataset))
+        summary = push(push_dataset, f"hf://buckets/{BUCKET}", workers=2, quiet=True)
+    assert len(summary.uploaded) == len(expected_files(push_dataset))
     assert caplog.text.count("retrying") == 2
     assert TOKEN not in caplog.text
 
 
-def test_partial_batch_failure_names_the_file(dataset: Path, hub: FakeHub) -> None:
+def test_partial_batch_failure_names_the_file(push_dataset: Path, hub: FakeHub) -> None:
     hub.buckets[BUCKET] = {}
 
     def partial(n: int) -> BaseException | None:
@@ -210,29 +207,31 @@ def test_partial_batch_failure_names_the_file(dataset: Path, hub: FakeHub) -> No
 
     hub.faults.append(partial)
     with pytest.raises(PushError, match=r"failed: BucketBatchError \(HTTP 200\): Some operations failed"):
-        push(dataset, f"hf://buckets/{BUCKET}", workers=1, quiet=True)
+        push(push_dataset, f"hf://buckets/{BUCKET}", workers=1, quiet=True)
 
 
-def test_missing_bucket_without_create(dataset: Path, hub: FakeHub) -> None:
+def test_missing_bucket_without_create(push_dataset: Path, hub: FakeHub) -> None:
     with pytest.raises(
         PushError, match=r"Invalid push target \(hf://buckets/owner/bkt\): the bucket does not exist"
     ):
-        push(dataset, f"hf://buckets/{BUCKET}", quiet=True)
-    planned = push(dataset, f"hf://buckets/{BUCKET}", dry_run=True, create=True, quiet=True)
-    assert len(planned.uploaded) == len(expected_files(dataset))
+        push(push_dataset, f"hf://buckets/{BUCKET}", quiet=True)
+    planned = push(push_dataset, f"hf://buckets/{BUCKET}", dry_run=True, create=True, quiet=True)
+    assert len(planned.uploaded) == len(expected_files(push_dataset))
     assert [name for name, _ in hub.calls] == ["list_bucket_tree", "list_bucket_tree"]
 
 
-def test_endpoint_url_reaches_hfapi(dataset: Path, hub: FakeHub) -> None:
-    push(dataset, f"hf://buckets/{BUCKET}", create=True, endpoint_url="http://127.0.0.1:1", quiet=True)
+def test_endpoint_url_reaches_hfapi(push_dataset: Path, hub: FakeHub) -> None:
+    push(push_dataset, f"hf://buckets/{BUCKET}", create=True, endpoint_url="http://127.0.0.1:1", quiet=True)
     assert set(hub.endpoints) == {"http://127.0.0.1:1"}
 
 
-def test_cli_failure_hides_the_token(dataset: Path, hub: FakeHub, caplog: pytest.LogCaptureFixture) -> None:
+def test_cli_failure_hides_the_token(
+    push_dataset: Path, hub: FakeHub, caplog: pytest.LogCaptureFixture
+) -> None:
     hub.buckets[BUCKET] = {}
     hub.faults.append(lambda n: _http_error(401, f"401 Unauthorized: invalid token {TOKEN} (Bearer {TOKEN})"))
     with caplog.at_level(logging.DEBUG):
-        result = CliRunner().invoke(cli, ["push", str(dataset), f"hf://buckets/{BUCKET}/ds", "--quiet"])
+        result = CliRunner().invoke(cli, ["push", str(push_dataset), f"hf://buckets/{BUCKET}/ds", "--quiet"])
     assert result.exit_code == 3
     assert "HTTP 401" in result.output and "HF_TOKEN or `hf auth login`" in result.output
     assert TOKEN not in result.output
@@ -287,7 +286,7 @@ def test_hub_retries_print_one_line_each_through_lrs_logging() -> None:
 
 
 def test_lrs_adds_one_try_to_the_hubs_own_retries(
-    dataset: Path, hub: FakeHub, monkeypatch: pytest.MonkeyPatch
+    push_dataset: Path, hub: FakeHub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An upload that keeps failing with 503 is tried twice by lrs (the hub's client retried each try)."""
     monkeypatch.setattr(push_hf, "HUB_RETRY", push_hf.RetryPolicy(attempts=2, base_delay_s=0, max_delay_s=0))
@@ -299,6 +298,6 @@ def test_lrs_adds_one_try_to_the_hubs_own_retries(
 
     hub.faults.append(always_503)
     with pytest.raises(PushError, match="after 2 attempts"):
-        push(dataset, f"hf://buckets/{BUCKET}", workers=1, create=True, quiet=True)
+        push(push_dataset, f"hf://buckets/{BUCKET}", workers=1, create=True, quiet=True)
     tries = Counter(tuple(dests) for dests in hub.batches())
     assert max(tries.values()) == 2 and failures[0] == sum(tries.values())

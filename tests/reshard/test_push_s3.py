@@ -20,7 +20,7 @@ from reader.format.index import LAYOUT_JSON
 from reshard.cli import cli
 from reshard.errors import PushError
 from reshard.push.publish import publish_phase, push
-from tests.reshard.push_fixtures import AWS_SECRET, TOKEN, expected_files, make_dataset
+from tests.reshard.push_fixtures import AWS_SECRET, TOKEN, expected_files
 from tests.s3server import FaultProxy, moto_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,11 +30,6 @@ REPO = Path(__file__).resolve().parents[2]
 def endpoint() -> Iterator[str]:
     with moto_server() as url:
         yield url
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_dataset(tmp_path_factory.mktemp("push-s3-src") / "ds")
 
 
 @pytest.fixture
@@ -67,81 +62,86 @@ def _objects(endpoint: str, root: str) -> dict[str, bytes]:
     return {name[len(root) + 1 :]: fs.cat_file(name) for name in fs.find(root)}
 
 
-def test_full_push_then_rerun_skips_everything(dataset: Path, aws: str) -> None:
+def test_full_push_then_rerun_skips_everything(push_dataset: Path, aws: str) -> None:
     name = f"lrs-{uuid.uuid4().hex[:12]}"
-    summary = push(dataset, f"s3://{name}/ds/v1", create=True, workers=4, quiet=True)
-    expected = expected_files(dataset)
+    summary = push(push_dataset, f"s3://{name}/ds/v1", create=True, workers=4, quiet=True)
+    expected = expected_files(push_dataset)
     assert _objects(aws, f"{name}/ds/v1") == expected
     assert len(summary.uploaded) == len(expected)
 
-    again = push(dataset, f"s3://{name}/ds/v1", workers=4, quiet=True)
+    again = push(push_dataset, f"s3://{name}/ds/v1", workers=4, quiet=True)
     assert again.uploaded == ()
     assert len(again.skipped) == len(expected)
 
 
-def test_same_size_other_content_is_reuploaded_by_md5_etag(dataset: Path, aws: str, bucket: str) -> None:
-    push(dataset, f"s3://{bucket}/ds", quiet=True)
+def test_same_size_other_content_is_reuploaded_by_md5_etag(push_dataset: Path, aws: str, bucket: str) -> None:
+    push(push_dataset, f"s3://{bucket}/ds", quiet=True)
     rel = "meta/stats.json"
-    tampered = bytes(b ^ 0xFF for b in expected_files(dataset)[rel])
+    tampered = bytes(b ^ 0xFF for b in expected_files(push_dataset)[rel])
     _fs(aws).pipe_file(f"{bucket}/ds/{rel}", tampered)
 
-    summary = push(dataset, f"s3://{bucket}/ds", quiet=True)
+    summary = push(push_dataset, f"s3://{bucket}/ds", quiet=True)
 
     assert summary.uploaded == (rel,)
-    assert _objects(aws, f"{bucket}/ds") == expected_files(dataset)
+    assert _objects(aws, f"{bucket}/ds") == expected_files(push_dataset)
 
 
-def test_missing_bucket_needs_create(dataset: Path, aws: str) -> None:
+def test_missing_bucket_needs_create(push_dataset: Path, aws: str) -> None:
     url = f"s3://lrs-missing-{uuid.uuid4().hex[:8]}/ds"
     with pytest.raises(
         PushError, match=r"Invalid push target \(s3://lrs-missing-.*/ds\): the bucket does not exist"
     ):
-        push(dataset, url, quiet=True)
-    planned = push(dataset, url, dry_run=True, quiet=True)
-    assert len(planned.uploaded) == len(expected_files(dataset))
+        push(push_dataset, url, quiet=True)
+    planned = push(push_dataset, url, dry_run=True, quiet=True)
+    assert len(planned.uploaded) == len(expected_files(push_dataset))
 
 
 def test_endpoint_url_option_overrides_environment(
-    dataset: Path, aws: str, bucket: str, monkeypatch: pytest.MonkeyPatch
+    push_dataset: Path, aws: str, bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens on the discard port
     result = CliRunner().invoke(
-        cli, ["push", str(dataset), f"s3://{bucket}/ds", "--endpoint-url", aws, "--quiet", "--workers", "3"]
+        cli,
+        ["push", str(push_dataset), f"s3://{bucket}/ds", "--endpoint-url", aws, "--quiet", "--workers", "3"],
     )
     assert result.exit_code == 0, result.output
-    assert result.output.startswith(f"Uploaded {len(expected_files(dataset))} files")
-    assert _objects(aws, f"{bucket}/ds") == expected_files(dataset)
+    assert result.output.startswith(f"Uploaded {len(expected_files(push_dataset))} files")
+    assert _objects(aws, f"{bucket}/ds") == expected_files(push_dataset)
 
 
-def test_publish_order_on_the_wire(dataset: Path, aws: str, bucket: str) -> None:
+def test_publish_order_on_the_wire(push_dataset: Path, aws: str, bucket: str) -> None:
     with FaultProxy(aws) as proxy:
-        push(dataset, f"s3://{bucket}/ds", endpoint_url=proxy.endpoint, workers=4, quiet=True)
+        push(push_dataset, f"s3://{bucket}/ds", endpoint_url=proxy.endpoint, workers=4, quiet=True)
     prefix = f"/{bucket}/ds/"
     puts = [
         path[len(prefix) :]
         for method, path, _ in proxy.requests
         if method == "PUT" and path.startswith(prefix)
     ]
-    assert sorted(puts) == sorted(expected_files(dataset))
+    assert sorted(puts) == sorted(expected_files(push_dataset))
     phases = [publish_phase(rel) for rel in puts]
     assert phases == sorted(phases)
     assert puts[-1] == LAYOUT_JSON
 
 
 def test_injected_500s_are_survived(
-    dataset: Path, aws: str, bucket: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    push_dataset: Path,
+    aws: str,
+    bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # botocore would hide the faults behind its own retries; leave them to push's retry layer.
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     monkeypatch.setenv("AWS_RETRY_MODE", "standard")
     with FaultProxy(aws, fail_fraction=0.3, seed=7) as proxy, caplog.at_level(logging.WARNING):
-        summary = push(dataset, f"s3://{bucket}/ds", endpoint_url=proxy.endpoint, workers=3, quiet=True)
+        summary = push(push_dataset, f"s3://{bucket}/ds", endpoint_url=proxy.endpoint, workers=3, quiet=True)
     assert proxy.injected >= 5
     assert any(status == 500 and method == "PUT" for method, _, status in proxy.requests)
     assert "retrying" in caplog.text
     assert AWS_SECRET not in caplog.text
-    assert len(summary.uploaded) == len(expected_files(dataset))
-    assert _objects(aws, f"{bucket}/ds") == expected_files(dataset)
+    assert len(summary.uploaded) == len(expected_files(push_dataset))
+    assert _objects(aws, f"{bucket}/ds") == expected_files(push_dataset)
 
 
 _CHILD = """
@@ -162,10 +162,10 @@ print("finished", flush=True)
 """
 
 
-def test_sigkill_mid_push_then_resume(dataset: Path, aws: str, bucket: str) -> None:
+def test_sigkill_mid_push_then_resume(push_dataset: Path, aws: str, bucket: str) -> None:
     url, landed = f"s3://{bucket}/ds", 3
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(dataset), url, str(landed)],
+        [sys.executable, "-c", _CHILD, str(push_dataset), url, str(landed)],
         cwd=REPO,
         env=dict(os.environ),
         stdout=subprocess.PIPE,
@@ -184,15 +184,15 @@ def test_sigkill_mid_push_then_resume(dataset: Path, aws: str, bucket: str) -> N
     assert len(partial) == landed
     assert all(publish_phase(rel) == 0 for rel in partial)
 
-    summary = push(dataset, url, quiet=True)
-    expected = expected_files(dataset)
+    summary = push(push_dataset, url, quiet=True)
+    expected = expected_files(push_dataset)
     assert sorted(summary.skipped) == sorted(partial)
     assert sorted(summary.uploaded) == sorted(set(expected) - set(partial))
     assert _objects(aws, f"{bucket}/ds") == expected
 
 
 def test_failure_output_has_no_secrets(
-    dataset: Path, aws: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    push_dataset: Path, aws: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
@@ -201,7 +201,7 @@ def test_failure_output_has_no_secrets(
             cli,
             [
                 "push",
-                str(dataset),
+                str(push_dataset),
                 "s3://lrs-any/ds",
                 "--endpoint-url",
                 proxy.endpoint,

@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from torchcodec.decoders import VideoDecoder
 
-from reshard.demo.sample import SampleSpec, draw_frame, read_frame_id, write_sample
+from reshard.demo.frames import draw_frame, read_frame_id
+from reshard.demo.sample import SampleSpec, write_sample
 from reshard.source import open_source, validate
 
 
@@ -88,26 +89,29 @@ def test_every_frame_identifiable_after_av1_decode(sample: Path) -> None:
                 assert got == [(episode.episode_index, i, cam) for i in range(episode.length)]
 
 
-def test_episode_starts_are_keyframes(sample: Path) -> None:
+def _keyframe_times(path: Path) -> set[float]:
+    """The presentation times of a video file's keyframes, in seconds rounded to 0.1 ms."""
     import av
 
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        return {
+            round(float(p.pts * stream.time_base), 4)
+            for p in container.demux(stream)
+            if p.pts is not None and p.is_keyframe
+        }
+
+
+def test_episode_starts_are_keyframes(sample: Path) -> None:
     source = open_source(str(sample))
     key = source.video_keys[0]
     for rel, episodes in source.episodes_by_video_file(key).items():
-        with av.open(str(sample / rel)) as container:
-            stream = container.streams.video[0]
-            keyframes = {
-                round(float(p.pts * stream.time_base), 4)
-                for p in container.demux(stream)
-                if p.pts is not None and p.is_keyframe
-            }
+        keyframes = _keyframe_times(sample / rel)
         for episode in episodes:
             assert round(episode.video(key).from_timestamp, 4) in keyframes
 
 
 def test_unaligned_mode_has_mid_gop_starts(tmp_path: Path) -> None:
-    import av
-
     root = write_sample(
         tmp_path / "u",
         episodes=4,
@@ -120,13 +124,7 @@ def test_unaligned_mode_has_mid_gop_starts(tmp_path: Path) -> None:
     )
     source = open_source(str(root))
     rel = source.video_files()[0]
-    with av.open(str(root / rel)) as container:
-        stream = container.streams.video[0]
-        keyframes = {
-            round(float(p.pts * stream.time_base), 4)
-            for p in container.demux(stream)
-            if p.pts is not None and p.is_keyframe
-        }
+    keyframes = _keyframe_times(root / rel)
     starts = {round(e.video(source.video_keys[0]).from_timestamp, 4) for e in source.episodes}
     assert starts - keyframes, "some episode should start between keyframes"
 

@@ -27,7 +27,9 @@ from av.video.frame import PictureType
 from torchcodec.decoders import VideoDecoder
 
 from reader.errors import DatasetError
-from reshard.demo.sample import concat_remux, draw_frame, encode_frames, read_frame_id, write_sample
+from reshard.demo.encode import concat_remux, encode_frames
+from reshard.demo.frames import draw_frame, read_frame_id
+from reshard.demo.sample import write_sample
 from reshard.errors import ReshardError
 from reshard.source import open_source
 from reshard.video import write as videos

@@ -1,0 +1,101 @@
+"""The sample's video files: RGB frames and 12-bit depth codes encoded as lerobot records them, and
+single-episode MP4s concatenated by remuxing (no re-encode) into files that hold several episodes."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from fractions import Fraction
+from typing import Any
+
+import av
+import numpy as np
+
+from reshard.video.encode import add_video_stream
+
+# The sample favours generation speed: x264 / x265 at their fastest preset, SVT-AV1 at lerobot's 12.
+SAMPLE_PRESETS: dict[str, str] = {"av1": "12", "hevc": "ultrafast", "h264": "ultrafast"}
+
+
+def encode_frames(
+    frames: Iterator[np.ndarray],
+    out: str | io.BytesIO,
+    *,
+    codec: str,
+    fps: int,
+    gop: int,
+    crf: int,
+    height: int,
+    width: int,
+    preset: str | int | None = None,
+    bframes: int = 0,
+) -> int:
+    """Encode RGB frames into an MP4 (path or buffer); returns the number of frames written."""
+    with av.open(out, mode="w", format="mp4") as container:
+        preset = SAMPLE_PRESETS.get(codec) if preset is None else preset
+        stream = add_video_stream(
+            container,
+            codec,
+            fps=fps,
+            width=width,
+            height=height,
+            gop=gop,
+            crf=crf,
+            preset=preset,
+            bframes=bframes,
+        )
+        return _encode_all(container, stream, frames, pix_fmt="rgb24", fps=fps)
+
+
+def _encode_all(container: Any, stream: Any, images: Iterator[np.ndarray], *, pix_fmt: str, fps: int) -> int:
+    """Encode images (frame i at i / fps) and flush; returns how many."""
+    count = 0
+    for i, image in enumerate(images):
+        frame = av.VideoFrame.from_ndarray(image, format=pix_fmt)
+        frame.pts, frame.time_base = i, Fraction(1, fps)
+        for packet in stream.encode(frame):
+            container.mux(packet)
+        count += 1
+    for packet in stream.encode():
+        container.mux(packet)
+    return count
+
+
+def encode_depth(
+    codes: Iterator[np.ndarray], out: str | io.BytesIO, *, fps: int, gop: int, height: int, width: int
+) -> int:
+    """Encode 12-bit depth codes (HxW uint16) as lossless HEVC `gray12le`, as lerobot does."""
+    with av.open(out, mode="w", format="mp4") as container:
+        stream = add_video_stream(
+            container, "hevc", fps=fps, width=width, height=height, gop=gop, crf=0,
+            preset=SAMPLE_PRESETS["hevc"], pix_fmt="gray12le", lossless=True,
+        )  # fmt: skip
+        return _encode_all(container, stream, codes, pix_fmt="gray12le", fps=fps)
+
+
+def concat_remux(parts: list[bytes], out_path: str) -> list[float]:
+    """Concatenate single-stream MP4s by remuxing (no re-encode); returns each part's start in seconds."""
+    starts: list[float] = []
+    with av.open(out_path, mode="w", format="mp4") as out:
+        out_stream = None
+        offset = 0  # in the output stream's time base
+        for data in parts:
+            with av.open(io.BytesIO(data)) as src:
+                in_stream = src.streams.video[0]
+                if out_stream is None:
+                    out_stream = out.add_stream_from_template(in_stream, opaque=True)
+                    out_stream.time_base = in_stream.time_base
+                tb = in_stream.time_base
+                starts.append(float(offset * tb))
+                end = offset
+                for packet in src.demux(in_stream):
+                    if packet.dts is None:
+                        continue
+                    duration = packet.duration or 0
+                    packet.pts = (packet.pts or 0) + offset
+                    packet.dts = packet.dts + offset
+                    end = max(end, packet.pts + duration)
+                    packet.stream = out_stream
+                    out.mux(packet)
+                offset = end
+    return starts
