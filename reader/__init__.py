@@ -1,7 +1,8 @@
 """lrs reader package: the layout contract (read side) and `EpisodeStream`, the training-time reader.
 
 `from reader import EpisodeStream` streams an lrs/1 (or plain v3) dataset as a torch IterableDataset;
-`ResumableLoader` counts the batches a trainer consumes so that `state_dict()` can resume exactly;
+`ResumableLoader` counts the batches a trainer consumes so that `state_dict()` can resume exactly (and
+`loader_state_of` turns a torchdata StatefulDataLoader's state into such a batch count);
 `collate` is an optional `collate_fn` that hands each batch from a worker over as one shared buffer;
 `DatasetMeta.open(url)` reads a dataset's metadata under lerobot's names (fps, features, stats) without
 a stream.
@@ -21,9 +22,10 @@ if TYPE_CHECKING:
     from reader.loader import ResumableLoader
     from reader.metadata import DatasetMeta
     from reader.pool import ReaderStats
+    from reader.state import loader_state_of
     from reader.stream import EpisodeStream
 
-__all__ = ["DatasetMeta", "EpisodeStream", "ReaderStats", "ResumableLoader", "collate"]
+__all__ = ["DatasetMeta", "EpisodeStream", "ReaderStats", "ResumableLoader", "collate", "loader_state_of"]
 
 _LAZY = {
     "EpisodeStream": "reader.stream",
@@ -31,6 +33,7 @@ _LAZY = {
     "ReaderStats": "reader.pool",
     "collate": "reader.batch",
     "DatasetMeta": "reader.metadata",
+    "loader_state_of": "reader.state",
 }
 
 

@@ -30,6 +30,7 @@ from cache.checks import check_int
 from cache.prewarm import FileRequest
 from reader.format.catalog import EpisodeRef
 from reader.schedule import Emission, Schedule
+from reader.state import Resume, consumer_starts, resumed_schedule
 
 if TYPE_CHECKING:
     from reader.plan import ReadPlan
@@ -185,11 +186,15 @@ def node_needs(
     epoch: int,
     ranks: Sequence[int],
     episodes_per_consumer: int | None = None,
+    starts: Sequence[int] | None = None,
 ) -> Needs:
     """What the consumers of `ranks` (every worker of each) need in `epoch`, merged in need order.
 
     Args:
-        schedule: the training run's schedule (`EpisodeStream.schedule(num_workers)`).
+        schedule: the training run's schedule (`EpisodeStream.schedule(num_workers)`), or after a resume
+            on a new topology the rest of the epoch (`reader.state.resumed_schedule`).
+        starts: the samples each logical worker of a rank has consumed already (a resumed run's,
+            `reader.state.consumer_starts`): the pieces they finished are not needed (default: none).
         refs: the selected episodes, in selection order (a mixture's sources one after another, as
             `schedule.sources` says).
         epoch: the epoch the run starts with.
@@ -216,7 +221,10 @@ def node_needs(
     entries = [(sources[p], refs[p]) for p in schedule.entries(epoch).positions.tolist()]
     for rank, worker in consumers:
         emission = schedule.emission(epoch, rank, worker)
-        found, admitted = _consumer(emission, entries, rank=rank, worker=worker, limit=episodes_per_consumer)
+        start = 0 if starts is None else starts[worker]
+        found, admitted = _consumer(
+            emission, entries, rank=rank, worker=worker, limit=episodes_per_consumer, start=start
+        )
         needs += found
         pieces += admitted
     return Needs(files=tuple(_first_needs(needs)), pieces=tuple(pieces), consumers=tuple(consumers))
@@ -230,10 +238,12 @@ def plan_needs(
     num_workers: int,
     ranks: Sequence[int] | None = None,
     episodes_per_consumer: int | None = None,
+    resume: Resume | None = None,
 ) -> Needs:
     """`node_needs` of a training run that reads `plan` with this seed, from `epoch`, through
     DataLoaders of `num_workers` workers: the schedule and the episode refs are the plan's own, as the
-    run's `EpisodeStream` builds them, so the two cannot disagree.
+    run's `EpisodeStream` builds them, so the two cannot disagree. With `resume` (a loaded state,
+    `reader.state.parse_state`), the rest of its epoch as the resumed run streams it.
 
     Args:
         plan: the run's read plan (`EpisodeStream.plan`, or `ReadPlan.open` with the run's arguments).
@@ -243,12 +253,14 @@ def plan_needs(
         episodes_per_consumer: only each consumer's first N admissions (None: the whole epoch).
     """
     refs = [s.catalog.episodes[e] for s in plan.sources for e in s.episodes]
+    schedule, _ = resumed_schedule(plan.schedule(seed, num_workers), epoch, resume)
     return node_needs(
-        plan.schedule(seed, num_workers),
+        schedule,  # type: ignore[arg-type] - the rest of an epoch has the schedule's interface
         refs,
         epoch=epoch,
         ranks=range(plan.world_size) if ranks is None else ranks,
         episodes_per_consumer=episodes_per_consumer,
+        starts=consumer_starts(schedule, epoch, resume),
     )
 
 
@@ -335,10 +347,15 @@ def _consumer(
     rank: int,
     worker: int,
     limit: int | None,
+    start: int = 0,
 ) -> tuple[list[Need], list[PieceFiles]]:
-    """`entries`: the source and episode of each entry of the epoch (`Piece.episode` indexes it)."""
-    pieces = emission.pieces if limit is None else emission.pieces[:limit]
-    steps = emission.admission_steps[: len(pieces)].tolist()
+    """`entries`: the source and episode of each entry of the epoch (`Piece.episode` indexes it);
+    `start`: samples already consumed (the pieces gone by then are skipped, the steps count from it)."""
+    live = [i for i, d in enumerate(emission.departure_steps.tolist()) if d >= start]
+    if limit is not None:
+        live = live[:limit]
+    pieces = [emission.pieces[i] for i in live]
+    steps = [max(0, int(emission.admission_steps[i]) - start) for i in live]
     seen: set[tuple[int, str]] = set()
     needs: list[Need] = []
     admitted: list[PieceFiles] = []

@@ -11,8 +11,12 @@ Two kinds, with one header (`version`, dataset `fingerprint`, `episodes` selecti
   `state_dict()` returns inside a DataLoader worker (torchdata's `StatefulDataLoader` protocol) or in the
   main process with `num_workers=0`.
 
-A state whose header names another dataset, selection, pool size, world size or shuffle is refused
-with `StateError`; so is one made for another `num_workers`, when the stream is iterated.
+A loader state may be loaded on another topology (world size, `num_workers`, batch size, pool size):
+the run then streams the rest of the epoch (`reader.schedule.rest`), and the states it saves carry the
+epoch's earlier runs under `"before"`, so it can move again. A consumer state moves nowhere: another
+world size or pool size is refused when loaded, another `num_workers` when iterated
+(`loader_state_of` turns a StatefulDataLoader's state into a loader state). A state whose header names
+another dataset, selection or shuffle is refused with `StateError`.
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cache.checks import check_int
 from reader.errors import StateError
 from reader.loader_math import loader_resume
-from reader.schedule.rest import Segment
+from reader.schedule import Schedule
+from reader.schedule.rest import RestSchedule, Segment, rest_after
 
 # 2: the order of lrs 0.2 (pieces emitted in runs, one cyclic pool order); a version 1 state would
 # resume another order, so it is refused.
@@ -219,7 +225,11 @@ def parse_state(
             raise StateError(f"Invalid state worker ({worker}). Expected < max(1, num_workers={workers}).")
         consumed = (worker, _int(state, "samples", 0))
         pool = identity.episode_pool_size
-        return Resume(epoch, workers, consumer=consumed, world_size=world_size, pool_size=pool), seed
+        before = _segments(state.get("before", []))
+        resume = Resume(
+            epoch, workers, consumer=consumed, world_size=world_size, pool_size=pool, before=before
+        )
+        return resume, seed
     if all(k in state for k in _LOADER_KEYS):
         batches = (_int(state, "batches_consumed", 0), _int(state, "batch_size", 1))
         pool = _int(state, "episode_pool_size", 1, required=False)
@@ -266,3 +276,78 @@ def _int(
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise StateError(f"Invalid state {name} ({value!r}). Expected an integer >= {low}.")
     return value
+
+
+def resumed_schedule(
+    schedule: Schedule, epoch: int, resume: Resume | None
+) -> tuple[Schedule | RestSchedule, tuple[Segment, ...]]:
+    """The order a run on `schedule`'s topology streams `epoch` in after loading `resume`: the whole
+    epoch's, or after earlier runs on other topologies, the rest of it (`reader.schedule.rest`); and
+    those earlier runs.
+
+    Raises:
+        StateError: a run counts more batches than its part of the epoch has.
+    """
+    if resume is None or resume.epoch != epoch:
+        return schedule, ()
+    history = resume.history(
+        world_size=schedule.world_size, num_workers=schedule.num_workers, pool_size=schedule.pool_size
+    )
+    if not history:
+        return schedule, history
+    try:
+        rest = rest_after(schedule, epoch, history)
+    except ValueError as exc:
+        raise StateError(f"{exc} (resume state of epoch {epoch})") from None
+    return RestSchedule(schedule, epoch, rest), history
+
+
+def consumer_starts(schedule: Schedule | RestSchedule, epoch: int, resume: Resume | None) -> tuple[int, ...]:
+    """Samples each logical worker of a rank has already consumed when a run on `schedule`'s topology
+    continues `resume` exactly (zeros where it starts the epoch, or streams its rest afresh)."""
+    workers = schedule.worker_samples()
+    if resume is None or resume.epoch != epoch or resume.batches is None:
+        return (0,) * len(workers)
+    if not resume.continues(
+        world_size=schedule.world_size, num_workers=schedule.num_workers, pool_size=schedule.pool_size
+    ):
+        return (0,) * len(workers)
+    consumed, batch_size = resume.batches
+    return loader_resume(workers, batch_size, consumed).samples_consumed
+
+
+def loader_state_of(state: Mapping[str, Any], *, batch_size: int) -> dict[str, Any]:
+    """The loader state (`{"batches_consumed", "batch_size", "num_workers", ...}`) of a torchdata
+    `StatefulDataLoader.state_dict()` over an `EpisodeStream`: what a job that checkpointed through
+    StatefulDataLoader loads into the stream (`stream.load_state_dict`) to resume on another topology,
+    with a fresh StatefulDataLoader (whose own state holds its worker count and cannot move).
+
+    Args:
+        state: the StatefulDataLoader's state, at a step where every rank has consumed as many batches.
+        batch_size: that loader's batch size.
+
+    Raises:
+        StateError: not the state of a StatefulDataLoader over an EpisodeStream.
+    """
+    check_int("batch_size", batch_size, 1)
+    try:
+        if "_snapshot" in state:  # num_workers > 0: the workers' streams, as of a snapshot step
+            snapshot = state["_snapshot"]
+            batches = snapshot["_snapshot_step"] + state.get("_steps_since_snapshot", 0)
+            workers = snapshot["_main_snapshot"]["_num_workers"]
+            streams = [w["dataset_state"] for w in snapshot["_worker_snapshots"].values()]
+        else:  # num_workers = 0: the stream in the main process
+            batches, workers, streams = state["_num_yielded"], 0, [state["dataset_state"]]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise StateError(
+            f"Invalid StatefulDataLoader state (no {exc}). Expected torchdata's state_dict() of a "
+            "StatefulDataLoader over an EpisodeStream."
+        ) from None
+    header = next((s for s in streams if isinstance(s, Mapping) and "fingerprint" in s), None)
+    if header is None:
+        raise StateError(
+            "Invalid StatefulDataLoader state (no EpisodeStream state). Expected its workers' states."
+        )
+    loader = {k: v for k, v in header.items() if k not in _CONSUMER_KEYS}
+    loader.update(batches_consumed=batches, batch_size=batch_size, num_workers=workers)
+    return loader

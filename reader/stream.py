@@ -38,7 +38,7 @@ from reader.runtime import Cursor, ProcessState, publishing
 from reader.schedule import Schedule
 from reader.schedule.rest import RestSchedule, Segment, rest_after
 from reader.sources import Source, data_file_size, open_sources
-from reader.state import Resume, parse_state
+from reader.state import Resume, parse_state, resumed_schedule
 from reader.windows import Windows
 
 DEFAULT_PREFETCH_EPISODES = 8
@@ -342,13 +342,8 @@ class EpisodeStream(IterableDataset):
         )
 
     def _resumed_schedule(self, num_workers: int) -> tuple[Schedule | RestSchedule, tuple[Segment, ...]]:
-        """The order this run streams the current epoch in: the whole epoch's, or after earlier runs on
-        other topologies, the rest of it (`reader.schedule.rest`); and those runs."""
-        schedule = self.schedule(num_workers)
-        history = self._history(num_workers)
-        if not history:
-            return schedule, history
-        return RestSchedule(schedule, self.epoch, rest_after(schedule, self.epoch, history)), history
+        """The order this run streams the current epoch in, and the epoch's earlier runs (`resumed_schedule`)."""
+        return resumed_schedule(self.schedule(num_workers), self.epoch, self._pending())
 
     def state_dict(
         self,

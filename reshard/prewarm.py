@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +28,7 @@ from reader.format.index import FILES_INDEX, files_from_table
 from reader.format.parquet import parse_parquet
 from reader.plan import DEFAULT_POOL_SIZE, FETCH_THREADS, ReadPlan
 from reader.prewarm import Needs, Plan, check_ranks, plan_needs, plan_prewarm
+from reader.state import parse_state
 
 __all__ = ["PrewarmSummary", "prewarm"]
 
@@ -130,6 +131,7 @@ def prewarm(
     shuffle: bool = True,
     weights: Sequence[float] | None = None,
     samples_per_epoch: int | None = None,
+    resume_state: Mapping[str, Any] | None = None,
 ) -> PrewarmSummary:
     """Fetch into the node cache `cache_dir` the files this node's ranks will read first, in that order.
 
@@ -152,6 +154,9 @@ def prewarm(
         storage_options: passed to the source's fsspec filesystem.
         dry_run: plan only: fetch nothing and leave `cache_dir` alone.
         progress: show a progress bar (bytes, rate, ETA) on stderr.
+        resume_state: the state the training run will load (`EpisodeStream.load_state_dict`): plan the
+            rest of its epoch as the resumed run reads it, on this topology (its seed and epoch win over
+            `seed` and `epoch`).
 
     Returns:
         The counts, and the plan (`summary.plan`).
@@ -174,6 +179,10 @@ def prewarm(
         world_size=world_size,
         storage_options=storage_options,
     )
+    resume = None
+    if resume_state is not None:
+        resume, state_seed = parse_state(resume_state, plan.identity, epoch=epoch)
+        seed, epoch = seed if state_seed is None else state_seed, resume.epoch
     plan.schedule(seed, num_workers)  # checks the seed
     in_place = all(s.catalog.remote.reads_in_place for s in plan.sources)
     needs = plan_needs(
@@ -183,6 +192,7 @@ def prewarm(
         num_workers=num_workers,
         ranks=ranks,
         episodes_per_consumer=episodes_per_consumer,
+        resume=resume,
     )
     planned = plan_prewarm(
         needs,

@@ -109,9 +109,11 @@ class Rest:
         """
         keep = np.ones(self.total, dtype=bool)
         where = self.offsets[entry] + virtual
-        if np.any(virtual >= self.lengths[entry]) or np.unique(where).size != where.size:
-            raise ValueError("Invalid consumed frames. Expected each remaining frame at most once.")
+        if np.any(virtual >= self.lengths[entry]):
+            raise ValueError("Invalid consumed frames. Expected frames of the rest.")
         keep[where] = False
+        if self.total - np.count_nonzero(keep) != where.size:
+            raise ValueError("Invalid consumed frames. Expected each remaining frame at most once.")
         counts = np.bincount(
             np.repeat(np.arange(self.lengths.size), self.lengths)[keep], minlength=self.lengths.size
         )
@@ -243,6 +245,19 @@ class RestSchedule:
     @property
     def world_size(self) -> int:
         return self.base.world_size
+
+    @property
+    def pool_size(self) -> int:
+        return self.base.pool_size
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        """Frames of each selected episode (the run's)."""
+        return self.base.lengths
+
+    @property
+    def sources(self) -> tuple[int, ...] | None:
+        return self.base.sources
 
     @property
     def num_workers(self) -> int:

@@ -7,6 +7,7 @@ stays quick.
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -251,6 +252,12 @@ def _node_block(
     type=ByteSize(),
     help="The cache budget, as EpisodeStream's cache_max_bytes; the plan never exceeds it.",
 )
+@click.option(
+    "--resume-state",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A JSON resume state (the stream's state_dict, or a trainer's batch count) that training will "
+    "load: plan the rest of its epoch on this topology, which may differ from the one that saved it.",
+)
 @dry_run_option("the plan (consumers, episodes, files, bytes, the first files)")
 @quiet_option
 @handle_errors
@@ -274,6 +281,7 @@ def prewarm_command(
     episodes_per_consumer: int | None,
     max_bytes: int | None,
     cache_max_bytes: int | None,
+    resume_state: Path | None,
     dry_run: bool,
     quiet: bool,
 ) -> None:
@@ -317,6 +325,7 @@ def prewarm_command(
             shuffle=shuffle,
             weights=weights,
             samples_per_epoch=samples_per_epoch,
+            resume_state=_read_state(resume_state),
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
@@ -362,3 +371,18 @@ def _ranges(values: list[int]) -> str:
         run = [value for _, value in group]
         parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
     return ",".join(parts)
+
+
+def _read_state(path: Path | None) -> dict[str, Any] | None:
+    """The resume state in a JSON file; a state inside a trainer checkpoint's JSON under "data" too."""
+    if path is None:
+        return None
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise click.BadParameter(
+            f"Invalid resume state file ({exc}). Expected JSON.", param_hint="--resume-state"
+        ) from None
+    if isinstance(state, dict) and isinstance(state.get("data"), dict) and "batches_consumed" not in state:
+        state = state["data"]
+    return state

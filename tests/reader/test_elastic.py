@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from torch.utils.data import DataLoader
 
-from reader import EpisodeStream, ResumableLoader
+from reader import EpisodeStream, ResumableLoader, loader_state_of
 from reader.errors import StateError
 from reader.loader_math import batches_per_epoch, loader_resume
 from reader.schedule import Schedule
@@ -269,3 +269,26 @@ def test_a_job_stopped_on_one_process_resumes_under_torchrun(small: Path, tmp_pa
     assert len(after[0]) == len(after[1])
     seen = Counter(before) + Counter(p for rank in after for p in rank)
     assert max(seen.values()) == 1 and TOTAL - len(seen) < 2
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
+@pytest.mark.parametrize(("old_workers", "new_workers"), [(2, 3), (0, 2)], ids=["2-to-3", "0-to-2"])
+def test_a_stateful_dataloader_job_resumes_on_other_workers(
+    small: Path, old_workers: int, new_workers: int
+) -> None:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    loader = StatefulDataLoader(_stream(small), batch_size=4, num_workers=old_workers)
+    iterator = iter(loader)
+    pairs = lambda b: [(int(e), int(f)) for e, f in zip(b["episode_index"], b["frame_index"], strict=True)]  # noqa: E731
+    before = [p for _ in range(6) for p in pairs(next(iterator))]
+    saved = json.loads(json.dumps(loader.state_dict()))
+    del iterator
+    stream = _stream(small)
+    stream.load_state_dict(loader_state_of(saved, batch_size=4))
+    fresh = StatefulDataLoader(stream, batch_size=5, num_workers=new_workers)
+    after = [p for b in fresh for p in pairs(b)]
+    seen = Counter(before) + Counter(after)
+    assert max(seen.values()) == 1 and len(seen) == TOTAL
+    with pytest.raises(StateError, match=r"Invalid StatefulDataLoader state \(no "):
+        loader_state_of({"model": 1}, batch_size=4)

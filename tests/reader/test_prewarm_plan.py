@@ -18,8 +18,9 @@ import reader.stream
 from cache import NodeCache
 from cache.prewarm import FileRequest
 from reader.format.catalog import EpisodeRef, VideoRef
-from reader.prewarm import consumer_needs, node_needs, plan_prewarm, stream_needs
+from reader.prewarm import consumer_needs, node_needs, plan_needs, plan_prewarm, stream_needs
 from reader.schedule import Schedule
+from reader.state import parse_state
 from reader.stream import EpisodeStream
 
 # --- recorded runs ----------------------------------------------------------------------------------
@@ -328,3 +329,30 @@ def test_invalid_arguments_raise(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         call(*four)
+
+
+@pytest.mark.parametrize(
+    ("world_size", "num_workers"), [(2, 2), (1, 1)], ids=["new-topology", "same-topology"]
+)
+def test_a_resumed_run_asks_for_the_files_prewarm_plans(
+    recorder: Recorder, sample_resharded_ds: Path, world_size: int, num_workers: int
+) -> None:
+    options = {"episode_pool_size": 2, "seed": 7, "prefetch_episodes": 1}
+    saved = EpisodeStream(sample_resharded_ds, rank=0, world_size=1, **options).state_dict(
+        batches_consumed=20, batch_size=4, num_workers=1
+    )
+    plan_stream = EpisodeStream(sample_resharded_ds, rank=0, world_size=world_size, **options)
+    resume, _ = parse_state(saved, plan_stream.identity, epoch=0)
+    needs = plan_needs(plan_stream.plan, seed=7, epoch=0, num_workers=num_workers, resume=resume)
+    whole = plan_needs(plan_stream.plan, seed=7, epoch=0, num_workers=num_workers)
+    assert len(needs.pieces) < len(whole.pieces)  # what the stopped run read is not planned again
+    seen: set[str] = set()
+    for rank in range(world_size):
+        for worker in range(num_workers):
+            stream = EpisodeStream(sample_resharded_ds, rank=rank, world_size=world_size, **options)
+            stream.load_state_dict(saved)
+            asked = recorder.run(stream, num_workers=num_workers, worker=worker)
+            mine = [n.path for n in needs.files if (n.rank, n.worker) == (rank, worker)]
+            assert mine == [p for p in asked if p in set(mine)], f"rank {rank} worker {worker}"
+            seen.update(asked)
+    assert {n.path for n in needs.files} == seen

@@ -4,6 +4,7 @@ dry run, the topology options and the errors of the command line."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import subprocess
 import sys
@@ -439,3 +440,38 @@ def test_a_dry_run_plans_without_torch(sample_resharded_ds: Path, tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert "prewarm dry run: would fetch" in done.stdout
     assert not (tmp_path / "c").exists()
+
+
+def test_a_run_resumed_on_a_new_topology_after_prewarm_downloads_nothing(
+    sample_resharded_ds: Path, tmp_path: Path
+) -> None:
+    cache_dir, state_file = tmp_path / "cache", tmp_path / "state.json"
+    with RangeServer(sample_resharded_ds) as server:
+        # Saved by a one-rank job with 2 workers, after 20 batches of 4; resumed by 2 ranks of 1 worker.
+        saved = EpisodeStream(server.url, cache_dir=tmp_path / "old", **RUN).state_dict(
+            batches_consumed=20, batch_size=4, num_workers=2
+        )
+        state_file.write_text(json.dumps({"data": saved, "model": "..."}))
+        result = lrs("prewarm", server.url, "--cache-dir", str(cache_dir), "--world-size", "2",
+                     "--num-workers", "1", "--episode-pool-size", "3", "--resume-state", str(state_file), "-q")  # fmt: skip
+        assert result.exit_code == 0, result.output
+        prewarmed = downloads(server)
+        samples = 0
+        for rank in range(2):
+            stream = EpisodeStream(server.url, cache_dir=cache_dir, rank=rank, world_size=2, **RUN)
+            stream.load_state_dict(saved)
+            samples += sum(len(b["index"]) for b in DataLoader(stream, batch_size=4, num_workers=1))
+        assert downloads(server) == prewarmed
+    assert samples == 244 - 80 - (244 - 80) % 2
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**saved, "shuffle": False}))
+    result = lrs(
+        "prewarm",
+        str(sample_resharded_ds),
+        "--cache-dir",
+        str(cache_dir),
+        "--resume-state",
+        str(bad),
+        "--dry-run",
+    )
+    assert result.exit_code == 3 and "Invalid state shuffle (False)" in result.output, result.output
