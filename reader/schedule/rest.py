@@ -242,26 +242,12 @@ class RestSchedule:
             self.base.with_topology(world_size, num_workers, pool_size), self.epoch, self.rest
         )
 
-    @property
-    def world_size(self) -> int:
-        return self.base.world_size
-
-    @property
-    def pool_size(self) -> int:
-        return self.base.pool_size
-
-    @property
-    def lengths(self) -> tuple[int, ...]:
-        """Frames of each selected episode (the run's)."""
-        return self.base.lengths
-
-    @property
-    def sources(self) -> tuple[int, ...] | None:
-        return self.base.sources
-
-    @property
-    def num_workers(self) -> int:
-        return self.base.num_workers
+    def __getattr__(self, name: str) -> Any:
+        # The run's own settings (lengths, sources, seed, shuffle, world_size, num_workers, pool_size, ...)
+        # are the base schedule's; what depends on the frames left is defined below.
+        if name.startswith("_") or name in ("base", "epoch", "rest"):
+            raise AttributeError(name)
+        return getattr(self.base, name)
 
     @property
     def epoch_frames(self) -> int:
@@ -311,6 +297,3 @@ class RestSchedule:
 
     def pieces(self, epoch: int, rank: int, worker: int) -> list[Piece]:
         return list(self.emission(epoch, rank, worker).pieces)
-
-    def topology(self, rank: int, worker: int) -> Topology:
-        return self.base.topology(rank, worker)

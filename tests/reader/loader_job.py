@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -73,6 +76,38 @@ def main() -> None:
     if distributed:
         dist.barrier()
         dist.destroy_process_group()
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def job(spec: dict[str, Any], tmp_path: Path, name: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run this module in a new Python process (with `env` added to the environment) and return what
+    it wrote."""
+    out = tmp_path / f"{name}.json"
+    subprocess.run(
+        [sys.executable, "-m", "tests.reader.loader_job", json.dumps({**spec, "out": str(out)})],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        check=True,
+        timeout=300,
+    )
+    return json.loads(out.read_text())
+
+
+def torchrun(spec: dict[str, Any], tmp_path: Path, *, ranks: int = 2) -> list[dict[str, Any]]:
+    """Run this module under torchrun with `ranks` processes and return what each rank wrote."""
+    out = tmp_path / "ranks.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={ranks}",
+         f"--master_port={port}", "-m", "tests.reader.loader_job", json.dumps({**spec, "out": str(out)})],
+        cwd=REPO, env=env, check=True, timeout=300,
+    )  # fmt: skip
+    return [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(ranks)]
 
 
 if __name__ == "__main__":

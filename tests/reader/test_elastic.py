@@ -9,10 +9,6 @@ others; the next epoch is the new topology's normal order; a second stop inside 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -26,6 +22,7 @@ from reader.errors import StateError
 from reader.loader_math import batches_per_epoch, loader_resume
 from reader.schedule import Schedule
 from reader.schedule.rest import RestSchedule, Segment, rest_after, segment_consumed
+from tests.reader.loader_job import job, torchrun
 from tests.reader.reference import SMALL, sample_pair
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -229,17 +226,12 @@ def test_a_bad_state_is_refused_clearly(small: Path, change: dict, message: str)
 
 def test_each_rank_of_a_new_world_resumes_in_its_own_process(small: Path, tmp_path: Path) -> None:
     before, states = _consume(small, 2, 2, 4, stop=4)
-    spec = {"root": str(small), "num_workers": 1, "method": "spawn", "batch_size": 2, "seed": 4, "pool": 16,
-            "state": states[0]}  # fmt: skip
+    spec = {"root": str(small), "num_workers": 1, "method": "spawn", "batch_size": 2, "seed": 4, "pool": 16}
     after = []
     for rank in range(3):
-        out = tmp_path / f"rank{rank}.json"
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "3"}
-        subprocess.run(
-            [sys.executable, "-m", "tests.reader.loader_job", json.dumps({**spec, "out": str(out)})],
-            cwd=REPO, env=env, check=True, timeout=300,
-        )  # fmt: skip
-        result = json.loads(out.read_text())
+        result = job(
+            {**spec, "state": states[0]}, tmp_path, f"rank{rank}", {"RANK": str(rank), "WORLD_SIZE": "3"}
+        )
         assert (result["rank"], result["world"]) == (rank, 3)
         after.append([tuple(p) for b in result["batches"] for p in b])
     assert len({len(a) for a in after}) == 1
@@ -247,24 +239,11 @@ def test_each_rank_of_a_new_world_resumes_in_its_own_process(small: Path, tmp_pa
     assert max(seen.values()) == 1 and TOTAL - len(seen) < 3
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_job_stopped_on_one_process_resumes_under_torchrun(small: Path, tmp_path: Path) -> None:
     before, states = _consume(small, 1, 2, 4, stop=5)
-    out = tmp_path / "ranks.json"
     spec = {"root": str(small), "num_workers": 2, "method": "spawn", "batch_size": 3, "seed": 4, "pool": 16,
-            "state": states[0], "out": str(out)}  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
-         f"--master_port={_free_port()}", "-m", "tests.reader.loader_job", json.dumps(spec)],
-        cwd=REPO, env=env, check=True, timeout=300,
-    )  # fmt: skip
-    per_rank = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(2)]
+            "state": states[0]}  # fmt: skip
+    per_rank = torchrun(spec, tmp_path)
     after = [[tuple(p) for b in r["batches"] for p in b] for r in per_rank]
     assert len(after[0]) == len(after[1])
     seen = Counter(before) + Counter(p for rank in after for p in rank)

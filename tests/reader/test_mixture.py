@@ -22,8 +22,8 @@ from reader import EpisodeStream
 from reader.errors import DatasetError, StateError
 from reader.metadata import DatasetMeta
 from reader.schedule import Schedule, mixture_entries, source_quotas
+from tests.reader.loader_job import job
 from tests.reader.reference import SMALL, ReferenceDataset, assert_items_equal, sample_pair
-from tests.reader.test_start_methods import job
 from tests.servers import RangeServer
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")

@@ -4,12 +4,7 @@ torchrun with two ranks."""
 
 from __future__ import annotations
 
-import json
-import os
 import pickle
-import socket
-import subprocess
-import sys
 import threading
 from collections import Counter
 from pathlib import Path
@@ -19,7 +14,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from reader import EpisodeStream
-from tests.reader.loader_job import flip
+from tests.reader.loader_job import flip, job, torchrun
 from tests.reader.reference import SMALL, sample_pair
 from tests.servers import RangeServer
 
@@ -57,18 +52,6 @@ def planned_batches(ds: EpisodeStream, *, batch_size: int, num_workers: int) -> 
         pairs = list(zip(episodes, frames.tolist(), strict=True))
         chunks.append([pairs[i : i + batch_size] for i in range(0, len(pairs), batch_size)])
     return [c[k] for k in range(max(len(c) for c in chunks)) for c in chunks if k < len(c)]
-
-
-def job(spec: dict[str, Any], tmp_path: Path, name: str) -> dict[str, Any]:
-    """Run `tests.reader.loader_job` in a new Python process and return what it wrote."""
-    out = tmp_path / f"{name}.json"
-    subprocess.run(
-        [sys.executable, "-m", "tests.reader.loader_job", json.dumps({**spec, "out": str(out)})],
-        cwd=REPO,
-        check=True,
-        timeout=300,
-    )
-    return json.loads(out.read_text())
 
 
 def test_a_stream_pickles_and_opens_nothing_until_it_iterates(small: Path) -> None:
@@ -110,22 +93,9 @@ def test_resume_in_a_new_process_with_spawn_workers(small: Path, tmp_path: Path)
     assert [[tuple(p) for p in b] for b in first["batches"] + rest["batches"]] == whole
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_torchrun_two_ranks_with_spawn_workers(small: Path, tmp_path: Path) -> None:
-    out = tmp_path / "ranks.json"
-    spec = {"root": str(small), "num_workers": 2, "method": "spawn", "batch_size": 4, "out": str(out)}
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
-         f"--master_port={_free_port()}", "-m", "tests.reader.loader_job", json.dumps(spec)],
-        cwd=REPO, env=env, check=True, timeout=300,
-    )  # fmt: skip
-    per_rank = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(2)]
+    spec = {"root": str(small), "num_workers": 2, "method": "spawn", "batch_size": 4}
+    per_rank = torchrun(spec, tmp_path)
     assert [(r["rank"], r["world"]) for r in per_rank] == [(0, 2), (1, 2)]
     samples = [[tuple(p) for b in r["batches"] for p in b] for r in per_rank]
     assert len(samples[0]) == len(samples[1]) == TOTAL // 2
