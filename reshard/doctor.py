@@ -3,7 +3,7 @@
 Public datasets ship defects: orphan files no episode references, videos short of the frames their
 episodes need, zero-byte videos, row counts that do not add up. `reshard` refuses such a source at its
 first defect; `doctor` runs every check to the end and lists them all, each naming the file, the episode
-and the field. The checks are the ones `reshard` and `verify` make (`reshard.source`), collected instead
+and the field. The checks are the ones `reshard` and `verify` make (`reshard.checks`), collected instead
 of raised, plus what only a whole-dataset view can see (orphans):
 
 1. `metadata`: `meta/info.json`, `meta/episodes/` and the tasks load (a failure ends the report);
@@ -25,15 +25,8 @@ from typing import Any
 
 from cache.progress import progress_bar
 from reader.errors import DatasetError
-from reshard.source import (
-    Source,
-    check_pointers,
-    iter_missing_files,
-    iter_row_defects,
-    iter_video_defects,
-    listed_files,
-    open_source,
-)
+from reshard.checks import iter_row_defects, iter_video_defects
+from reshard.source import Source, check_pointers, iter_missing_files, listed_files, open_source
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from cache.progress import progress_bar
 from cache.remote import Remote
 from cache.store import atomic_write
 from reader.depth import is_depth
+from reshard.checks import episode_ranges
 from reshard.meta import (
     DataRecord,
     Record,
@@ -37,7 +38,7 @@ from reshard.meta import (
 )
 from reshard.plan import DataTask, Task, VideoTask
 from reshard.selection import parse_episode_list
-from reshard.source import Source, episode_ranges
+from reshard.source import Source
 from reshard.tables import write_data_file
 from reshard.video.write import DEFAULT_GOP, VIDEO_MODES, X26X_PRESETS, VideoMode, write_episode_video
 

@@ -30,6 +30,7 @@ from cache.remote import redact
 from cache.store import atomic_write
 from reader.errors import DatasetError
 from reader.format.index import LAYOUT_JSON, parse_layout_json
+from reshard.checks import describe_defect, episode_ranges, iter_video_defects, raise_defects
 from reshard.doctor import Defect, examine
 from reshard.errors import ReshardError
 from reshard.execute import (
@@ -44,15 +45,7 @@ from reshard.execute import (
 from reshard.meta import Record, build_meta, reencoded_videos
 from reshard.plan import Plan, VideoTask, make_plan
 from reshard.selection import SKIPPED_BY_USER, Dropped, Selection, make_selection, parse_episode_list, select
-from reshard.source import (
-    Source,
-    check_files_exist,
-    describe_defect,
-    episode_ranges,
-    iter_video_defects,
-    open_source,
-    raise_defects,
-)
+from reshard.source import Source, check_files_exist, open_source
 from reshard.tables import read_footer
 
 log = logging.getLogger(__name__)

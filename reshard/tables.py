@@ -22,9 +22,10 @@ import pyarrow.parquet as pq
 from cache.remote import Remote
 from reader.errors import DatasetError
 from reader.format.parquet import row_group_span
+from reshard.checks import CHECKED_COLUMNS, check_kept_rows
 from reshard.plan import DataTask
 from reshard.selection import renumber_rows
-from reshard.source import CHECKED_COLUMNS, Source, check_kept_rows
+from reshard.source import Source
 
 INDEX_COLUMNS = ["index", "episode_index", "frame_index"]
 T = TypeVar("T")

@@ -34,10 +34,11 @@ from reader.errors import DatasetError, LayoutError
 from reader.format.index import FILES_INDEX
 from reader.format.layout import Layout
 from reader.format.v3 import EPISODES_DIR, INFO_PATH, STATS_PATH, TASKS_PATH
+from reshard.checks import check_rows
 from reshard.execute import list_files, local_copy
 from reshard.meta import file_sha256, stats_json
 from reshard.selection import DROPPED_JSON, Selection, select
-from reshard.source import Source, check_files_exist, check_rows, open_source
+from reshard.source import Source, check_files_exist, open_source
 from reshard.tables import INDEX_COLUMNS, EpisodeRows, range_crc32, row_group_ranges
 from reshard.video.compare import DEFAULT_MIN_PSNR_DB, compare_episode_video, probe_video
 

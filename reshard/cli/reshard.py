@@ -7,12 +7,12 @@ from pathlib import Path
 
 import click
 
+from reshard.checks import episode_ranges
 from reshard.cli.base import EXIT_CHECK_FAILED, handle_errors, quiet_option, quiet_requested
 from reshard.execute import ReshardOptions
 from reshard.inspect import inspect_dataset, render
 from reshard.run import reshard, slurm_part
 from reshard.selection import DROPPED_JSON
-from reshard.source import episode_ranges
 from reshard.verify import verify
 from reshard.video.compare import DEFAULT_MIN_PSNR_DB
 from reshard.video.write import VIDEO_MODES

@@ -10,9 +10,10 @@ from pathlib import Path
 import click
 
 from cache.progress import progress_bar
+from reshard.checks import validate
 from reshard.cli.base import EXIT_CHECK_FAILED, F, handle_errors, quiet_option, quiet_requested
 from reshard.demo.sample import ENCODERS, SampleSpec, write_sample
-from reshard.source import describe, open_source, validate
+from reshard.source import describe, open_source
 
 # `lrs sample`'s options for SampleSpec fields: (flag, field, type, help); each defaults to the field's.
 _SPEC_OPTIONS: list[tuple[str, str, click.ParamType, str]] = [

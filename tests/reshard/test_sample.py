@@ -10,9 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 from torchcodec.decoders import VideoDecoder
 
+from reshard.checks import validate
 from reshard.demo.frames import draw_frame, read_frame_id
 from reshard.demo.sample import SampleSpec, write_sample
-from reshard.source import open_source, validate
+from reshard.source import open_source
 
 
 def _digest(root: Path) -> dict[str, str]:
