@@ -27,6 +27,7 @@ from reader.format.v3 import (
     TASKS_PATH,
     EpisodeInfo,
     Info,
+    OpenedDataset,
     check_tiling,
     concat_episode_tables,
     parse_episodes,
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Source:
+class Source(OpenedDataset):
     """An opened v3 dataset: metadata in memory, files behind `remote`.
 
     Attributes:
@@ -80,14 +81,6 @@ class Source:
         if self.parent is None or self.selection is None:
             return self.episodes[episode]
         return self.parent.episodes[self.selection.kept[episode]]
-
-    @property
-    def url(self) -> str:
-        return self.remote.url
-
-    @property
-    def video_keys(self) -> list[str]:
-        return self.info.video_keys
 
     @property
     def total_frames(self) -> int:

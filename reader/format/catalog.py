@@ -27,6 +27,7 @@ from reader.format.v3 import (
     TASKS_PATH,
     EpisodeInfo,
     Info,
+    OpenedDataset,
     concat_episode_tables,
     episode_columns,
     parse_episodes,
@@ -83,7 +84,7 @@ class EpisodeRef:
 
 
 @dataclass(frozen=True)
-class Catalog:
+class Catalog(OpenedDataset):
     """A dataset as the reader sees it.
 
     Attributes:

@@ -26,11 +26,11 @@ from reader.format.index import (
     parse_layout_json,
 )
 from reader.format.parquet import parse_parquet
-from reader.format.v3 import INFO_PATH, Info, check_tiling
+from reader.format.v3 import INFO_PATH, Info, OpenedDataset, check_tiling
 
 
 @dataclass(frozen=True)
-class Layout:
+class Layout(OpenedDataset):
     """An lrs/1 dataset's metadata and index.
 
     Attributes:
@@ -86,18 +86,6 @@ class Layout:
         result = cls(remote=remote, info=info, layout=layout, episodes=tuple(episodes), files=files)
         result.check()
         return result
-
-    @property
-    def url(self) -> str:
-        return self.remote.url
-
-    @property
-    def video_keys(self) -> list[str]:
-        return self.info.video_keys
-
-    @property
-    def fps(self) -> float:
-        return self.info.fps
 
     @property
     def params(self) -> dict[str, Any]:

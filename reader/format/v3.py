@@ -11,12 +11,15 @@ import math
 import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from reader.errors import DatasetError
 from reader.format.parquet import parse_parquet
+
+if TYPE_CHECKING:
+    from cache.remote import Remote
 
 INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
@@ -369,3 +372,23 @@ def read_episode_files(remote: Any, info: Info) -> list[tuple[str, pa.Table, byt
         counted += table.num_rows
         found.append((rel, table, data))
     return found
+
+
+class OpenedDataset:
+    """What an opened dataset (`Catalog`, `Layout`, `reshard.source.Source`) says the same way, from its
+    `remote` and its `info`: its URL, cameras and fps."""
+
+    remote: Remote
+    info: Info
+
+    @property
+    def url(self) -> str:
+        return self.remote.url
+
+    @property
+    def video_keys(self) -> list[str]:
+        return self.info.video_keys
+
+    @property
+    def fps(self) -> float:
+        return self.info.fps

@@ -91,6 +91,13 @@ def quiet_option(fn: F) -> F:
     return click.option("-q", "--quiet", is_flag=True, default=False, help="No progress bars.")(fn)
 
 
+def json_option(fn: F) -> F:
+    """A command's `--json`: its report as JSON instead of text (the `as_json` argument)."""
+    return click.option("--json", "as_json", is_flag=True, default=False, help="Print the report as JSON.")(
+        fn
+    )
+
+
 def dry_run_option(what: str) -> Callable[[F], F]:
     """A command's `--dry-run`: `what` it prints instead of doing it."""
     return click.option("--dry-run", is_flag=True, default=False, help=f"Print {what}; change nothing.")

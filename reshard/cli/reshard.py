@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from reshard.checks import episode_ranges
-from reshard.cli.base import EXIT_CHECK_FAILED, handle_errors, quiet_option, quiet_requested
+from reshard.cli.base import EXIT_CHECK_FAILED, handle_errors, json_option, quiet_option, quiet_requested
 from reshard.execute import ReshardOptions
 from reshard.inspect import inspect_dataset, render
 from reshard.run import reshard, slurm_part
@@ -205,7 +205,7 @@ def _depth_keys(out: Path) -> list[str]:
     show_default=True,
     help="Lowest per-frame PSNR (dB) accepted for a re-encoded episode video.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_option
 @handle_errors
 def verify_cmd(dataset: str, against: str | None, min_psnr: float, as_json: bool) -> None:
     """Check every lrs/1 invariant of DATASET (and with --against, equality with its source).
@@ -220,7 +220,7 @@ def verify_cmd(dataset: str, against: str | None, min_psnr: float, as_json: bool
 
 @click.command(name="inspect")
 @click.argument("url")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_option
 @click.option(
     "--probe-videos",
     type=click.IntRange(0),
@@ -237,7 +237,7 @@ def inspect_cmd(url: str, as_json: bool, probe_videos: int) -> None:
 
 @click.command(name="doctor")
 @click.argument("source")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_option
 @click.option(
     "--decode",
     is_flag=True,

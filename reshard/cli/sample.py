@@ -11,7 +11,7 @@ import click
 
 from cache.progress import progress_bar
 from reshard.checks import validate
-from reshard.cli.base import EXIT_CHECK_FAILED, F, handle_errors, quiet_option, quiet_requested
+from reshard.cli.base import EXIT_CHECK_FAILED, F, handle_errors, json_option, quiet_option, quiet_requested
 from reshard.demo.sample import ENCODERS, SampleSpec, write_sample
 from reshard.source import describe, open_source
 
@@ -101,7 +101,7 @@ def sample(directory: Path, quiet: bool, unaligned: bool, **options: object) -> 
 
 @click.command(name="describe")
 @click.argument("source")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option
 @click.option(
     "--full",
     is_flag=True,
