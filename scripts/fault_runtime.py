@@ -1,0 +1,5 @@
+"""stub"""
+
+
+def cleanup() -> None:
+    pass
