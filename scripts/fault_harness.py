@@ -76,6 +76,7 @@ class Case:
     procs: list[Proc] = field(default_factory=list)
     watched: dict[Path, set[str]] = field(default_factory=dict)
     allowed: list[re.Pattern[str]] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)  # leftovers a case found itself (e.g. on a disk now gone)
 
     def __post_init__(self) -> None:
         self.tmp.mkdir(parents=True, exist_ok=True)
@@ -93,6 +94,8 @@ class Case:
     def run(self, argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 300) -> Proc:
         """Run a child, wait for it, record it (its output is scanned for tracebacks)."""
         self.tmp.mkdir(parents=True, exist_ok=True)
+        if env and "LRS_FAULTS_FSIZE" in env:  # the full-disk fallback: writes fail with EFBIG past the limit
+            argv = ["prlimit", f"--fsize={env['LRS_FAULTS_FSIZE']}", *argv]
         start = time.monotonic()
         done = subprocess.run(
             argv, env=self.env(env), capture_output=True, text=True, timeout=timeout, cwd=self.dir
@@ -152,7 +155,7 @@ class Case:
                 if not any(p.fullmatch(rel) for p in [*self.allowed, _TMP]):
                     found.append(f"{path.name}/{rel}")
         found += [f"TMPDIR/{rel}" for rel in sorted(listing(self.tmp)) if not _TORCH_TMP.match(rel)]
-        return found
+        return found + self.extra
 
 
 _TMP = re.compile(r"tmp(/.*)?")

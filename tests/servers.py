@@ -44,6 +44,7 @@ class Faults:
         fail_rate: fraction of requests answered `500`.
         truncate_rate: fraction of `GET`s whose body is cut in half (connection closed).
         latency_s: delay before answering each request.
+        jitter_s: a further delay, uniform in [0, jitter_s), drawn per request like the faults.
         corrupt: path -> number of first `GET`s answered with flipped bytes (same length).
         short: path -> number of first `GET`s answered with half the body, announced as complete.
         stall: path -> number of first `GET`s that send half the body then block until release.
@@ -53,6 +54,7 @@ class Faults:
     fail_rate: float = 0.0
     truncate_rate: float = 0.0
     latency_s: float = 0.0
+    jitter_s: float = 0.0
     corrupt: Mapping[str, int] = field(default_factory=dict)
     short: Mapping[str, int] = field(default_factory=dict)
     stall: Mapping[str, int] = field(default_factory=dict)
@@ -234,8 +236,11 @@ def _make_handler(server: RangeServer) -> type[http.server.BaseHTTPRequestHandle
             path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).lstrip("/")
             byte_range = self.headers.get("Range")
             fault = server._choose_fault(self.command, path, byte_range)
-            if server.faults.latency_s:
-                time.sleep(server.faults.latency_s)
+            if server.faults.latency_s or server.faults.jitter_s:
+                time.sleep(
+                    server.faults.latency_s
+                    + server.faults.jitter_s * random.Random(f"{path}:{byte_range}").random()
+                )
             full = os.path.join(server.root, path)
             if fault == "fail":
                 return self._status(500, path, byte_range, fault)
