@@ -199,7 +199,10 @@ def _describe(exc: BaseException) -> str:
     return f"{text}: {message[0][:300]}" if message else text
 
 
-_SECRET = re.compile(r"(hf_[A-Za-z0-9]{8,}|(?i:(?:token|signature|credential|x-amz-[a-z-]+)=)[^&\s]+)")
+# A token, a signed-URL or token query parameter, or a URL's user:password@ (the whole userinfo).
+_SECRET = re.compile(
+    r"(hf_[A-Za-z0-9]{8,}|(?i:(?:token|signature|credential|x-amz-[a-z-]+)=)[^&\s]+|(?<=://)[^\s/@]+(?=@))"
+)
 
 
 def redact(text: str) -> str:
@@ -243,8 +246,8 @@ class Remote:
         return f"{self.root}/{rel}" if self.root else rel
 
     def display(self, rel: str) -> str:
-        """A dataset-relative path as a URL a user can recognise."""
-        return f"{self.url}/{rel}"
+        """A dataset-relative path as a URL a user can recognise (secrets in the URL redacted)."""
+        return redact(f"{self.url}/{rel}")
 
     def local_path(self, rel: str) -> str | None:
         """The path on this machine's disk, for a local root; None otherwise."""

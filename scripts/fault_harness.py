@@ -42,8 +42,10 @@ class Proc:
 
     @property
     def first_line(self) -> str:
+        """The first line of the error message (retry warnings before it skipped)."""
         lines = [line for line in self.stderr.strip().splitlines() if line.strip()]
-        return lines[0][:200] if lines else ""
+        errors = [line for line in lines if line.startswith("Error: ")]
+        return (errors or lines or [""])[0][:200]
 
     @property
     def tracebacks(self) -> int:
@@ -185,8 +187,10 @@ def error_verdict(proc: Proc, *, code: int = 3, match: str | None = None) -> Ver
     problems = []
     if proc.rc != code:
         problems.append(f"expected exit {code}")
-    if not lines or not lines[0].startswith("Error: "):
-        problems.append("no one-line Error:")
+    # One Error line, after at most the retry warnings (one per retry, as the README says).
+    errors = [line for line in lines if line.startswith("Error: ")]
+    if len(errors) != 1 or any(not line.startswith(("Error: ", "WARNING ")) for line in lines):
+        problems.append("not one Error: line")
     if match and not re.search(match, proc.stderr):
         problems.append(f"message does not match {match!r}")
     return Verdict(not problems, outcome, "; ".join(problems))
