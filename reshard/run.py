@@ -33,7 +33,7 @@ from cache.store import atomic_write
 from reader.errors import DatasetError
 from reader.format.index import LAYOUT_JSON, parse_layout_json
 from reshard.doctor import Defect, examine
-from reshard.errors import ReshardError
+from reshard.errors import ReshardError, WorkerDied
 from reshard.execute import (
     DEFAULT_OPTIONS,
     ReshardOptions,
@@ -379,8 +379,9 @@ def reshard(
         with _disk_errors(ws, part, kept=not (fresh and part is None)):  # a fresh run's is removed below
             written = run_tasks(tasks, _context(source, ws.root, options), workers=workers, quiet=quiet)
     except (DatasetError, ReshardError) as exc:
-        # A bad source found by a fresh single run leaves nothing behind; parts share the directory.
-        if fresh and part is None:
+        # A bad source found by a fresh single run leaves nothing behind; parts share the directory. A
+        # worker that died is no fault of the input: its finished work stays for the rerun.
+        if fresh and part is None and not isinstance(exc, WorkerDied):
             shutil.rmtree(ws.root, ignore_errors=True)
         if isinstance(exc, DatasetError) and exc.episode is not None and not options.skipping:
             raise every_defect(source, exc, quiet=quiet) from exc

@@ -267,7 +267,9 @@ def index_case(mutation: Callable[[Path], None], reader_refuses: bool) -> Callab
 
 def _check_failed(proc: Any) -> Verdict:
     ok = proc.rc == 1 and proc.tracebacks == 0
-    line = next((line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()), "")
+    lines = (proc.stdout + proc.stderr).splitlines()
+    at = next((i for i, line in enumerate(lines) if "FAIL" in line), 0)
+    line = " ".join(part.strip() for part in lines[at : at + 2])
     return Verdict(ok, f"verify exit {proc.rc}: {line[:160]}", "" if ok else "expected verify exit 1")
 
 
