@@ -89,6 +89,17 @@ class Request:
     complete: bool
 
 
+class QuietServer(http.server.ThreadingHTTPServer):
+    """A threaded HTTP server that does not print a traceback when a client goes away mid-answer (a test
+    killed it, or it gave up on a slow answer): that is the client's business, not a server error."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 class RangeServer:
     """A threaded HTTP server over a directory, bound to 127.0.0.1 on a free port. Use as a context manager."""
 
@@ -101,7 +112,7 @@ class RangeServer:
         self._seen: Counter[tuple[str, ...]] = Counter()
         self._in_flight = 0
         self.max_in_flight = 0  # the most requests being answered at the same time
-        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._httpd = QuietServer(("127.0.0.1", 0), _make_handler(self))
         self._httpd.daemon_threads = True
         # A short poll interval only makes stop() quick (serve_forever checks for shutdown that often).
         self._thread = threading.Thread(
