@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test bench lint clean
+.PHONY: setup demo test bench faults lint clean
 
 setup:
 	@VENV=$(VENV) bash scripts/setup.sh
@@ -24,6 +24,12 @@ bench: setup
 	  echo "== $$script -> bench/$$name.json $${extra#--chart }"; \
 	  $(PY) $$script --out bench/$$name.json $$extra; \
 	done
+
+# Every fault and bad-input case (scripts/fault_suite.py): a table on stdout, JSON in bench/faults.json.
+# Mounts small tmpfs disks when run as root (else RLIMIT_FSIZE stands in for a full disk).
+faults: setup
+	@mkdir -p bench
+	$(PY) scripts/fault_suite.py --out bench/faults.json $(FAULTS_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check cache reader reshard tests scripts

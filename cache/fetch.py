@@ -2,24 +2,28 @@
 
 `cache.remote.Remote` already retries transient errors (resets, 5xx, truncated bodies it can detect).
 This module adds the integrity re-fetch: a download whose size or sha256 is wrong is discarded and
-fetched again, up to `attempts` times, then `IntegrityError`.
+fetched again, up to `attempts` times, then `IntegrityError`. A cache disk that fills up is a
+`CacheError` naming the cache file, not a failed read of the remote.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cache.errors import FetchError, IntegrityError
+from cache.errors import CacheError, FetchError, IntegrityError
 from cache.remote import Remote
 from cache.retry import redact
 from cache.stats import Counters
 from cache.store import file_sha256, open_fd, write_record
 
 DEFAULT_INTEGRITY_ATTEMPTS = 3
+# A full, over-quota or read-only local disk: the cache's own writes failed, not the remote.
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ def download_verified(
     Raises:
         FetchError: the remote has no such file, or failed permanently.
         IntegrityError: every attempt produced a file of the wrong size or sha256.
+        CacheError: the cache's disk is full (or read-only).
     """
     problem = ""
     for attempt in range(attempts):
@@ -70,8 +75,14 @@ def download_verified(
             problem = _download_once(remote, rel, temp, expected, record_path, counters)
             if problem is None:
                 return temp
-        except BaseException:
+        except BaseException as exc:
             _unlink(temp)
+            full = _disk_full(exc)
+            if full is not None:
+                raise CacheError(
+                    f"Could not write {temp} into the node cache: {os.strerror(full.errno or 0)}. Expected room "
+                    "on the cache directory's disk for cache_max_bytes (free space, or lower it)."
+                ) from exc
             raise
         _unlink(temp)
         counters.add(integrity_retries=1)
@@ -122,6 +133,15 @@ def read_remote_range(remote: Remote, rel: str, start: int, end: int, counters: 
         counters.add(fetch_seconds=time.monotonic() - started, flush=False)
     counters.add(range_reads=1, bytes_fetched=len(data))
     return data
+
+
+def _disk_full(exc: BaseException | None) -> OSError | None:
+    """The OSError of a full (or read-only) local disk behind `exc` (or its causes), if that is what it is."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
+            return exc
+        exc = exc.__cause__
+    return None
 
 
 def _missing(remote: Remote, rel: str) -> FetchError:

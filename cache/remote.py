@@ -71,8 +71,8 @@ class Remote:
         return f"{self.root}/{rel}" if self.root else rel
 
     def display(self, rel: str) -> str:
-        """A dataset-relative path as a URL a user can recognise."""
-        return f"{self.url}/{rel}"
+        """A dataset-relative path as a URL a user can recognise (secrets in the URL redacted)."""
+        return redact(f"{self.url}/{rel}")
 
     def local_path(self, rel: str) -> str | None:
         """The path on this machine's disk, for a local root; None otherwise."""

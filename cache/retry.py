@@ -186,7 +186,10 @@ def _describe(exc: BaseException) -> str:
     return f"{text}: {message[0][:300]}" if message else text
 
 
-_SECRET = re.compile(r"(hf_[A-Za-z0-9]{8,}|(?i:(?:token|signature|credential|x-amz-[a-z-]+)=)[^&\s]+)")
+# A token, a signed-URL or token query parameter, or a URL's user:password@ (the whole userinfo).
+_SECRET = re.compile(
+    r"(hf_[A-Za-z0-9]{8,}|(?i:(?:token|signature|credential|x-amz-[a-z-]+)=)[^&\s]+|(?<=://)[^\s/@]+(?=@))"
+)
 
 
 def redact(text: str) -> str:

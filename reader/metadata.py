@@ -40,6 +40,41 @@ def stats_to_numpy(stats: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def parse_stats(stats_json: bytes, *, file: str = STATS_PATH) -> dict[str, Any]:
+    """`meta/stats.json` parsed and checked: a JSON object of per-feature objects whose leaves are numbers
+    or (nested) lists of numbers, as lerobot writes it.
+
+    Raises:
+        DatasetError: it is not valid JSON, or not of that shape (naming the feature and statistic).
+    """
+    try:
+        raw = json.loads(stats_json)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DatasetError(f"not valid JSON ({exc})", file=file) from exc
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        raise DatasetError("Invalid stats. Expected a JSON object of per-feature objects.", file=file)
+    for feature, value in raw.items():
+        _check_stat_leaves(value, f"{feature}", file=file)
+    return raw
+
+
+def _check_stat_leaves(value: Mapping[str, Any], where: str, *, file: str) -> None:
+    for name, leaf in value.items():
+        if isinstance(leaf, Mapping):
+            _check_stat_leaves(leaf, f"{where}/{name}", file=file)
+            continue
+        try:
+            kind = np.array(leaf).dtype.kind
+        except (TypeError, ValueError):  # ragged nested lists
+            kind = "O"
+        if kind not in "biuf":
+            raise DatasetError(
+                f"Invalid stats ({leaf!r:.60}). Expected a number or a list of numbers.",
+                file=file,
+                field=f"{where}/{name}",
+            )
+
+
 def aggregate_stats(stats: Sequence[Mapping[str, Any]], where: Sequence[str]) -> dict[str, Any]:
     """lerobot's `aggregate_stats` over several datasets' numpy stats: for every feature any of them has,
     min of the mins, max of the maxes, and mean, std (the parallel variance) and quantiles weighted by
@@ -172,12 +207,7 @@ class DatasetMeta:
         unit = check_unit(depth_output_unit)
         stats = None
         if stats_json is not None:
-            try:
-                raw = json.loads(stats_json)
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise DatasetError(f"not valid JSON ({exc})", file=file) from exc
-            if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
-                raise DatasetError("Invalid stats. Expected a JSON object of per-feature objects.", file=file)
+            raw = parse_stats(stats_json, file=file)
             try:
                 stats = rescale_depth_stats(stats_to_numpy(raw), info.features, unit)
             except (TypeError, ValueError) as exc:

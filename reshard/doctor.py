@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cache.progress import progress_bar
+from cache.remote import redact
 from reader.errors import DatasetError
 from reshard.checks import iter_row_defects, iter_video_defects
 from reshard.source import Source, check_pointers, iter_missing_files, listed_files, open_source
@@ -66,6 +67,9 @@ class Report:
     skipped: dict[str, str] = field(default_factory=dict)
     defects: list[Defect] = field(default_factory=list)
     decoded: bool = False
+
+    def __post_init__(self) -> None:
+        self.url = redact(self.url)  # printed and written as JSON: no token or password in it
 
     @property
     def clean(self) -> bool:

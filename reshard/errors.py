@@ -12,11 +12,16 @@ __all__ = [
     "PushError",
     "ReshardError",
     "VerifyError",
+    "WorkerDied",
 ]
 
 
 class ReshardError(LrsError):
     """A reshard cannot proceed (bad options, an output directory of another job, a failed part)."""
+
+
+class WorkerDied(ReshardError):
+    """A worker process of a reshard ended abruptly (SIGKILL, the OOM killer): its finished work is kept."""
 
 
 class VerifyError(LrsError):

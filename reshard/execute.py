@@ -16,6 +16,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from cache.remote import Remote
 from cache.store import atomic_write
 from reader.depth import is_depth
 from reshard.checks import episode_ranges
+from reshard.errors import WorkerDied
 from reshard.meta import (
     DataRecord,
     Record,
@@ -395,10 +397,11 @@ def _run_pool(
 ) -> list[VideoRecord]:
     spawn = multiprocessing.get_context("spawn")
     written: list[VideoRecord] = []
-    with ProcessPoolExecutor(workers, mp_context=spawn, initializer=_init_worker, initargs=(ctx,)) as pool:
-        futures: dict[Future[list[VideoRecord]], tuple[Task, int]] = {
-            pool.submit(_run_in_worker, task): (task, left) for task, left in pending
-        }
+    pool = ProcessPoolExecutor(workers, mp_context=spawn, initializer=_init_worker, initargs=(ctx,))
+    try:
+        futures: dict[Future[list[VideoRecord]], tuple[Task, int]] = {}
+        for task, left in pending:  # a worker may die while tasks are still being submitted
+            futures[pool.submit(_run_in_worker, task)] = (task, left)
         remaining = set(futures)
         while remaining:
             done, remaining = wait(remaining, return_when=FIRST_EXCEPTION)
@@ -409,4 +412,16 @@ def _run_pool(
                     raise future.exception()  # type: ignore[misc]
                 written += future.result()
                 progress.task_done(*futures[future])
+    except BrokenProcessPool as exc:
+        # CPython 3.11 can start a worker (on submit) just after it terminated the others for the broken
+        # pool; that one waits for work forever and shutdown() with it. Every child left is a worker.
+        for child in multiprocessing.active_children():
+            child.terminate()
+        raise WorkerDied(
+            "A worker process ended abruptly (killed, or out of memory). Expected it to finish: rerun "
+            f"the same command to resume (finished outputs are kept in {ctx.work}); fewer --workers use less "
+            "memory."
+        ) from exc
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     return written

@@ -17,11 +17,13 @@ directory is removed at the end. A fresh run that finds bad input removes what i
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,7 @@ from reader.errors import DatasetError
 from reader.format.index import LAYOUT_JSON, parse_layout_json
 from reshard.checks import describe_defect, episode_ranges, iter_video_defects, raise_defects
 from reshard.doctor import Defect, examine
-from reshard.errors import ReshardError
+from reshard.errors import ReshardError, WorkerDied
 from reshard.execute import (
     DEFAULT_OPTIONS,
     ReshardOptions,
@@ -367,10 +369,12 @@ def reshard(
         _claim(ws, doc, out)
         if part is None and not finalize_only:
             shutil.rmtree(ws.root / "tmp", ignore_errors=True)
-        written = run_tasks(tasks, _context(source, ws.root, options), workers=workers, quiet=quiet)
+        with _disk_errors(ws, part, kept=not (fresh and part is None)):  # a fresh run's is removed below
+            written = run_tasks(tasks, _context(source, ws.root, options), workers=workers, quiet=quiet)
     except (DatasetError, ReshardError) as exc:
-        # A bad source found by a fresh single run leaves nothing behind; parts share the directory.
-        if fresh and part is None:
+        # A bad source found by a fresh single run leaves nothing behind; parts share the directory. A
+        # worker that died is no fault of the input: its finished work stays for the rerun.
+        if fresh and part is None and not isinstance(exc, WorkerDied):
             shutil.rmtree(ws.root, ignore_errors=True)
         if isinstance(exc, DatasetError) and exc.episode is not None and not options.skipping:
             raise every_defect(source, exc, quiet=quiet) from exc
@@ -384,7 +388,8 @@ def reshard(
         return ReshardResult(
             out, len(source.episodes), len(tasks), False, seconds=seconds, part=part, dropped=dropped
         )
-    records = finalize(source, plan, ws, out, options)
+    with _disk_errors(ws, part, kept=True):
+        records = finalize(source, plan, ws, out, options)
     return ReshardResult(
         out,
         len(source.episodes),
@@ -394,6 +399,28 @@ def reshard(
         seconds=time.monotonic() - started,
         dropped=dropped,
     )
+
+
+# A full, over-quota or read-only disk: the job's own writes failed, not its input.
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+@contextlib.contextmanager
+def _disk_errors(ws: Workspace, part: tuple[int, int] | None, *, kept: bool) -> Iterator[None]:
+    """Turn a failed write for want of room into a `ReshardError` naming the file. This run's temp files go
+    (a part's stay: parts share them); `kept`: finished outputs stay in the work directory for a rerun."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _DISK_FULL:
+            raise
+        if part is None:
+            shutil.rmtree(ws.root / "tmp", ignore_errors=True)
+        resume = f" (finished outputs are kept in {ws.root}: it resumes)" if kept else ""
+        raise ReshardError(
+            f"Could not write {exc.filename or ws.root}: {os.strerror(exc.errno)}. Expected room for --out and "
+            f"its work directory: make room and rerun the same command{resume}."
+        ) from exc
 
 
 def finalize(

@@ -34,6 +34,7 @@ from reader.format.v3 import (
     parse_tasks,
     read_episode_files,
 )
+from reader.metadata import parse_stats
 from reshard.checks import raise_defects
 
 if TYPE_CHECKING:
@@ -173,7 +174,11 @@ def open_source(
         tasks = parse_tasks(_read_parquet(remote, TASKS_PATH), file=remote.display(TASKS_PATH))
     except FileNotFoundError as exc:
         raise DatasetError("missing", file=remote.display(TASKS_PATH)) from exc
-    stats = json.loads(remote.cat(STATS_PATH)) if remote.exists(STATS_PATH) else {}
+    stats = (
+        parse_stats(remote.cat(STATS_PATH), file=remote.display(STATS_PATH))
+        if remote.exists(STATS_PATH)
+        else {}
+    )
     source = Source(remote, info, episodes, tasks, stats, table, episode_files)
     check_pointers(source)
     if check_files:

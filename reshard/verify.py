@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cache.remote import Remote, resolve
+from cache.retry import redact
 from reader.errors import DatasetError, LayoutError
 from reader.format.index import FILES_INDEX
 from reader.format.layout import Layout
@@ -85,6 +86,11 @@ class VerifyReport:
     passed: tuple[str, ...]
     violations: tuple[Violation, ...] = ()
     videos: tuple[VideoQuality, ...] = field(default=(), repr=False)
+
+    def __post_init__(self) -> None:
+        # Printed and written as JSON: no token or password in them.
+        object.__setattr__(self, "url", redact(self.url))
+        object.__setattr__(self, "against", None if self.against is None else redact(self.against))
 
     @property
     def ok(self) -> bool:

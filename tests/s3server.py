@@ -11,10 +11,13 @@ import logging
 import random
 import socket
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.servers import QuietServer
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "expect", "proxy-connection", "te", "upgrade"}
 _INJECTED_500 = (
@@ -59,7 +62,8 @@ class FaultProxy:
     Whether a request fails is a pure function of (seed, method, object key and query, how many times that
     request was seen), so neither thread interleaving nor a test's random bucket name changes the outcome
     (the bucket segment and multipart upload ids are left out of the draw); `max_failures` caps the 500s
-    one request gets, so a client that retries enough always gets through.
+    one request gets, so a client that retries enough always gets through. `latency_s` (plus a random
+    `jitter_s`) delays every answer.
 
     Attributes:
         requests: (method, path, status) of every request answered, in the order answered.
@@ -67,7 +71,14 @@ class FaultProxy:
     """
 
     def __init__(
-        self, upstream: str, *, fail_fraction: float = 0.0, seed: int = 0, max_failures: int | None = 2
+        self,
+        upstream: str,
+        *,
+        fail_fraction: float = 0.0,
+        seed: int = 0,
+        max_failures: int | None = 2,
+        latency_s: float = 0.0,
+        jitter_s: float = 0.0,
     ) -> None:
         host, _, port = upstream.removeprefix("http://").partition(":")
         self.upstream = (host, int(port))
@@ -76,9 +87,10 @@ class FaultProxy:
         self.injected = 0
         self.seed = seed
         self.max_failures = max_failures
+        self.latency_s, self.jitter_s = latency_s, jitter_s
         self._seen: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = QuietServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="fault-proxy", daemon=True)
 
@@ -131,6 +143,8 @@ class FaultProxy:
 
             def _serve(self) -> None:
                 body = self._body()
+                if proxy.latency_s or proxy.jitter_s:
+                    time.sleep(proxy.latency_s + proxy.jitter_s * random.random())
                 if proxy._decide(self.command, self.path):
                     self._reply(500, [("Content-Type", "application/xml")], _INJECTED_500)
                     return

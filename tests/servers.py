@@ -44,6 +44,7 @@ class Faults:
         fail_rate: fraction of requests answered `500`.
         truncate_rate: fraction of `GET`s whose body is cut in half (connection closed).
         latency_s: delay before answering each request.
+        jitter_s: a further delay, uniform in [0, jitter_s), drawn per request like the faults.
         corrupt: path -> number of first `GET`s answered with flipped bytes (same length).
         short: path -> number of first `GET`s answered with half the body, announced as complete.
         stall: path -> number of first `GET`s that send half the body then block until release.
@@ -53,6 +54,7 @@ class Faults:
     fail_rate: float = 0.0
     truncate_rate: float = 0.0
     latency_s: float = 0.0
+    jitter_s: float = 0.0
     corrupt: Mapping[str, int] = field(default_factory=dict)
     short: Mapping[str, int] = field(default_factory=dict)
     stall: Mapping[str, int] = field(default_factory=dict)
@@ -87,6 +89,17 @@ class Request:
     complete: bool
 
 
+class QuietServer(http.server.ThreadingHTTPServer):
+    """A threaded HTTP server that does not print a traceback when a client goes away mid-answer (a test
+    killed it, or it gave up on a slow answer): that is the client's business, not a server error."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 class RangeServer:
     """A threaded HTTP server over a directory, bound to 127.0.0.1 on a free port. Use as a context manager."""
 
@@ -99,7 +112,7 @@ class RangeServer:
         self._seen: Counter[tuple[str, ...]] = Counter()
         self._in_flight = 0
         self.max_in_flight = 0  # the most requests being answered at the same time
-        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._httpd = QuietServer(("127.0.0.1", 0), _make_handler(self))
         self._httpd.daemon_threads = True
         # A short poll interval only makes stop() quick (serve_forever checks for shutdown that often).
         self._thread = threading.Thread(
@@ -234,8 +247,11 @@ def _make_handler(server: RangeServer) -> type[http.server.BaseHTTPRequestHandle
             path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).lstrip("/")
             byte_range = self.headers.get("Range")
             fault = server._choose_fault(self.command, path, byte_range)
-            if server.faults.latency_s:
-                time.sleep(server.faults.latency_s)
+            if server.faults.latency_s or server.faults.jitter_s:
+                time.sleep(
+                    server.faults.latency_s
+                    + server.faults.jitter_s * random.Random(f"{path}:{byte_range}").random()
+                )
             full = os.path.join(server.root, path)
             if fault == "fail":
                 return self._status(500, path, byte_range, fault)

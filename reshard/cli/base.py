@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from cache.errors import LrsError
+from cache.remote import redact
 from reshard import DISTRIBUTION
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -38,7 +39,7 @@ def handle_errors(fn: F) -> F:
         except LrsError as exc:
             if click.get_current_context().find_root().params.get("debug"):
                 raise
-            raise LrsClickError(str(exc)) from exc
+            raise LrsClickError(redact(str(exc))) from exc
 
     return wrapper  # type: ignore[return-value]
 
@@ -84,6 +85,20 @@ def cli(debug: bool, quiet: bool) -> None:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _Redact) for f in handler.filters):
+            handler.addFilter(_Redact())
+
+
+class _Redact(logging.Filter):
+    """Redact secrets (tokens, a URL's user:password@) from every log line, whichever library wrote it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True
 
 
 def quiet_option(fn: F) -> F:

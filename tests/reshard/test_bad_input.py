@@ -117,6 +117,14 @@ CORRUPT: dict[str, tuple[Callable[[Path], None], str]] = {
         rf"{DATA1}, episode 3, field 'timestamp': Invalid timestamp \(0\.110000\) at frame 3\. Expected "
         r"frame_index / fps = 0\.100000 within 0\.0001 s",
     ),
+    "stats-not-json": (
+        lambda r: (r / "meta/stats.json").write_text("{nope"),
+        r"meta/stats\.json: not valid JSON",
+    ),
+    "stats-not-numbers": (
+        lambda r: (r / "meta/stats.json").write_text(json.dumps({"action": {"mean": "abc"}})),
+        r"meta/stats\.json, field 'action/mean': Invalid stats \('abc'\)\. Expected a number or a list of numbers",
+    ),
     "unknown-task-index": (
         lambda r: edit_rows(r, DATA1, lambda t: set_value(t, "task_index", 1, 99)),
         rf"{DATA1}, episode 3, field 'task_index': Invalid task_index \(99\) at row 1 of the episode\. "

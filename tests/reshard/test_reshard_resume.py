@@ -150,3 +150,35 @@ def test_hevc_reencodes_are_byte_identical_across_runs_and_resumes(sample_ds: Pa
     assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
     assert run(tmp_path / "c").returncode == 0
     assert files_of(tmp_path / "c") == first
+
+
+@pytest.mark.parametrize("point", ["staged:1", "recorded:2", "staged:3"], ids=lambda p: p.replace(":", "-"))
+def test_a_worker_killed_is_one_error_line_then_a_rerun_finishes(
+    point: str, sample_ds: Path, sample_resharded_ds: Path, tmp_path: Path
+) -> None:
+    """A pool worker SIGKILLed (the OOM killer): exit 3 with one line, promptly (CPython 3.11 could start a
+    worker after terminating the others and wait for it forever), its finished work kept for the rerun."""
+    out = tmp_path / "out"
+    args = [
+        sys.executable,
+        "-c",
+        RESHARD,
+        "reshard",
+        str(sample_ds),
+        "--out",
+        str(out),
+        "--quiet",
+        "--workers",
+        "2",
+    ]
+    killed = subprocess.run(
+        args, env={**os.environ, KILL_ENV: point}, capture_output=True, text=True, timeout=60
+    )
+    assert killed.returncode == 3, killed.stderr[-2000:]
+    assert killed.stderr.startswith("Error: A worker process ended abruptly (killed, or out of memory)")
+    assert len(killed.stderr.strip().splitlines()) == 1, killed.stderr
+    assert default_work_dir(out).exists()
+    env = {k: v for k, v in os.environ.items() if k != KILL_ENV}
+    rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    assert files_of(out) == files_of(sample_resharded_ds)
