@@ -129,6 +129,19 @@ class Info:
                 raise DatasetError(f"missing or malformed ({raw.get(key)!r})", file=file, field=key)
         if raw["fps"] <= 0:
             raise DatasetError(f"Invalid fps ({raw['fps']}). Expected > 0.", file=file, field="fps")
+        for key, low in (("total_episodes", 0), ("total_frames", 0), ("total_tasks", 0), ("chunks_size", 1)):
+            value = raw.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+                raise DatasetError(
+                    f"Invalid {key} ({value!r}). Expected an integer >= {low}.", file=file, field=key
+                )
+        for name, feature in raw["features"].items():
+            if not isinstance(feature, dict) or not isinstance(feature.get("dtype"), str):
+                raise DatasetError(
+                    f"Invalid feature ({feature!r:.80}). Expected an object with a dtype string.",
+                    file=file,
+                    field=f"features/{name}",
+                )
         info = cls(raw=raw)
         if info.video_keys and not isinstance(raw.get("video_path"), str):
             raise DatasetError("missing although the dataset has videos", file=file, field="video_path")

@@ -77,13 +77,18 @@ class HfBucketTarget:
             if getattr(item, "type", None) == "file" and item.path.startswith(base)
         }
 
-    def same_content(self, local: LocalFile, remote: RemoteFile) -> bool:
-        """Compare the bucket's xet hash with the one `hf_xet` computes from the local file."""
+    def same_content(self, local: LocalFile, remote: RemoteFile) -> bool | None:
+        """Compare the bucket's xet hash with the one `hf_xet` computes from the local file (None for a
+        file listed without one)."""
         if remote.digest is None:
-            return True
+            return None
         from hf_xet import hash_files
 
         return hash_files([str(local.path)])[0].hash == remote.digest
+
+    def published_sha256(self) -> dict[str, str]:
+        """Empty: a bucket lists its files with their xet hash, which tells content apart by itself."""
+        return {}
 
     def batches(self, files: list[LocalFile]) -> list[list[LocalFile]]:
         """Consecutive groups of at most BATCH_MAX_FILES files and (beyond one file) BATCH_MAX_BYTES bytes."""

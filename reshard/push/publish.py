@@ -118,7 +118,10 @@ def push(
         if create and not dry_run:
             retrying(target.ensure_exists, doing=f"creating {target.url}", policy=target.retry)
         remote = _list_target(target, missing_ok=dry_run)
-        upload, skip = plan_push(files, remote, target, workers=workers)
+        published = retrying(
+            target.published_sha256, doing=f"reading {target.url}'s index", policy=target.retry
+        )
+        upload, skip = plan_push(files, remote, target, workers=workers, published=published)
         if not dry_run:
             _upload_phases(target, upload, workers=workers, quiet=quiet, progress=progress)
             check_remote(files, _list_target(target, missing_ok=False), url=target.url)
@@ -271,12 +274,32 @@ def split_by_size(
 
 
 def plan_push(
-    files: list[LocalFile], remote: dict[str, RemoteFile], target: Target, *, workers: int
+    files: list[LocalFile],
+    remote: dict[str, RemoteFile],
+    target: Target,
+    *,
+    workers: int,
+    published: dict[str, str] | None = None,
 ) -> tuple[list[LocalFile], list[LocalFile]]:
-    """(to upload, to skip): missing, resized, or hash-mismatched files go up, in publish order."""
+    """(to upload, to skip): missing, resized, or changed files go up, in publish order.
+
+    A file of the target's size is skipped when the store shows the same content (a content hash in its
+    listing, or a local file hashed), or, where it cannot tell, when the published index (`published`:
+    path -> sha256) records our sha256 for it; otherwise it goes up again, so that a re-push of another
+    version never leaves a same-sized old file in place.
+    """
     upload, same_size = split_by_size(files, remote)
+    known = published or {}
+
+    def unchanged(pair: tuple[LocalFile, RemoteFile]) -> bool:
+        told = target.same_content(*pair)
+        if told is not None:
+            return told
+        local = pair[0]
+        return local.sha256 is not None and known.get(local.rel) == local.sha256
+
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lrs-push-hash") as pool:
-        same = list(pool.map(lambda pair: target.same_content(*pair), same_size))
+        same = list(pool.map(unchanged, same_size))
     upload += [item for (item, _), equal in zip(same_size, same, strict=True) if not equal]
     skip = [item for (item, _), equal in zip(same_size, same, strict=True) if equal]
     upload.sort(key=lambda f: (publish_phase(f.rel), f.rel))

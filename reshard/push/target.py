@@ -17,8 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from cache.errors import LrsError
 from cache.remote import Remote
 from cache.retry import DEFAULT_RETRY, RetryPolicy
+from cache.store import file_sha256
+from reader.format.index import FILES_INDEX, files_from_table
+from reader.format.parquet import parse_parquet
 
 # Uploads to a local directory land in `<name><PARTIAL_MARK><random>` first, then are renamed.
 PARTIAL_MARK = ".lrs-partial-"
@@ -74,8 +78,15 @@ class Target(Protocol):
         """Every file under the target root, by dataset-relative path; FileNotFoundError if no bucket."""
         ...
 
-    def same_content(self, local: LocalFile, remote: RemoteFile) -> bool:
-        """Whether `remote` (same size as `local`) holds the same bytes, as far as the store can tell."""
+    def same_content(self, local: LocalFile, remote: RemoteFile) -> bool | None:
+        """Whether `remote` (same size as `local`) holds the same bytes; None where the store cannot
+        tell (the published index decides, else the file goes up again: a same-sized file of another
+        version must not stay)."""
+        ...
+
+    def published_sha256(self) -> dict[str, str]:
+        """The sha256 of each file, by path, as the index of the dataset published there records it
+        (`meta/lrs/files.parquet`; empty when there is none): those files need no other proof."""
         ...
 
     def batches(self, files: list[LocalFile]) -> list[list[LocalFile]]:
@@ -122,11 +133,26 @@ class FsspecTarget:
             if info.get("type", "file") == "file" and name.startswith(f"{root}/")
         }
 
-    def same_content(self, local: LocalFile, remote: RemoteFile) -> bool:
-        """Compare the md5 of a single-part S3 upload; other stores are trusted on size alone."""
-        if remote.digest is None:
-            return True
-        return _md5(local.path) == remote.digest
+    def same_content(self, local: LocalFile, remote: RemoteFile) -> bool | None:
+        """Compare the md5 of a single-part S3 upload, or the sha256 of a file in a local directory;
+        None elsewhere (the store cannot tell)."""
+        if remote.digest is not None:
+            return _md5(local.path) == remote.digest
+        path = self.remote.local_path(local.rel)
+        if path is None:
+            return None
+        with open(path, "rb") as there:
+            theirs = file_sha256(there.fileno())
+        return theirs == (local.sha256 or _sha256(local.path))
+
+    def published_sha256(self) -> dict[str, str]:
+        """The published dataset's `meta/lrs/files.parquet`, read fresh (empty if none or unreadable)."""
+        try:
+            data = self.remote.cat(FILES_INDEX)
+            entries = files_from_table(parse_parquet(data, file=self.remote.display(FILES_INDEX)))
+        except (FileNotFoundError, LrsError):
+            return {}
+        return {e.path: e.sha256 for e in entries}
 
     def batches(self, files: list[LocalFile]) -> list[list[LocalFile]]:
         """One file per unit: fsspec uploads are per object, and so are their retries."""
@@ -163,6 +189,11 @@ def _md5_etag(info: dict[str, object]) -> str | None:
     # A multipart ETag is "<md5 of part md5s>-<parts>": not a content hash we can recompute cheaply.
     etag = str(info.get("ETag") or info.get("etag") or "").strip('"').lower()
     return etag if _MD5_ETAG.match(etag) else None
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as handle:
+        return file_sha256(handle.fileno())
 
 
 def _md5(path: Path) -> str:

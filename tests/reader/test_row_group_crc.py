@@ -93,3 +93,37 @@ def test_a_dataset_republished_under_a_running_stream_is_named(sample_ds: Path, 
     with pytest.raises(DatasetError, match=r"changed since this stream opened it .* restart the job"):
         for _ in stream:
             pass
+
+
+def _frames(root: str | Path, cache: Path) -> list[tuple[int, int, bytes]]:
+    stream = EpisodeStream(root, shuffle=False, return_uint8=True, cache_dir=cache)
+    key = stream.meta.video_keys[0]
+    return [(int(s["episode_index"]), int(s["frame_index"]), s[key].numpy().tobytes()) for s in stream]
+
+
+def test_a_reader_that_starts_after_a_re_push_reads_the_new_version(sample_ds: Path, tmp_path: Path) -> None:
+    from reshard.push.publish import push
+
+    v1 = _reshard(sample_ds, tmp_path / "v1")
+    v2 = _reshard(sample_ds, tmp_path / "v2", "--video", "h264")  # the same episodes, other frames
+    target, cache = tmp_path / "bucket", tmp_path / "cache"
+    url = f"file://{target}"  # remote storage to the reader: fetched into its node cache
+    push(v1, url, quiet=True)
+    assert _frames(url, cache) == _frames(v1, tmp_path / "c1")  # the cache now holds version 1
+    push(v2, url, quiet=True)  # data and videos first, meta/ and the index last
+    after = _frames(url, cache)
+    assert after == _frames(v2, tmp_path / "c2") and after != _frames(v1, tmp_path / "c1")
+
+
+def test_a_reader_that_starts_during_a_re_push_never_mixes_versions(sample_ds: Path, tmp_path: Path) -> None:
+    from reader.errors import LrsError
+    from reshard.push.publish import push
+
+    v1 = _reshard(sample_ds, tmp_path / "v1")
+    v2 = _reshard(sample_ds, tmp_path / "v2", "--video", "h264")
+    target = tmp_path / "bucket"
+    push(v1, str(target), quiet=True)
+    # A re-push stopped after its first phase: version 2's videos under version 1's index.
+    shutil.copytree(v2 / "videos", target / "videos", dirs_exist_ok=True)
+    with pytest.raises(LrsError, match=r"videos/.*\.mp4"):
+        _frames(f"file://{target}", tmp_path / "cache")

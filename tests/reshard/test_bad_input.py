@@ -66,6 +66,21 @@ def extra_column(root: Path) -> None:
 
 # name -> (mutation of a dataset root, pattern the message must match)
 CORRUPT: dict[str, tuple[Callable[[Path], None], str]] = {
+    "total-frames-a-string": (
+        lambda r: edit_info(r, total_frames="244"),
+        r"meta/info\.json, field 'total_frames': Invalid total_frames \('244'\)\. Expected an integer >= 0",
+    ),
+    "chunks-size-zero": (
+        lambda r: edit_info(r, chunks_size=0),
+        r"meta/info\.json, field 'chunks_size': Invalid chunks_size \(0\)\. Expected an integer >= 1",
+    ),
+    "feature-without-dtype": (
+        lambda r: edit_info(
+            r,
+            features={**json.loads((r / "meta/info.json").read_text())["features"], "action": {"shape": [6]}},
+        ),
+        r"meta/info\.json, field 'features/action': Invalid feature .*Expected an object with a dtype string",
+    ),
     "truncated-parquet": (
         lambda r: truncate(r / DATA1),
         rf"{DATA1}, episode 3: not a readable parquet file",

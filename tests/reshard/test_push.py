@@ -370,3 +370,25 @@ def test_summary_repr_is_short() -> None:
         repr(summary)
         == "PushSummary('s3://b/p', uploaded=1000, skipped=0, bytes=10, seconds=1.2, dry_run=False)"
     )
+
+
+class _NoHashTarget(FsspecTarget):
+    """A store that lists sizes only (no content hash), as plain fsspec stores do."""
+
+    def same_content(self, local: object, remote: object) -> None:
+        return None
+
+
+def test_a_same_sized_file_is_skipped_only_where_the_published_index_vouches(tmp_path: Path) -> None:
+    from cache.remote import resolve
+    from reshard.push.publish import plan_push
+    from reshard.push.target import LocalFile, RemoteFile
+
+    local = tmp_path / "f"
+    local.write_bytes(b"v2")
+    files = [LocalFile(rel, local, 2, "sha-v2") for rel in ("a", "b", "c")]
+    remote = {rel: RemoteFile(2) for rel in ("a", "b", "c")}
+    target = _NoHashTarget(resolve(str(tmp_path)))
+    upload, skip = plan_push(files, remote, target, workers=2, published={"a": "sha-v2", "b": "sha-v1"})
+    assert [f.rel for f in skip] == ["a"]  # the index of what is published there says it is ours
+    assert sorted(f.rel for f in upload) == ["b", "c"]  # another version, or nothing says
