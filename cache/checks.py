@@ -13,3 +13,28 @@ def check_int(name: str, value: object, low: int, high: int | None = None) -> in
         return int(value)  # type: ignore[arg-type]
     expected = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high})"
     raise ValueError(f"Invalid {name} ({value!r}). Expected {expected}.")
+
+
+def index_range(item: str, *, what: str = "index") -> range:
+    """One item of an index list: `7`, or a range `0-99` with both ends included.
+
+    Raises:
+        ValueError: not a non-negative integer, or a range FIRST-LAST with LAST < FIRST (naming the item).
+    """
+    first, dash, last = item.partition("-")
+    if not first.isdigit() or (dash and not last.isdigit()):
+        raise ValueError(
+            f"Invalid {what} list item ({item!r}). Expected {what} indices and ranges, as 3,7,10-12."
+        )
+    if dash and int(last) < int(first):
+        raise ValueError(f"Invalid {what} range ({item!r}). Expected FIRST-LAST with 0 <= FIRST <= LAST.")
+    return range(int(first), int(last or first) + 1)
+
+
+def parse_index_list(text: str, *, what: str = "index") -> list[int]:
+    """`"3,7,10-12"` -> `[3, 7, 10, 11, 12]`: the indices a comma-separated list names, sorted, each once.
+
+    Raises:
+        ValueError: a malformed item (`index_range`).
+    """
+    return sorted({i for part in text.split(",") for i in index_range(part.strip(), what=what)})

@@ -36,7 +36,7 @@ from reader.published import published_path, read_published
 from reader.rows import RowGroupReader
 from reader.runtime import Cursor, ProcessState, publishing
 from reader.schedule import Schedule
-from reader.schedule.rest import RestSchedule, Segment, rest_after
+from reader.schedule.rest import RestSchedule, Segment, consumed_counts, rest_after
 from reader.sources import Source, data_file_size, open_sources
 from reader.state import Resume, parse_state, resumed_schedule
 from reader.windows import Windows
@@ -406,10 +406,16 @@ class EpisodeStream(IterableDataset):
         if seed is not None:
             Schedule(self.lengths, seed=seed)  # validates it
             self.seed = seed
-        segments = (*resume.before, *([resume.segment] if resume.segment is not None else []))
-        if segments:
-            try:  # the runs it names, checked now by arithmetic: each within what its epoch had left
-                rest_after(self.schedule(0), resume.epoch, segments)
+        if resume.before or resume.segment is not None:
+            # The runs it names, checked now by arithmetic, each within what its epoch had left (the
+            # samples the earlier runs consumed are computed only where there are earlier runs).
+            base = self.schedule(0)
+            try:
+                run = base
+                if resume.before:
+                    run = RestSchedule(base, resume.epoch, rest_after(base, resume.epoch, resume.before))
+                if resume.segment is not None:
+                    consumed_counts(run, resume.segment)
             except ValueError as exc:
                 raise StateError(f"{exc} (resume state of epoch {resume.epoch})") from None
         self.epoch = resume.epoch

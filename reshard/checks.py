@@ -8,7 +8,7 @@ error that counts them and names every defective episode.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -59,6 +59,7 @@ class Located(Protocol):
 
     problem: str
     file: str | None
+    episode: int | None
     field: str | None
 
 
@@ -68,21 +69,27 @@ def describe_defect(defect: Located) -> str:
     return f"{', '.join(where)}: {defect.problem}" if where else defect.problem
 
 
-def raise_defects(defects: list[DatasetError], url: str) -> None:
-    """Raise the first defect; where there are more, its message counts them and names every defective
-    episode, and says that `lrs doctor` lists each one.
+def raise_defects(defects: Sequence[Located], url: str) -> None:
+    """Raise `defects_error` of the defects, if there are any.
 
     Raises:
         DatasetError: when `defects` is not empty.
     """
-    if not defects:
-        return
+    if defects:
+        raise defects_error(defects, url)
+
+
+def defects_error(defects: Sequence[Located], url: str) -> DatasetError:
+    """One error for `defects` (not empty): the first; where there are more, its message counts them and
+    names every defective episode, and says that `lrs doctor` lists each one."""
     first = defects[0]
     if len(defects) == 1:
-        raise first
+        if isinstance(first, DatasetError):
+            return first
+        return DatasetError(first.problem, file=first.file, episode=first.episode, field=first.field)
     episodes = sorted({d.episode for d in defects if d.episode is not None})
     among = f", in episodes {episode_ranges(episodes)}" if episodes else ""
-    raise DatasetError(
+    return DatasetError(
         f"{first.problem} ({len(defects)} defects in all{among}; `lrs doctor {redact(url)}` lists each, "
         "and `lrs reshard --skip-defective` leaves those episodes out)",
         file=first.file,

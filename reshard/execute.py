@@ -12,7 +12,6 @@ import contextlib
 import multiprocessing
 import os
 import signal
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
@@ -24,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 from tqdm import tqdm
 
+from cache.checks import parse_index_list
 from cache.progress import progress_bar
 from cache.remote import Remote
 from cache.store import atomic_write
@@ -39,7 +39,6 @@ from reshard.meta import (
     record_to_json,
 )
 from reshard.plan import DataTask, Task, VideoTask
-from reshard.selection import parse_episode_list
 from reshard.source import Source
 from reshard.tables import write_data_file
 from reshard.video.write import DEFAULT_GOP, VIDEO_MODES, X26X_PRESETS, VideoMode, write_episode_video
@@ -82,7 +81,7 @@ class ReshardOptions:
             raise ValueError(f"Invalid crf ({self.crf}). Expected 0..63.")
         if self.skip_episodes:
             # Checked and written one way here; against the source's episodes when it is opened.
-            episodes = parse_episode_list(self.skip_episodes, sys.maxsize)
+            episodes = parse_index_list(self.skip_episodes, what="episode")
             object.__setattr__(self, "skip_episodes", episode_ranges(episodes))
         if not self.data_file_mb > 0:
             raise ValueError(f"Invalid data_file_mb ({self.data_file_mb}). Expected > 0.")

@@ -46,6 +46,7 @@ from reader.format.index import (
     files_to_table,
     kind_of,
 )
+from reader.format.parquet import replace_columns
 from reader.format.v3 import DEFAULT_EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH
 from reshard import DISTRIBUTION
 from reshard.plan import Plan
@@ -208,9 +209,7 @@ def episodes_files(source: Source, plan: Plan) -> list[tuple[str, bytes]]:
         columns[f"videos/{key}/file_index"] = [v.file_index for v in outputs]
         columns[f"videos/{key}/from_timestamp"] = [0.0 for _ in outputs]
         columns[f"videos/{key}/to_timestamp"] = [v.length / source.info.fps for v in outputs]
-    for name, values in columns.items():
-        position = table.schema.get_field_index(name)
-        table = table.set_column(position, name, pa.array(values).cast(table.schema.field(name).type))
+    table = replace_columns(table, columns)
     return [(rel, _parquet_bytes(part)) for rel, part in _partition(table)]
 
 

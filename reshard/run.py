@@ -32,7 +32,7 @@ from cache.remote import redact
 from cache.store import atomic_write
 from reader.errors import DatasetError
 from reader.format.index import LAYOUT_JSON, parse_layout_json
-from reshard.checks import describe_defect, episode_ranges, iter_video_defects, raise_defects
+from reshard.checks import defects_error, describe_defect, iter_video_defects, raise_defects
 from reshard.doctor import Defect, examine
 from reshard.errors import ReshardError, WorkerDied
 from reshard.execute import (
@@ -183,17 +183,7 @@ def every_defect(source: Source, first: DatasetError, *, quiet: bool) -> Dataset
     every defective episode named (`lrs doctor`'s checks, run once the reshard has failed)."""
     log.info("%s: checking the whole source for other defects", first.file)
     report = examine(source.whole, progress=not quiet)
-    if len(report.defects) <= 1:
-        return first
-    head, episodes = report.defects[0], report.defective_episodes
-    return DatasetError(
-        f"{head.problem} ({len(report.defects)} defects in all, in episodes {episode_ranges(episodes)}; "
-        f"`lrs doctor {redact(source.url)}` lists each, and `lrs reshard --skip-defective` leaves those "
-        "episodes out)",
-        file=head.file,
-        episode=head.episode,
-        field=head.field,
-    )
+    return first if len(report.defects) <= 1 else defects_error(report.defects, source.url)
 
 
 # Checks whose defects outside every episode leave the output untouched: an orphan file is not copied, and
@@ -227,19 +217,15 @@ def select_episodes(source: Source, options: ReshardOptions, ws: Workspace, *, q
         if options.skip_defective:
             defects = examine(source, progress=not quiet).defects
         fatal = [d for d in defects if d.episode is None and d.check not in _HARMLESS]
-        raise_defects([DatasetError(d.problem, file=d.file, field=d.field) for d in fatal], source.url)
+        raise_defects(fatal, source.url)
         ignored = [describe_defect(d) for d in defects if d.episode is None]
         # An episode's first defect says why it is left out.
         defective = {d.episode: describe_defect(d) for d in reversed(defects) if d.episode is not None}
         selection = make_selection(len(source.episodes), skipped, defective, ignored)
-        tmp = ws.temp(".json")
-        tmp.write_bytes(selection.to_json())
-        # os.link fails when another part won the race: both computed the same selection.
-        with contextlib.suppress(FileExistsError):
-            os.link(tmp, path)
-        tmp.unlink()
+        _write_once(ws, path, selection.to_json())  # a part that loses the race computed the same
     kept = select(source, selection)
-    check_files_exist(kept)
+    if not options.skip_defective:  # doctor's checks, which made the selection, found every missing file
+        check_files_exist(kept)
     for dropped in selection.dropped:
         if dropped.reason != SKIPPED_BY_USER:
             log.warning("episode %d left out: %s", dropped.episode, dropped.reason)
@@ -254,19 +240,25 @@ def _claim(ws: Workspace, doc: dict[str, Any], out: Path) -> None:
     """Record the job's source and options, or check that they are the recorded ones."""
     path = ws.root / "options.json"
     if not path.exists():
-        ws.root.mkdir(parents=True, exist_ok=True)
-        tmp = ws.temp(".json")
-        tmp.write_text(json.dumps(doc, indent=2))
-        # os.link fails when another part won the race: then its record is checked like any other.
-        with contextlib.suppress(FileExistsError):
-            os.link(tmp, path)
-        tmp.unlink()
+        # A part that loses the race checks the winner's record like any other.
+        _write_once(ws, path, json.dumps(doc, indent=2).encode())
     recorded = json.loads(path.read_text())
     if recorded != doc:
         raise ReshardError(
             f"Invalid options ({_differences(recorded, doc)}) for {out}. Expected the options of the unfinished "
             f"reshard in {ws.root}: rerun with them, or remove that directory (and {out}) to start over."
         )
+
+
+def _write_once(ws: Workspace, path: Path, data: bytes) -> None:
+    """Write `path` of the work directory whole, unless another part of the job already has: the file
+    is linked into place, and a link fails when the name exists."""
+    ws.root.mkdir(parents=True, exist_ok=True)
+    tmp = ws.temp(path.suffix)
+    tmp.write_bytes(data)
+    with contextlib.suppress(FileExistsError):
+        os.link(tmp, path)
+    tmp.unlink()
 
 
 def _differences(recorded: dict[str, Any], doc: dict[str, Any]) -> str:
@@ -365,7 +357,8 @@ def reshard(
             source.info, source.episodes, source_sizes(source), data_file_mb=options.data_file_mb
         )
         tasks = [] if finalize_only else (plan.tasks() if part is None else plan.part(*part))
-        check_video_files(source, [t for t in tasks if isinstance(t, VideoTask)])
+        if not options.skip_defective:  # the selection already left out every episode of a bad video
+            check_video_files(source, [t for t in tasks if isinstance(t, VideoTask)])
         _claim(ws, doc, out)
         if part is None and not finalize_only:
             shutil.rmtree(ws.root / "tmp", ignore_errors=True)

@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from cache.checks import parse_index_list
 from reader.errors import DatasetError
+from reader.format.parquet import replace_columns
 from reader.format.v3 import EPISODES_DIR, EpisodeInfo
 from reader.metadata import aggregate_stats
 from reshard.source import Source
@@ -109,25 +111,13 @@ def parse_episode_list(text: str, total: int) -> list[int]:
     Raises:
         ValueError: a malformed item, or an episode the source does not have.
     """
-    out: set[int] = set()
-    for item in (part.strip() for part in text.split(",")):
-        try:
-            lo, _, hi = item.partition("-")
-            first, last = int(lo), int(hi or lo)
-        except ValueError:
-            raise ValueError(
-                f"Invalid episode list item ({item!r}). Expected episode indices and ranges, as 3,7,10-12."
-            ) from None
-        if first < 0 or last < first:
-            raise ValueError(
-                f"Invalid episode range ({item!r}). Expected FIRST-LAST with 0 <= FIRST <= LAST."
-            )
-        if last >= total:
-            raise ValueError(
-                f"Invalid episode ({last}) in the skip list. Expected episodes of the source: 0..{total - 1}."
-            )
-        out.update(range(first, last + 1))
-    return sorted(out)
+    episodes = parse_index_list(text, what="episode")
+    beyond = [e for e in episodes if e >= total]
+    if beyond:
+        raise ValueError(
+            f"Invalid episode ({beyond[0]}) in the skip list. Expected episodes of the source: 0..{total - 1}."
+        )
+    return episodes
 
 
 def make_selection(
@@ -160,15 +150,13 @@ def renumber_episode(episode: EpisodeInfo, index: int, from_index: int) -> Episo
 
 def renumber_rows(rows: pa.Table, episode: EpisodeInfo) -> pa.Table:
     """The rows of a source episode with the output's `episode_index` and `index` (of `episode`)."""
-    for name, values in (
-        ("episode_index", np.full(rows.num_rows, episode.episode_index)),
-        ("index", np.arange(episode.dataset_from_index, episode.dataset_to_index)),
-    ):
-        position = rows.schema.get_field_index(name)
-        if position >= 0:
-            column = pa.array(values).cast(rows.schema.field(name).type)
-            rows = rows.set_column(position, rows.schema.field(name), column)
-    return rows
+    return replace_columns(
+        rows,
+        {
+            "episode_index": np.full(rows.num_rows, episode.episode_index),
+            "index": np.arange(episode.dataset_from_index, episode.dataset_to_index),
+        },
+    )
 
 
 def renumber_table(table: pa.Table, kept: Sequence[int], episodes: Sequence[EpisodeInfo]) -> pa.Table:
@@ -195,13 +183,7 @@ def renumber_table(table: pa.Table, kept: Sequence[int], episodes: Sequence[Epis
                 new[name] = [_fill(v, e.episode_index) for v, e in zip(values, episodes, strict=True)]
             else:
                 new[name] = [_add(v, int(d)) for v, d in zip(values, shift, strict=True)]
-    for name, values in new.items():
-        position = table.schema.get_field_index(name)
-        if position >= 0:
-            table = table.set_column(
-                position, table.schema.field(name), pa.array(values, table.schema.field(name).type)
-            )
-    return table
+    return replace_columns(table, new)
 
 
 def _fill(value: Any, number: int) -> Any:

@@ -6,6 +6,9 @@ index, the reader fetches it with one ranged read, and `lrs verify` checks the t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -48,3 +51,14 @@ def row_group_span(metadata: pq.FileMetaData, row_group: int) -> tuple[int, int]
         start = first if start is None else min(start, first)
         end = max(end, first + chunk.total_compressed_size)
     return (start or 0), end
+
+
+def replace_columns(table: pa.Table, columns: Mapping[str, Any]) -> pa.Table:
+    """`table` with the values of these columns replaced, each column keeping its field (name, type,
+    nullability); names the table lacks are skipped."""
+    for name, values in columns.items():
+        position = table.schema.get_field_index(name)
+        if position >= 0:
+            field = table.schema.field(name)
+            table = table.set_column(position, field, pa.array(values).cast(field.type))
+    return table

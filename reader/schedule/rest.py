@@ -120,9 +120,13 @@ class Rest:
         return Rest(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), self.frames[keep])
 
 
-def segment_consumed(plan: Any, epoch: int, segment: Segment) -> tuple[np.ndarray, np.ndarray]:
-    """The (entry, virtual frame) of every sample the ranks consumed in `segment`, run on `plan`
-    (a `Schedule` for a segment from the epoch's start, or a `RestSchedule` after earlier segments)."""
+def consumed_counts(plan: Any, segment: Segment) -> tuple[int, ...]:
+    """The samples each logical worker of a rank consumed in `segment`, run on `plan` (a `Schedule` for
+    a segment from the epoch's start, or a `RestSchedule` after earlier segments): arithmetic only.
+
+    Raises:
+        ValueError: the segment counts more batches than its run of the epoch has.
+    """
     schedule = plan.with_topology(segment.world_size, segment.num_workers, segment.pool_size)
     counts = loader_resume(schedule.worker_samples(), segment.batch_size, segment.batches_consumed)
     if counts.overflow_batches:
@@ -132,11 +136,19 @@ def segment_consumed(plan: Any, epoch: int, segment: Segment) -> tuple[np.ndarra
             f"of the epoch on each rank with world_size={segment.world_size}, num_workers="
             f"{segment.num_workers} and batch_size={segment.batch_size}."
         )
+    return counts.samples_consumed
+
+
+def segment_consumed(plan: Any, epoch: int, segment: Segment) -> tuple[np.ndarray, np.ndarray]:
+    """The (entry, virtual frame) of every sample the ranks consumed in `segment`, run on `plan`
+    (see `consumed_counts`)."""
+    counts = consumed_counts(plan, segment)
+    schedule = plan.with_topology(segment.world_size, segment.num_workers, segment.pool_size)
     virtual = isinstance(schedule, RestSchedule)
     starts = schedule.entries(epoch).starts
     entries, frames = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for rank in range(segment.world_size):
-        for worker, n in enumerate(counts.samples_consumed):
+        for worker, n in enumerate(counts):
             emission = (
                 schedule.virtual_emission(epoch, rank, worker)
                 if virtual

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from cache.checks import index_range
 from reshard.cli.base import dry_run_option, handle_errors, quiet_option, quiet_requested
 
 if TYPE_CHECKING:
@@ -54,14 +55,6 @@ def _weight(part: str) -> list[float]:
     return [float(part)]
 
 
-def _indices(part: str) -> Sequence[int]:
-    """`7` or a range `0-99`."""
-    low, dash, high = part.partition("-")
-    if not low.isdigit() or (dash and not high.isdigit()) or (dash and int(high) < int(low)):
-        raise ValueError(part)
-    return range(int(low), int(high) + 1) if dash else [int(low)]
-
-
 class Weights(CommaList):
     """A mixture's weights: 3,1 or 0.7,0.3."""
 
@@ -73,7 +66,9 @@ class IndexList(CommaList):
     """Episode or rank indices: `0,3,7` or ranges `0-99,120`."""
 
     def __init__(self) -> None:
-        super().__init__("LIST", _indices, what="list", expected="integers and ranges like 0,3,7 or 0-99,120")
+        super().__init__(
+            "LIST", index_range, what="list", expected="integers and ranges like 0,3,7 or 0-99,120"
+        )
 
 
 class ByteSize(click.ParamType):

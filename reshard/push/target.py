@@ -20,9 +20,9 @@ from typing import Protocol
 from cache.errors import LrsError
 from cache.remote import Remote
 from cache.retry import DEFAULT_RETRY, RetryPolicy
-from cache.store import file_sha256
 from reader.format.index import FILES_INDEX, files_from_table
 from reader.format.parquet import parse_parquet
+from reshard.meta import file_sha256
 
 # Uploads to a local directory land in `<name><PARTIAL_MARK><random>` first, then are renamed.
 PARTIAL_MARK = ".lrs-partial-"
@@ -141,9 +141,7 @@ class FsspecTarget:
         path = self.remote.local_path(local.rel)
         if path is None:
             return None
-        with open(path, "rb") as there:
-            theirs = file_sha256(there.fileno())
-        return theirs == (local.sha256 or _sha256(local.path))
+        return file_sha256(path) == (local.sha256 or file_sha256(local.path))
 
     def published_sha256(self) -> dict[str, str]:
         """The published dataset's `meta/lrs/files.parquet`, read fresh (empty if none or unreadable)."""
@@ -189,11 +187,6 @@ def _md5_etag(info: dict[str, object]) -> str | None:
     # A multipart ETag is "<md5 of part md5s>-<parts>": not a content hash we can recompute cheaply.
     etag = str(info.get("ETag") or info.get("etag") or "").strip('"').lower()
     return etag if _MD5_ETAG.match(etag) else None
-
-
-def _sha256(path: Path) -> str:
-    with path.open("rb") as handle:
-        return file_sha256(handle.fileno())
 
 
 def _md5(path: Path) -> str:
