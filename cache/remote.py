@@ -26,7 +26,7 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from cache.errors import FetchError, LrsError
+from cache.errors import FetchError, LocationError, LrsError, MissingBackend
 from cache.retry import DEFAULT_RETRY, RetryPolicy, TruncatedRead, is_transient, redact, with_retries
 
 # `redact` is re-exported: the reshard modules import it from here.
@@ -239,12 +239,16 @@ def resolve(
             False leaves it to the caller (`Remote.cat_many(probe_ranges=True)` does it in its round).
 
     Raises:
-        ValueError: the URL is empty or of an unknown form.
+        LocationError: the URL is empty, of an unknown form, or refused by its scheme's filesystem (also
+            a ValueError).
+        MissingBackend: the scheme's filesystem package is not installed (`gs://` without gcsfs); also
+            an ImportError. Every command and `EpisodeStream` resolve through here, so this is the one
+            place that turns it into one line naming the package.
         FetchError: an HTTP(S) server that ignores Range requests.
     """
     text = os.fspath(url).strip()
     if not text:
-        raise ValueError("Invalid dataset location (''). Expected a path or URL.")
+        raise LocationError("Invalid dataset location (''). Expected a path or URL.")
     options = dict(storage_options or {})
     if "://" not in text:
         if os.path.exists(text) or not _REPO_ID.match(text):
@@ -259,7 +263,7 @@ def resolve(
     if protocol == "hf":
         return _resolve_hf(rest, options)
     if protocol in ("http", "https"):
-        fs = fsspec.filesystem(protocol, **options)
+        fs = filesystem(protocol, text, options)
         remote = Remote(url=f"{protocol}://{rest}", fs=fs, root=f"{protocol}://{rest}")
         # lrs reads row groups and prefetches by range: a server that ignores Range (`python -m
         # http.server`) is named now, not when training's first ranged read gets a whole file.
@@ -268,8 +272,68 @@ def resolve(
         return remote
     if protocol == "s3":
         options = _s3_options(options)
-    fs = fsspec.filesystem(protocol, **options)
-    return Remote(url=f"{protocol}://{rest}", fs=fs, root=rest)
+    fs = filesystem(protocol, text, options)
+    # A filesystem that takes arguments from the URL reads its path its own way (`ftp://host/x`: host
+    # `host`, path `/x`); for the others (buckets) the path is the rest of the URL.
+    root = fs._strip_protocol(text).rstrip("/") if _url_kwargs(fs, text) else rest
+    return Remote(url=f"{protocol}://{rest}", fs=fs, root=root)
+
+
+# Where the pip package of a filesystem is not the module fsspec imports.
+_PIP_NAMES = {"s3fs": "s3fs (or lrs-lerobot[s3])"}
+
+
+def filesystem(protocol: str, url: str, options: dict[str, Any]) -> Any:
+    """The fsspec filesystem of `protocol` for `url`, with the URL's own arguments (an FTP host).
+
+    Raises:
+        MissingBackend: its package is not installed: one line that names the package to install.
+        LocationError: fsspec knows no such protocol, or its filesystem refuses the URL.
+    """
+    shown = redact(url)
+    try:
+        cls = fsspec.get_filesystem_class(protocol)
+    except ImportError as exc:
+        cause = exc.__cause__
+        package = getattr(cause, "name", None) or _registered_package(protocol) or protocol
+        package = package.split(".")[0]
+        raise MissingBackend(
+            f"Invalid dataset location ({shown}): {protocol}:// needs the package {package}, which is not "
+            f"installed. Expected it installed: pip install {_PIP_NAMES.get(package, package)}.",
+            package=package,
+        ) from None
+    except ValueError as exc:
+        raise LocationError(
+            f"Invalid dataset location ({shown}): {exc}. Expected a path, a Hub repo id or a URL of a "
+            "known scheme (hf, s3, gs, az, http(s), file, ...)."
+        ) from None
+    try:
+        kwargs = {**_url_kwargs(cls, url), **options}
+        return fsspec.filesystem(protocol, **kwargs)
+    except ImportError as exc:  # a filesystem that imports its client lazily (sftp: paramiko)
+        package = (getattr(exc, "name", None) or protocol).split(".")[0]
+        raise MissingBackend(
+            f"Invalid dataset location ({shown}): {protocol}:// needs the package {package}, which is not "
+            f"installed. Expected it installed: pip install {_PIP_NAMES.get(package, package)}.",
+            package=package,
+        ) from None
+    except OSError as exc:  # a filesystem that connects when made (ftp, sftp)
+        raise FetchError(
+            f"Could not connect to {shown}: {type(exc).__name__}: {exc}. Expected a reachable server."
+        ) from None
+    except (TypeError, ValueError) as exc:
+        raise LocationError(
+            f"Invalid dataset location ({shown}): {exc}. Expected a URL {protocol}:// accepts."
+        ) from None
+
+
+def _url_kwargs(cls: Any, url: str) -> dict[str, Any]:
+    return dict(cls._get_kwargs_from_urls(url))
+
+
+def _registered_package(protocol: str) -> str | None:
+    entry = fsspec.registry.known_implementations.get(protocol, {})
+    return entry.get("class", "").split(".")[0] or None
 
 
 def _resolve_hf(rest: str, options: dict[str, Any]) -> Remote:
@@ -277,7 +341,7 @@ def _resolve_hf(rest: str, options: dict[str, Any]) -> Remote:
 
     kind, _, tail = rest.partition("/")
     if kind not in ("datasets", "buckets") or tail.count("/") < 1:
-        raise ValueError(
+        raise LocationError(
             f"Invalid Hugging Face URL (hf://{rest}). Expected hf://datasets/<owner>/<name>[@revision] "
             "or hf://buckets/<owner>/<name>[/prefix]."
         )

@@ -12,6 +12,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
@@ -322,12 +323,37 @@ def _init_worker(ctx: TaskContext) -> None:
     global _WORKER_CONTEXT
     _WORKER_CONTEXT = ctx
     os.environ.setdefault("SVT_LOG", "1")
+    # Ctrl-C reaches every process of the terminal's group, SIGTERM the ones SLURM or the parent send it
+    # to: a task unwinds (its `finally` removes its temporaries; its finished outputs stay for a rerun),
+    # an idle worker just ends, without the traceback multiprocessing prints for an idle interrupt.
+    # Ctrl-C reaches every process of the terminal's group: the parent alone handles it, stopping the
+    # workers with SIGTERM (`_stop_workers`) and removing what they were writing (`reshard.run`).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _run_in_worker(task: Task) -> list[VideoRecord]:
     if _WORKER_CONTEXT is None:
         raise RuntimeError("worker not initialised")
     return run_task(task, _WORKER_CONTEXT)
+
+
+def _stop_workers(pool: ProcessPoolExecutor, *, grace_s: float = 30.0) -> None:
+    """SIGTERM to every worker of `pool`, and wait until they have ended (one that takes longer than
+    `grace_s` is killed): what they were writing is in the work directory's tmp/, which the caller
+    removes; their finished outputs stay. (The executor has no public list of its processes.)"""
+    # Every child this process started: a worker whose start the signal interrupted is not in the
+    # pool's table yet, and would fail reading its start-up data once this process is gone.
+    registered = list((getattr(pool, "_processes", None) or {}).values())
+    processes = [p for p in {*registered, *multiprocessing.active_children()} if p.pid is not None]
+    for process in processes:
+        with contextlib.suppress(OSError):
+            os.kill(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 class _Progress:
@@ -421,6 +447,10 @@ def _run_pool(
             f"the same command to resume (finished outputs are kept in {ctx.work}); fewer --workers use less "
             "memory."
         ) from exc
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # Ctrl-C or SIGTERM here: the workers unwind their tasks too
+            _stop_workers(pool)
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     return written

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cache.exits import Terminated
 from cache.remote import redact
 from cache.store import atomic_write
 from reader.errors import DatasetError
@@ -364,6 +365,12 @@ def reshard(
             shutil.rmtree(ws.root / "tmp", ignore_errors=True)
         with _disk_errors(ws, part, kept=not (fresh and part is None)):  # a fresh run's is removed below
             written = run_tasks(tasks, _context(source, ws.root, options), workers=workers, quiet=quiet)
+    except (KeyboardInterrupt, Terminated):
+        # Ctrl-C or SIGTERM: each task removed its temporaries as it unwound; finished outputs stay for
+        # the rerun, which resumes (a part's tmp/ is shared with the other parts, so it stays).
+        if part is None:
+            shutil.rmtree(ws.root / "tmp", ignore_errors=True)
+        raise
     except (DatasetError, ReshardError) as exc:
         # A bad source found by a fresh single run leaves nothing behind; parts share the directory. A
         # worker that died is no fault of the input: its finished work stays for the rerun.

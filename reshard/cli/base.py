@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -30,7 +31,8 @@ class LrsClickError(click.ClickException):
 
 
 def handle_errors(fn: F) -> F:
-    """Turn an `LrsError` into a one-line message and exit code 3 (a traceback only with --debug)."""
+    """Turn an `LrsError` into a one-line message and exit code 3; `--debug` prints the traceback before
+    that line and changes nothing else (the exit code stays 3)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -38,7 +40,7 @@ def handle_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except LrsError as exc:
             if click.get_current_context().find_root().params.get("debug"):
-                raise
+                click.echo(redact(traceback.format_exc()).rstrip(), err=True)
             raise LrsClickError(redact(str(exc))) from exc
 
     return wrapper  # type: ignore[return-value]

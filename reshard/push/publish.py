@@ -232,7 +232,7 @@ def open_target(url: str, *, endpoint_url: str | None = None, source: Path | Non
         remote = resolve(
             text if "://" in text else os.path.abspath(text), storage_options=_options(endpoint_url)
         )
-    except (ValueError, ImportError) as exc:
+    except ValueError as exc:  # a missing filesystem package is `resolve`'s one-line MissingBackend
         raise PushError(scrub(str(exc))) from None
     if remote.is_local and endpoint_url:
         raise PushError(f"Invalid --endpoint-url ({endpoint_url}). Expected no endpoint for a local target.")
