@@ -4,7 +4,9 @@ Accepted forms (`resolve`):
 
 - a local directory, or `file:///abs/path`
 - `hf://datasets/<owner>/<name>[@<revision>][/<prefix>]`, or a bare Hub repo id `<owner>/<name>`
-  (when no local directory of that name exists); read through `HfFileSystem`, lazily
+  (when no local directory of that name exists; lerobot's local root `$HF_LEROBOT_HOME/<owner>/<name>` is
+  looked at first, as `LeRobotDataset` does); read through `HfFileSystem`, lazily. With
+  `HF_HUB_OFFLINE=1` (or `HF_DATASETS_OFFLINE=1`) a Hub URL fails at once (`FetchError`)
 - `hf://buckets/<owner>/<name>[/<prefix>]` (Hugging Face storage buckets)
 - `s3://bucket/prefix` (s3fs; honours `AWS_ENDPOINT_URL`, keys and profiles), `gs://`, ...
 - `http(s)://host/path` (fsspec `http`; needs Range support for partial reads)
@@ -254,6 +256,9 @@ def resolve(
         if os.path.exists(text) or not _REPO_ID.match(text):
             root = os.path.abspath(text).rstrip("/") or "/"
             return Remote(url=root, fs=fsspec.filesystem("file"), root=root)
+        local = lerobot_root(text)
+        if os.path.isfile(os.path.join(local, "meta", "info.json")):
+            return Remote(url=local, fs=fsspec.filesystem("file"), root=local)
         text = f"hf://datasets/{text}"
     protocol, _, rest = text.partition("://")
     rest = rest.rstrip("/")
@@ -336,6 +341,27 @@ def _registered_package(protocol: str) -> str | None:
     return entry.get("class", "").split(".")[0] or None
 
 
+def lerobot_root(repo_id: str) -> str:
+    """Where lerobot keeps a dataset `owner/name` on this machine, as `LeRobotDataset(repo_id)` looks for
+    it before the Hub (lerobot 0.6.1's `HF_LEROBOT_HOME`: that variable, else `$HF_HOME/lerobot`, where
+    HF_HOME defaults to `~/.cache/huggingface`)."""
+    home = os.environ.get("HF_LEROBOT_HOME")
+    if not home:
+        hf_home = os.environ.get("HF_HOME") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface"
+        )
+        home = os.path.join(hf_home, "lerobot")
+    return os.path.abspath(os.path.join(os.path.expanduser(home), repo_id))
+
+
+def hub_offline() -> str | None:
+    """The variable that makes the Hub off limits (`HF_HUB_OFFLINE`, `HF_DATASETS_OFFLINE`), if one is set."""
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+            return name
+    return None
+
+
 def _resolve_hf(rest: str, options: dict[str, Any]) -> Remote:
     from huggingface_hub import HfFileSystem
 
@@ -344,6 +370,15 @@ def _resolve_hf(rest: str, options: dict[str, Any]) -> Remote:
         raise LocationError(
             f"Invalid Hugging Face URL (hf://{rest}). Expected hf://datasets/<owner>/<name>[@revision] "
             "or hf://buckets/<owner>/<name>[/prefix]."
+        )
+    offline = hub_offline()
+    if offline:
+        # Offline is a decision, not a transient fault: no retries, no warning per request.
+        repo = "/".join(tail.split("/")[:2]).split("@")[0]
+        where = f" nor in lerobot's local root ({lerobot_root(repo)})" if kind == "datasets" else ""
+        raise FetchError(
+            f"Invalid dataset location (hf://{rest}): {offline}=1 and it is not on this machine{where}. "
+            f"Expected a local copy (a path, or the dataset in lerobot's root), or {offline} unset."
         )
     fs = HfFileSystem(**options)
     return Remote(url=f"hf://{rest}", fs=fs, root=rest)

@@ -42,6 +42,7 @@ from reshard.meta import (
 from reshard.plan import DataTask, Task, VideoTask
 from reshard.source import Source
 from reshard.tables import write_data_file
+from reshard.video.encode import CRF_RANGE, DEFAULT_CRF, DEFAULT_PRESET
 from reshard.video.write import DEFAULT_GOP, VIDEO_MODES, X26X_PRESETS, VideoMode, write_episode_video
 
 # Test hook: "<point>:<n>" makes the process SIGKILL itself at the n-th time it reaches <point>
@@ -78,8 +79,19 @@ class ReshardOptions:
             raise ValueError(f"Invalid video mode ({self.video!r}). Expected one of {VIDEO_MODES}.")
         if self.gop is not None and self.gop < 1:
             raise ValueError(f"Invalid gop ({self.gop}). Expected >= 1.")
-        if self.crf is not None and not 0 <= self.crf <= 63:
-            raise ValueError(f"Invalid crf ({self.crf}). Expected 0..63.")
+        if self.crf is not None:
+            # copy mode's crf serves a fallback re-encode in the source's codec (AV1's range is widest).
+            low, high = CRF_RANGE["av1" if self.video == "copy" else self.video]
+            if not low <= self.crf <= high:
+                raise ValueError(
+                    f"Invalid crf ({self.crf}) for --video {self.video}. Expected {low}..{high}."
+                )
+        if self.video != "copy":
+            # A default and the same value given explicitly are the same job (recorded as the default).
+            if self.crf == DEFAULT_CRF[self.video]:
+                object.__setattr__(self, "crf", None)
+            if self.preset == DEFAULT_PRESET[self.video]:
+                object.__setattr__(self, "preset", None)
         if self.skip_episodes:
             # Checked and written one way here; against the source's episodes when it is opened.
             episodes = parse_index_list(self.skip_episodes, what="episode")

@@ -117,7 +117,8 @@ class Info:
             if isinstance(version, str) and version.startswith("v2"):
                 hint = (
                     " Convert it first with lerobot's converter: "
-                    "`python -m lerobot.datasets.v30.convert_dataset_v21_to_v30 --repo-id=<owner>/<name>`."
+                    "`python -m lerobot.scripts.convert_dataset_v21_to_v30 --repo-id=<owner>/<name> "
+                    "--root=<dataset directory> --push-to-hub=false` (lerobot 0.6)."
                 )
             raise DatasetError(
                 f"Invalid codebase_version ({version!r}). Expected {CODEBASE_VERSION!r}.{hint}",

@@ -31,6 +31,8 @@ DEFAULT_GOP = 2
 # frames of this second generation to 27-31 dB (below verify's 30 dB floor) in more bytes.
 DEFAULT_CRF: dict[str, int] = {"av1": 30, "hevc": 21, "h264": 18}
 DEFAULT_PRESET: dict[str, str] = {"av1": "8", "hevc": "fast", "h264": "fast"}
+# The crf each encoder accepts (8-bit x264/x265: 0-51; SVT-AV1: 0-63), checked before any work.
+CRF_RANGE: dict[str, tuple[int, int]] = {"av1": (0, 63), "hevc": (0, 51), "h264": (0, 51)}
 X26X_PRESETS = (
     "ultrafast",
     "superfast",
