@@ -40,7 +40,8 @@ def raise_on_sigterm() -> bool:
     return True
 
 
-_cleanups: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+# A finalizer holds its object weakly, so keeping it here keeps nothing else alive; spent ones are pruned.
+_cleanups: list[weakref.finalize] = []
 _previous: Any = None
 _installed_in: int | None = None
 
@@ -50,7 +51,8 @@ def cleanup_on_sigterm(finalizer: weakref.finalize) -> None:
     process would have without it. Registered from another thread than the main one, it runs at exit
     only (a handler can only be set from the main thread)."""
     global _previous, _installed_in
-    _cleanups[id(finalizer)] = finalizer
+    _cleanups[:] = [f for f in _cleanups if f.alive]
+    _cleanups.append(finalizer)
     if _installed_in == os.getpid() or threading.current_thread() is not threading.main_thread():
         return
     current = signal.getsignal(signal.SIGTERM)
@@ -61,7 +63,7 @@ def cleanup_on_sigterm(finalizer: weakref.finalize) -> None:
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    for finalizer in list(_cleanups.values()):
+    for finalizer in list(_cleanups):
         finalizer()
     previous: Callable[[int, FrameType | None], Any] | int | None = _previous
     if callable(previous):

@@ -157,7 +157,13 @@ class EpisodeStream(IterableDataset):
             storage_options=storage_options,
         )
         self.seed, self.epoch = seed, 0
-        self.schedule(0)  # validates the seed
+        base = self.schedule(0)  # validates the seed
+        if base.samples_per_rank == 0:
+            raise ValueError(
+                f"Invalid world_size ({self.world_size}). Expected at most the {base.epoch_frames} frames of an "
+                "epoch: every rank yields the same number of samples (so DDP never hangs), which with more "
+                "ranks than frames is none."
+            )
         if cache_dir is None:
             cache_dir = self._temporary_cache_dir()
         shared = Options(
