@@ -26,8 +26,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import fault_input  # noqa: E402, F401 - registers its cases
 import fault_exits  # noqa: E402, F401 - registers its cases
+import fault_input  # noqa: E402, F401 - registers its cases
 import fault_runtime  # noqa: E402, F401 - registers its cases
 from fault_harness import REGISTRY, Case, Ctx, Registered, Verdict  # noqa: E402
 
