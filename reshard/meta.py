@@ -333,6 +333,7 @@ def layout_json(source: Source, params: dict[str, Any], video_records: list[Vide
             "codebase_version": source.info.raw.get("codebase_version"),
             "total_episodes": len(source.whole.episodes),
             "total_frames": source.whole.total_frames,
+            "fingerprint": source.whole.fingerprint.to_json() if source.whole.fingerprint else None,
         },
         "dropped_episodes": len(source.selection.dropped) if source.selection else 0,
         "params": params,

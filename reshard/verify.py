@@ -32,11 +32,12 @@ import pyarrow.parquet as pq
 from cache.remote import Remote, resolve
 from cache.retry import redact
 from reader.errors import DatasetError, LayoutError
-from reader.format.index import FILES_INDEX
+from reader.format.index import FILES_INDEX, LAYOUT_JSON
 from reader.format.layout import Layout
 from reader.format.v3 import EPISODES_DIR, INFO_PATH
 from reshard.checks import check_rows
 from reshard.execute import list_files, local_copy
+from reshard.fingerprint import SourceFingerprint, describe_change
 from reshard.meta import file_sha256
 from reshard.selection import DROPPED_JSON
 from reshard.source import Source, check_files_exist, open_source
@@ -192,7 +193,10 @@ def verify(
         ("pointers", _check_pointers),
         ("videos", _check_videos),
     ]
-    if source is not None:
+    changed = _source_change(layout, source) if source is not None else None
+    if changed is not None:
+        checks.append(("source-tables", lambda run: run.fail("source-tables", changed, LAYOUT_JSON)))
+    elif source is not None:
         checks += [("source-tables", check_source_tables), ("source-videos", check_source_videos)]
         try:
             source = as_resharded(source, remote)
@@ -214,6 +218,19 @@ def verify(
         passed=tuple(passed),
         violations=tuple(run.violations),
         videos=tuple(run.videos),
+    )
+
+
+def _source_change(layout: Layout, source: Source) -> str | None:
+    """Where the output records the fingerprint of the source it was made from and `source` has another,
+    the violation saying so (its checks would only find the consequences: other lengths, other rows)."""
+    recorded = SourceFingerprint.from_json(layout.layout.get("source", {}).get("fingerprint"))
+    if recorded is None or source.fingerprint is None or recorded == source.fingerprint:
+        return None
+    return (
+        f"{redact(layout.url)} was resharded from another version of {redact(source.url)}: "
+        f"{describe_change(recorded, source.fingerprint)}. Expected the source it was resharded from, whose "
+        "metadata fingerprint meta/lrs/layout.json records."
     )
 
 

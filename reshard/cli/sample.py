@@ -11,7 +11,15 @@ import click
 
 from cache.progress import progress_bar
 from reshard.checks import validate
-from reshard.cli.base import EXIT_CHECK_FAILED, F, handle_errors, json_option, quiet_option, quiet_requested
+from reshard.cli.base import (
+    EXIT_CHECK_FAILED,
+    F,
+    LocalDir,
+    handle_errors,
+    json_option,
+    quiet_option,
+    quiet_requested,
+)
 from reshard.demo.sample import ENCODERS, SampleSpec, write_sample
 from reshard.source import describe, open_source
 
@@ -63,7 +71,7 @@ def _spec_options(fn: F) -> F:
 
 
 @click.command()
-@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("directory", type=LocalDir(hint="write it locally, then upload it with `lrs push DIR URL`"))
 @_spec_options
 @click.option(
     "--converted",
@@ -149,7 +157,7 @@ def render_description(summary: dict[str, object]) -> str:
 @click.command()
 @click.option(
     "--workdir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=LocalDir(hint="the demo writes locally (its bucket is a local file:// one)"),
     default=None,
     help="Where the demo's files go (its subdirectories there are replaced) [default: a temporary directory].",
 )
