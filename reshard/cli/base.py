@@ -57,9 +57,11 @@ class LocalDir(click.Path):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str):
-            name = param.opts[0] if param is not None and param.opts else "directory"
+            name = "directory" if param is None else param.human_readable_name
+            if isinstance(param, click.Option):
+                name = param.opts[0]
             try:
-                value = local_dir(value, name if name.startswith("-") else name.upper(), hint=self.hint)
+                value = local_dir(value, name, hint=self.hint)
             except ValueError as exc:
                 self.fail(str(exc), param, ctx)
         return super().convert(value, param, ctx)

@@ -159,7 +159,8 @@ def render_description(summary: dict[str, object]) -> str:
     "--workdir",
     type=LocalDir(hint="the demo writes locally (its bucket is a local file:// one)"),
     default=None,
-    help="Where the demo's files go (its subdirectories there are replaced) [default: a temporary directory].",
+    help="Where the demo's files go: DIR when new, empty or an earlier demo's (whose files it replaces), "
+    "else a new folder in DIR; nothing else of DIR is touched [default: a temporary directory].",
 )
 @click.option(
     "--num-episodes",
@@ -178,10 +179,14 @@ def demo(workdir: Path | None, episodes: int, keep: bool) -> None:
     with 2 DataLoader workers (every frame exactly once) -> resume mid-epoch (the same continuation).
     Exits 1 when a check fails, keeping the files for a look.
     """
-    from reshard.demo.pipeline import DemoCheckError, DemoConfig, render_table, run_demo
+    from reshard.demo.pipeline import DemoCheckError, DemoConfig, claim_workdir, render_table, run_demo
 
-    root = Path(tempfile.mkdtemp(prefix="lrs-demo-")) if workdir is None else workdir
-    click.echo(f"lrs demo in {root}")
+    own = workdir is None
+    root = claim_workdir(Path(tempfile.mkdtemp(prefix="lrs-demo-")) if workdir is None else workdir)
+    beside = (
+        "" if own or root == workdir else f" ({workdir} holds files of yours: the demo uses a new folder)"
+    )
+    click.echo(f"lrs demo in {root}{beside}")
     try:
         result = run_demo(root, DemoConfig(episodes=episodes), echo=click.echo)
     except DemoCheckError as exc:
@@ -195,11 +200,12 @@ def demo(workdir: Path | None, episodes: int, keep: bool) -> None:
     if keep:
         click.echo(f"files kept in {root}")
     else:
-        _remove(root, own=workdir is None)
+        _remove(root, own=own)
 
 
 def _remove(root: Path, *, own: bool) -> None:
-    """Remove the demo's files: the whole directory when the demo made it, else only its subdirectories."""
+    """Remove the demo's files: the whole temporary directory when the demo made one, else only what it
+    wrote (and the directory, where the demo made it)."""
     from reshard.demo.pipeline import cleanup_workdir
 
     if own:
