@@ -17,6 +17,7 @@ from reshard.cli import cli
 from reshard.errors import ReshardError
 from reshard.lock import LOCK_NAME, job_lock
 from reshard.run import default_work_dir, reshard
+from tests.reshard.test_reshard_resume import RESHARD, files_of
 
 HOLD = """
 import sys
@@ -120,3 +121,34 @@ def test_a_part_does_not_clear_the_temp_files_of_a_part_beside_it(
     (work / "tmp" / "other-part.mp4").write_bytes(b"being written")
     reshard(str(sample_ds), out, part=(1, 2), quiet=True)
     assert (work / "tmp" / "other-part.mp4").read_bytes() == b"being written"
+
+
+def test_parts_run_at_once_then_finalize_equal_one_run(
+    sample_ds: Path, sample_resharded_ds: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    parts = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                RESHARD,
+                "reshard",
+                str(sample_ds),
+                "--out",
+                str(out),
+                "-q",
+                "--part",
+                f"{i}/3",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(3)
+    ]
+    for part in parts:
+        _, err = part.communicate(timeout=120)
+        assert part.returncode == 0, err
+    reshard(str(sample_ds), out, finalize_only=True, quiet=True)
+    assert files_of(out) == files_of(sample_resharded_ds)
