@@ -108,6 +108,8 @@ def job_lock(work: Path, out: Path, *, part: tuple[int, int] | None, what: str) 
     except OSError as exc:
         if exc.errno not in _UNSUPPORTED:
             raise
+        fd = -1
+    if fd == -1:
         log.warning(
             "%s: the filesystem has no file locks; a second job on %s would not be detected", path, out
         )

@@ -176,7 +176,7 @@ def open_source(
         parse_parquet(tasks_bytes, file=remote.display(TASKS_PATH)), file=remote.display(TASKS_PATH)
     )
     metadata = {INFO_PATH: info_bytes, TASKS_PATH: tasks_bytes, **{rel: data for rel, _, data in found}}
-    stats = {}
+    stats: dict[str, Any] = {}
     if remote.exists(STATS_PATH):
         metadata[STATS_PATH] = remote.cat(STATS_PATH)
         stats = parse_stats(metadata[STATS_PATH], file=remote.display(STATS_PATH))
