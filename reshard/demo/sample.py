@@ -43,6 +43,14 @@ Codec = Literal["av1", "hevc", "h264"]
 # Source pixel formats: lerobot's yuv420p, and what third-party writers use: full-range yuvj420p (an MJPEG
 # webcam through FFmpeg) and yuv444p (which holds odd frame sizes). x264 and x265 only for the last two.
 PIX_FMTS = ("yuv420p", "yuvj420p", "yuv444p")
+# v3 datasets written by hand, the way third-party converters and recorders write them (issue 27), as
+# `write_sample` overrides: `write_sample(root, **THIRD_PARTY["full-range-h264"])`. `scripts/third_party.py`
+# writes them all; the tests use them at a smaller size.
+THIRD_PARTY: dict[str, dict[str, Any]] = {
+    "full-range-h264": {"codec": "h264", "pix_fmt": "yuvj420p"},
+    "odd-size-yuv444p": {"codec": "h264", "pix_fmt": "yuv444p", "height": 75, "width": 101},
+    "audio-track": {"codec": "h264", "audio": True},
+}
 
 
 @dataclass(frozen=True)
