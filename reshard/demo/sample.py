@@ -110,11 +110,15 @@ class SampleSpec:
             (1 <= self.min_length <= self.max_length, "min_length/max_length", "1 <= min <= max"),
             (self.cameras >= 0, "cameras", ">= 0"),
             (self.depth_cameras >= 0, "depth_cameras", ">= 0"),
-            (self.width >= 64 and (odd or self.width % 2 == 0), "width", "even (but in yuv444p) and >= 64"),
+            (
+                self.width >= 64 and (odd or self.width % 2 == 0),
+                "width",
+                "even (odd only in yuv444p) and >= 64",
+            ),
             (
                 self.height >= 48 and (odd or self.height % 2 == 0),
                 "height",
-                "even (but in yuv444p) and >= 48",
+                "even (odd only in yuv444p) and >= 48",
             ),
             (self.pix_fmt in PIX_FMTS, "pix_fmt", f"one of {PIX_FMTS}"),
             (self.pix_fmt == "yuv420p" or self.codec != "av1", "pix_fmt/codec", "yuv420p for av1"),
