@@ -384,9 +384,9 @@ def reshard(
         )
         tasks = [] if finalize_only else (plan.tasks() if part is None else plan.part(*part))
         video_tasks = [t for t in tasks if isinstance(t, VideoTask)]
-        check_frame_sizes(source, video_tasks, options.video)
         if not options.skip_defective:  # the selection already left out every episode of a bad video
             check_video_files(source, video_tasks)
+        check_frame_sizes(source, video_tasks, options.video)
         _claim(ws, doc, out)
         if part is None and not finalize_only:
             shutil.rmtree(ws.root / "tmp", ignore_errors=True)
