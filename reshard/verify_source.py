@@ -199,7 +199,7 @@ def check_source_videos(run: _Run) -> None:
                             result.psnr_mean_db,
                             fit.gain,
                             fit.offset,
-                        )  # fmt: skip
+                        )
                     )
                     _judge(run, video.path, ep, result, was_reencoded, depth=depth)
                     colour += fit if was_reencoded else ColourFit()

@@ -77,7 +77,7 @@ def info_features(spec: SampleSpec) -> dict[str, Any]:
                 crf=spec.crf,
                 pix_fmt=spec.pix_fmt,
                 audio=spec.audio,
-            ),  # fmt: skip
+            ),
         }
     for key in spec.depth_keys:
         info = video_info(

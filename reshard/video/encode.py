@@ -99,10 +99,6 @@ class Colour:
         space = _UNSPECIFIED if cc.colorspace == _SPC_RGB else cc.colorspace
         return cls(ColorRange.JPEG if full else cc.color_range, space, cc.color_primaries, cc.color_trc)
 
-    @property
-    def full_range(self) -> bool:
-        return self.range == ColorRange.JPEG
-
     def tag(self, stream: VideoStream) -> None:
         """Tag an encoding stream (FFmpeg's libx264/libx265 write these into the VUI)."""
         cc = stream.codec_context

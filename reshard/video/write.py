@@ -166,7 +166,8 @@ def write_episode_video(
     Raises:
         ValueError: an argument is out of range.
         DatasetError: the source is missing, corrupt or truncated, or lacks frames of the episode.
-        ReshardError: a `copy` needs a re-encode but the source codec has no encoder here.
+        ReshardError: a `copy` needs a re-encode but the source codec has no encoder here; an `h264`
+            re-encode of an odd frame size; an encoder that refuses the size or pixel format.
     """
     _check_args(
         from_timestamp=from_timestamp,
