@@ -276,6 +276,8 @@ def info_json(source: Source, params: dict[str, Any], video_records: list[VideoR
     for key in source.video_keys:
         info = raw["features"][key].setdefault("info", {})
         info.update(_video_info([r for r in video_records if r.key == key]))
+        if "has_audio" in info:  # the episode videos hold the video stream alone
+            info["has_audio"] = False
     return (json.dumps(raw, indent=4) + "\n").encode()
 
 

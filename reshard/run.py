@@ -32,9 +32,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import av
+
 from cache.checks import local_dir
 from cache.remote import redact
 from cache.store import atomic_write
+from reader.depth import is_depth
 from reader.errors import DatasetError
 from reader.format.index import LAYOUT_JSON, parse_layout_json
 from reshard.checks import defects_error, describe_defect, iter_video_defects, raise_defects
@@ -56,6 +59,7 @@ from reshard.plan import Plan, VideoTask, make_plan
 from reshard.selection import SKIPPED_BY_USER, Dropped, Selection, make_selection, parse_episode_list, select
 from reshard.source import Source, check_files_exist, open_source
 from reshard.tables import read_footer
+from reshard.video.encode import size_refusal, target_pix_fmt
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +189,28 @@ def check_video_files(source: Source, tasks: list[VideoTask]) -> None:
     raise_defects(
         list(iter_video_defects(source, sorted({t.source for t in tasks}), per_episode=True)), source.url
     )
+
+
+def check_frame_sizes(source: Source, tasks: list[VideoTask], mode: str) -> None:
+    """Every camera's frame size fits the re-encode's pixel format (`target_pix_fmt`), read from the headers
+    of the tasks' source videos: an `h264` re-encode cannot hold an odd width or height.
+
+    Raises:
+        ReshardError: the first camera and file whose size does not fit, in one line.
+    """
+    if mode != "h264":  # copy keeps the source's format; hevc encodes odd sizes 4:4:4
+        return
+    for rel in sorted({t.source for t in tasks if not is_depth(source.info.features[t.key])}):
+        where = source.remote.display(rel)
+        try:
+            with source.remote.open(rel) as handle, av.open(handle) as container:
+                cc = container.streams.video[0].codec_context
+                width, height = cc.width, cc.height
+        except (av.error.FFmpegError, IndexError, OSError) as exc:
+            raise DatasetError(f"not a readable video ({exc})", file=where) from exc
+        if target_pix_fmt(mode, width, height) is None:
+            key = next(t.key for t in tasks if t.source == rel)
+            raise ReshardError(f"{where}: camera {key!r}: {size_refusal(mode, width, height)}")
 
 
 def every_defect(source: Source, first: DatasetError, *, quiet: bool) -> DatasetError:
@@ -431,8 +457,10 @@ def _run_locked(
             source.info, source.episodes, source_sizes(source), data_file_mb=options.data_file_mb
         )
         tasks = [] if finalize_only else (plan.tasks() if part is None else plan.part(*part))
+        video_tasks = [t for t in tasks if isinstance(t, VideoTask)]
         if not options.skip_defective:  # the selection already left out every episode of a bad video
-            check_video_files(source, [t for t in tasks if isinstance(t, VideoTask)])
+            check_video_files(source, video_tasks)
+        check_frame_sizes(source, video_tasks, options.video)
         _claim(ws, doc, out, source.whole.fingerprint)
         if part is None and not finalize_only:  # this run holds the lock alone: no temp file is another's
             shutil.rmtree(ws.root / "tmp", ignore_errors=True)

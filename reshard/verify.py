@@ -10,7 +10,8 @@ index makes every later check noise):
 4. `pointers` every meta/episodes pointer is true: data file, rows, video file, timestamps 0..length/fps.
 5. `videos`   each episode video has `length` frames at i / fps, starting on a keyframe, as info.json says.
 6. `source-tables` (with a source) schema, metadata, tasks, stats and every row equal the source's.
-7. `source-videos` (with a source) decoded frames identical (copied) or above a PSNR floor (re-encoded).
+7. `source-videos` (with a source) decoded frames identical (copied) or above a PSNR floor, with the
+              source's colours (re-encoded).
 
 Classes 6 and 7 are in `reshard.verify_source`.
 """
@@ -115,6 +116,11 @@ class VerifyReport:
                 worst = min(v.psnr_min_db for v in reencoded)
                 mean = float(np.mean([v.psnr_mean_db for v in reencoded]))
                 lines.append(f"        re-encoded PSNR: worst frame {worst:.1f} dB, mean {mean:.1f} dB")
+                gains, offsets = [v.gain for v in reencoded], [v.offset for v in reencoded]
+                lines.append(
+                    f"        re-encoded colours: gain {min(gains):.3f} to {max(gains):.3f}, offset "
+                    f"{min(offsets):+.4f} to {max(offsets):+.4f}"
+                )
         if self.violations:
             lines.append(f"  FAIL  {self.failed_check}: {len(self.violations)} violation(s)")
             lines += [f"        {v}" for v in self.violations[:_MAX_LISTED]]

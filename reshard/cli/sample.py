@@ -20,7 +20,7 @@ from reshard.cli.base import (
     quiet_option,
     quiet_requested,
 )
-from reshard.demo.sample import ENCODERS, SampleSpec, write_sample
+from reshard.demo.sample import ENCODERS, PIX_FMTS, SampleSpec, write_sample
 from reshard.source import describe, open_source
 
 # `lrs sample`'s options for SampleSpec fields: (flag, field, type, help); each defaults to the field's.
@@ -41,12 +41,19 @@ _SPEC_OPTIONS: list[tuple[str, str, click.ParamType, str]] = [
         click.IntRange(0),
         "Number of depth cameras, written as lerobot does: 12-bit log-quantized depth, lossless HEVC gray12le.",
     ),
-    ("--height", "height", click.IntRange(48), "Frame height in pixels (even)."),
-    ("--width", "width", click.IntRange(64), "Frame width in pixels (even)."),
+    ("--height", "height", click.IntRange(48), "Frame height in pixels (even, odd only in yuv444p)."),
+    ("--width", "width", click.IntRange(64), "Frame width in pixels (even, odd only in yuv444p)."),
     ("--fps", "fps", click.IntRange(1), "Frames per second."),
     ("--tasks", "tasks", click.IntRange(1), "Number of distinct task strings."),
     ("--codec", "codec", click.Choice(sorted(ENCODERS)), "Video codec (lerobot's default is AV1)."),
     ("--gop", "gop", click.IntRange(1), "Keyframe interval."),
+    (
+        "--pix-fmt",
+        "pix_fmt",
+        click.Choice(PIX_FMTS),
+        "Cameras' pixel format: lerobot's yuv420p, or as third-party writers do, full-range yuvj420p or "
+        "yuv444p (odd sizes allowed); the last two with --codec h264 or hevc.",
+    ),
     (
         "--episodes-per-data-file",
         "episodes_per_data_file",
@@ -82,6 +89,9 @@ def _spec_options(fn: F) -> F:
     "--unaligned",
     is_flag=True,
     help="Encode each video file as one stream, so episode starts are not keyframe aligned.",
+)
+@click.option(
+    "--audio", is_flag=True, help="Give the camera videos an AAC audio track, as some recorders do."
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
 @quiet_option

@@ -35,7 +35,7 @@ def test_sample_refuses_a_directory_that_holds_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--height", "49"], "Error: Invalid height (49). Expected even and >= 48."),
+        (["--height", "49"], "Error: Invalid height (49). Expected even (odd only in yuv444p) and >= 48."),
         (
             ["--min-length", "50", "--max-length", "10"],
             "Error: Invalid min_length/max_length (50/10). Expected 1 <= min <= max.",
