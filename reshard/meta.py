@@ -282,6 +282,8 @@ def info_json(source: Source, params: dict[str, Any], video_records: list[VideoR
         if mode in DEFAULT_PRESET and records and all(r.reencoded for r in records):
             # The source encoder's preset (SVT-AV1's 12) says nothing of this camera's x264/x265 files.
             info["video.preset"] = params.get("preset") or DEFAULT_PRESET[mode]
+        if "has_audio" in info:  # the episode videos hold the video stream alone
+            info["has_audio"] = False
     return (json.dumps(raw, indent=4) + "\n").encode()
 
 
@@ -339,6 +341,7 @@ def layout_json(source: Source, params: dict[str, Any], video_records: list[Vide
             "codebase_version": source.info.raw.get("codebase_version"),
             "total_episodes": len(source.whole.episodes),
             "total_frames": source.whole.total_frames,
+            "fingerprint": source.whole.fingerprint.to_json() if source.whole.fingerprint else None,
         },
         "dropped_episodes": len(source.selection.dropped) if source.selection else 0,
         "params": params,

@@ -36,6 +36,7 @@ from reader.format.v3 import (
 )
 from reader.metadata import parse_stats
 from reshard.checks import raise_defects
+from reshard.fingerprint import SourceFingerprint
 
 if TYPE_CHECKING:
     from reshard.selection import Selection
@@ -56,6 +57,8 @@ class Source(OpenedDataset):
         parent: for a source with episodes left out (`reshard.selection.select`), the whole source;
             `episodes` and `episodes_table` are then the kept episodes, renumbered.
         selection: which episodes of `parent` are kept.
+        fingerprint: the content hash of the metadata it was opened from (`reshard.fingerprint`), of
+            every episode.
     """
 
     remote: Remote
@@ -67,6 +70,7 @@ class Source(OpenedDataset):
     episode_files: list[str] = field(default_factory=list)
     parent: Source | None = field(default=None, repr=False)
     selection: Selection | None = field(default=None, repr=False)
+    fingerprint: SourceFingerprint | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         kept = f" of {len(self.parent.episodes)}" if self.parent else ""
@@ -127,13 +131,6 @@ class Source(OpenedDataset):
         return json.loads(self.remote.cat(rel))
 
 
-def _read_parquet(
-    remote: Remote, rel: str, columns: list[str] | None = None, *, missing_ok: bool = False
-) -> pa.Table:
-    """`rel` as a table (`columns` only; with `missing_ok`, those of them the file has)."""
-    return parse_parquet(remote.cat(rel), file=remote.display(rel), columns=columns, missing_ok=missing_ok)
-
-
 def open_source(
     url: str, *, storage_options: dict[str, Any] | None = None, check_files: bool = True
 ) -> Source:
@@ -154,7 +151,8 @@ def open_source(
     except ValueError as exc:
         raise DatasetError(str(exc)) from exc
     try:
-        info = Info.parse(remote.cat(INFO_PATH), file=remote.display(INFO_PATH))
+        info_bytes = remote.cat(INFO_PATH)
+        info = Info.parse(info_bytes, file=remote.display(INFO_PATH))
     except FileNotFoundError as exc:
         raise DatasetError(
             "missing: not a LeRobot v3 dataset root (no meta/info.json)", file=remote.display(INFO_PATH)
@@ -171,15 +169,21 @@ def open_source(
     if not episodes:
         raise DatasetError("no episodes: the dataset is empty", file=remote.display(EPISODES_DIR))
     try:
-        tasks = parse_tasks(_read_parquet(remote, TASKS_PATH), file=remote.display(TASKS_PATH))
+        tasks_bytes = remote.cat(TASKS_PATH)
     except FileNotFoundError as exc:
         raise DatasetError("missing", file=remote.display(TASKS_PATH)) from exc
-    stats = (
-        parse_stats(remote.cat(STATS_PATH), file=remote.display(STATS_PATH))
-        if remote.exists(STATS_PATH)
-        else {}
+    tasks = parse_tasks(
+        parse_parquet(tasks_bytes, file=remote.display(TASKS_PATH)), file=remote.display(TASKS_PATH)
     )
-    source = Source(remote, info, episodes, tasks, stats, table, episode_files)
+    metadata = {INFO_PATH: info_bytes, TASKS_PATH: tasks_bytes, **{rel: data for rel, _, data in found}}
+    stats: dict[str, Any] = {}
+    if remote.exists(STATS_PATH):
+        metadata[STATS_PATH] = remote.cat(STATS_PATH)
+        stats = parse_stats(metadata[STATS_PATH], file=remote.display(STATS_PATH))
+    fingerprint = SourceFingerprint.of(
+        metadata, episodes=len(episodes), frames=sum(e.length for e in episodes)
+    )
+    source = Source(remote, info, episodes, tasks, stats, table, episode_files, fingerprint=fingerprint)
     check_pointers(source)
     if check_files:
         check_files_exist(source)

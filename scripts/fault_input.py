@@ -223,6 +223,58 @@ def truncated_video_loop(ctx: Ctx, case: Case) -> Verdict:
     )
 
 
+# -- datasets written the way third-party writers do (reshard.demo.sample.THIRD_PARTY) -----------------
+
+# name -> (THIRD_PARTY kind, --video, regex of the one-line refusal or None where it must reshard and verify)
+THIRD_PARTY_CASES: dict[str, tuple[str, str, str | None]] = {
+    "full-range-h264-to-hevc": ("full-range-h264", "hevc", None),
+    "full-range-h264-to-h264": ("full-range-h264", "h264", None),
+    "odd-size-yuv444p-to-hevc": ("odd-size-yuv444p", "hevc", None),
+    "odd-size-yuv444p-to-h264": (
+        "odd-size-yuv444p",
+        "h264",
+        r"camera 'observation\.images\.cam0': Invalid frame size \(101x75\) for --video h264",
+    ),
+    "audio-track-copy": ("audio-track", "copy", None),
+}
+
+
+def third_party_case(kind: str, video: str, refusal: str | None) -> Callable[[Ctx, Case], Verdict]:
+    def run(ctx: Ctx, case: Case) -> Verdict:
+        from reshard.demo.sample import THIRD_PARTY, write_sample
+
+        shared = ctx.once(kind, lambda: write_sample(ctx.base / "shared" / kind, **THIRD_PARTY[kind]))
+        src, out = ctx.copy(shared, case.dir / "src"), case.dir / "out"
+        case.watch(case.dir)
+        proc = case.lrs("reshard", str(src), "--out", str(out), "-q", "--video", video)
+        if refusal is not None:
+            return error_verdict(proc, match=refusal)
+        case.allow(r"out(/.*)?")
+        if proc.rc != 0:
+            return Verdict(False, f"reshard exit {proc.rc}: {proc.first_line}", "expected exit 0")
+        return _verified(case.lrs("verify", str(out), "--against", str(src), "--json"))
+
+    return run
+
+
+def _verified(proc: Any) -> Verdict:
+    """`verify --against` passed; the outcome gives the re-encodes' worst PSNR and colour fit."""
+    if proc.rc != 0:
+        return Verdict(False, f"verify exit {proc.rc}", "expected verify --against to pass")
+    videos = json.loads(proc.stdout)["videos"]
+    reencoded = [v for v in videos if v["reencoded"]]
+    if not reencoded:
+        return Verdict(True, f"reshard exit 0, verify exit 0: {len(videos)} episode videos identical")
+    gains, offsets = [v["gain"] for v in reencoded], [v["offset"] for v in reencoded]
+    worst = min(v["psnr_min_db"] for v in reencoded)
+    return Verdict(
+        True,
+        f"reshard exit 0, verify exit 0: {len(reencoded)} re-encoded, worst frame {worst:.1f} dB, colour "
+        f"gain {min(gains):.3f} to {max(gains):.3f}, offset {min(offsets):+.4f} to {max(offsets):+.4f}",
+        figures={"gain_min": min(gains), "gain_max": max(gains), "psnr_min_db": worst},
+    )
+
+
 # -- corrupt lrs/1 indexes and outputs: verify and the reader ------------------------------------------
 
 LAYOUT = "meta/lrs/layout.json"
@@ -293,6 +345,9 @@ register_many(
     ]
 )
 register_many([("video-truncated-x30", "input", truncated_video_loop, True)])
+register_many(
+    [(name, "third-party", third_party_case(*spec), False) for name, spec in THIRD_PARTY_CASES.items()]
+)
 register_many(
     [
         (name, "index", index_case(*spec), name == "index-byte-range-shifted")

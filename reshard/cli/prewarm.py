@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cache.checks import index_range
-from reshard.cli.base import dry_run_option, handle_errors, quiet_option, quiet_requested
+from reshard.cli.base import LocalDir, dry_run_option, handle_errors, quiet_option, quiet_requested
 
 if TYPE_CHECKING:
     from reader.prewarm import Plan
@@ -171,7 +171,7 @@ def _node_block(
 @click.option(
     "--cache-dir",
     required=True,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=LocalDir(hint="a node cache is a local directory; the dataset to read is the URL argument"),
     help="The node cache directory; train with EpisodeStream(..., cache_dir=DIR).",
 )
 @click.option(

@@ -7,12 +7,16 @@ from pathlib import Path
 
 import click
 
-from reshard.cli.base import dry_run_option, handle_errors, quiet_option, quiet_requested
+from reshard.cli.base import LocalDir, dry_run_option, handle_errors, quiet_option, quiet_requested
 from reshard.push.publish import push
 
 
 @click.command("push")
-@click.argument("local_dir", metavar="DIR", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument(
+    "local_dir",
+    metavar="DIR",
+    type=LocalDir(exists=True, hint="DIR is the local dataset to upload; the target URL comes second"),
+)
 @click.argument("url")
 @click.option(
     "--create",
