@@ -38,3 +38,14 @@ def parse_index_list(text: str, *, what: str = "index") -> list[int]:
         ValueError: a malformed item (`index_range`).
     """
     return sorted({i for part in text.split(",") for i in index_range(part.strip(), what=what)})
+
+
+def format_index_list(values: list[int]) -> str:
+    """`[0, 1, 2, 5]` -> `0-2,5`: the inverse of `parse_index_list` for sorted, distinct indices."""
+    parts: list[list[int]] = []
+    for value in values:
+        if parts and value == parts[-1][-1] + 1:
+            parts[-1] = [parts[-1][0], value]
+        else:
+            parts.append([value])
+    return ",".join("-".join(str(v) for v in part) for part in parts)

@@ -32,6 +32,7 @@ from cache.remote import redact
 from cache.store import atomic_write
 from reader.errors import DatasetError
 from reader.format.index import LAYOUT_JSON, parse_layout_json
+from reader.format.locate import read_footer
 from reshard.checks import defects_error, describe_defect, iter_video_defects, raise_defects
 from reshard.doctor import Defect, examine
 from reshard.errors import ReshardError, WorkerDied
@@ -48,7 +49,6 @@ from reshard.meta import Record, build_meta, reencoded_videos
 from reshard.plan import Plan, VideoTask, make_plan
 from reshard.selection import SKIPPED_BY_USER, Dropped, Selection, make_selection, parse_episode_list, select
 from reshard.source import Source, check_files_exist, open_source
-from reshard.tables import read_footer
 
 log = logging.getLogger(__name__)
 
@@ -335,6 +335,8 @@ def reshard(
     ws = Workspace(Path(work_dir).absolute() if work_dir else default_work_dir(out))
     # With episodes to leave out, files are checked per episode: a missing one drops its episodes.
     source = open_source(src, storage_options=storage_options, check_files=False)
+    for warning in source.warnings:
+        log.warning("%s", warning)
     _check_apart(source, out, ws.root)
     doc = _job_doc(source, options)
     if _completed(out, doc):
