@@ -1,7 +1,7 @@
 """Describe the layout of any v3 dataset: how its tables and videos are cut, and whether it is lrs/1.
 
 Parquet metadata comes from DuckDB (`parquet_metadata`, `parquet_schema`) over the data files' footers:
-the files themselves for a local dataset, footer stubs fetched with two ranged reads each for a remote
+the files themselves for a local dataset, footer stubs fetched with one ranged read each for a remote
 one (see `reader.format.locate.footer_bytes`), so inspecting a large remote dataset moves kilobytes. Video
 keyframes are read from the packets of a few files per camera (`--probe-videos`).
 """

@@ -22,7 +22,6 @@ from reader.errors import DatasetError
 from reader.format.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON
 from reader.format.layout import Layout
 from reader.format.locate import (
-    FileRows,
     candidate_files,
     describe_moved,
     list_data_files,
@@ -224,20 +223,19 @@ def _open_v3(remote: Remote, reads: Reads) -> Catalog:
         remote=remote,
         info=info,
         kind="v3",
-        episodes=_v3_refs(info, infos, files),
+        episodes=_v3_refs(info, infos),
         tasks=_tasks(remote, reads),
         fingerprint=f"v3-{digest.hexdigest()[:20]}",
     )
 
 
-def _v3_refs(info: Info, infos: list[EpisodeInfo], files: Mapping[str, FileRows]) -> tuple[EpisodeRef, ...]:
+def _v3_refs(info: Info, infos: list[EpisodeInfo]) -> tuple[EpisodeRef, ...]:
     paths = [info.data_file(e.data_chunk_index, e.data_file_index) for e in infos]
-    # v3 data files hold whole episodes in `index` order, so a file's first row is its lowest index: the
-    # footer's, else (a file unread) the lowest of the episodes pointing at it.
-    file_start = {rel: rows.first_index for rel, rows in files.items()}
+    # v3 data files hold whole episodes in `index` order, so a file's first row is its lowest index
+    # (the pointers are true: `locate` made them so).
+    file_start: dict[str, int] = {}
     for rel, e in zip(paths, infos, strict=True):
-        if rel not in files:
-            file_start[rel] = min(file_start.get(rel, e.dataset_from_index), e.dataset_from_index)
+        file_start[rel] = min(file_start.get(rel, e.dataset_from_index), e.dataset_from_index)
     refs = []
     for rel, e in zip(paths, infos, strict=True):
         videos = tuple(

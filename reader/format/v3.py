@@ -124,6 +124,13 @@ class Info:
                 file=file,
                 field="codebase_version",
             )
+        # lerobot's `DatasetInfo` fills these in where they are absent (not where they are null).
+        raw.setdefault("data_path", DEFAULT_DATA_PATH)
+        features = raw.get("features")
+        if isinstance(features, dict) and any(
+            isinstance(f, dict) and f.get("dtype") == "video" for f in features.values()
+        ):
+            raw.setdefault("video_path", DEFAULT_VIDEO_PATH)
         for key, kind in (("fps", (int, float)), ("features", dict), ("data_path", str)):
             if not isinstance(raw.get(key), kind):
                 raise DatasetError(f"missing or malformed ({raw.get(key)!r})", file=file, field=key)

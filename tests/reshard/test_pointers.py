@@ -19,9 +19,10 @@ import pytest
 from click.testing import CliRunner
 
 from reader import EpisodeStream
+from reader.errors import DatasetError
 from reader.format.catalog import Catalog
 from reader.format.locate import FileRows, locate, template_pattern
-from reader.format.v3 import DEFAULT_DATA_PATH, EpisodeInfo, Info
+from reader.format.v3 import DEFAULT_DATA_PATH, DEFAULT_VIDEO_PATH, EpisodeInfo, Info
 from reshard.cli import cli
 from reshard.run import reshard
 from reshard.source import open_source
@@ -143,6 +144,14 @@ def test_the_plain_v3_reader_reads_the_rows_where_they_are(
 
 
 # --- optional columns ---------------------------------------------------------------------------------
+
+
+def test_info_without_path_templates_takes_lerobots() -> None:
+    raw = {"codebase_version": "v3.0", "fps": 30, "features": {"cam": {"dtype": "video"}}}
+    info = Info.parse(json.dumps(raw))
+    assert info.data_path == DEFAULT_DATA_PATH and info.video_path == DEFAULT_VIDEO_PATH
+    with pytest.raises(DatasetError, match="video_path.*missing although the dataset has videos"):
+        Info.parse(json.dumps({**raw, "video_path": None}))  # lerobot cannot read that either
 
 
 def test_episodes_without_optional_columns_read(sample_ds: Path, tmp_path: Path) -> None:
