@@ -71,10 +71,16 @@ def _rewrite_episodes(root: Path, change: Callable[[pa.Table], pa.Table]) -> Non
 
 
 def stale_pointers(sample: Path, root: Path) -> Path:
-    """A copy of `sample` whose `meta/episodes` data pointers are stale as lerobot 0.4.x's v2.1 -> v3.0
-    converter writes them: the first episode of each data file after the first names the file before
-    (`convert_data` records the file it was filling before the episode made it overflow)."""
+    """A copy of `sample` at `root` with `make_stale` data pointers."""
     shutil.copytree(sample, root)
+    make_stale(root)
+    return root
+
+
+def make_stale(root: Path) -> None:
+    """Make the `meta/episodes` data pointers of the dataset at `root` stale as lerobot 0.4.x's v2.1 ->
+    v3.0 converter writes them: the first episode of each data file after the first names the file
+    before (`convert_data` records the file it was filling before the episode made it overflow)."""
     names = ("data/chunk_index", "data/file_index")
     tables = {p: pq.read_table(p) for p in sorted((root / "meta/episodes").rglob("*.parquet"))}
     every = pa.concat_tables(tables.values()).sort_by("episode_index")
@@ -86,7 +92,6 @@ def stale_pointers(sample: Path, root: Path) -> Path:
         episodes = table.column("episode_index").to_pylist()
         columns = {n: [stale[e][i] for e in episodes] for i, n in enumerate(names)}
         pq.write_table(replace_columns(table, columns), path)
-    return root
 
 
 def without_columns(sample: Path, root: Path, columns: Sequence[str]) -> Path:
