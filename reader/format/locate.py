@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -196,17 +197,27 @@ def locate(
     report). Otherwise it points at the one file that holds its range.
     """
     pattern = template_pattern(info.data_path)
+    paths = list(files)
+    firsts = np.array([files[p].first_index for p in paths], dtype=np.int64)
+    lasts = np.array([files[p].last_index for p in paths], dtype=np.int64)
     out, moved = [], []
+    named: dict[tuple[int, int], str] = {}  # each path formatted once, not once per episode
     for episode in episodes:
-        stated = info.data_file(episode.data_chunk_index, episode.data_file_index)
-        found = [f.path for f in files.values() if f.holds(episode)]
-        match = pattern.fullmatch(found[0]) if len(found) == 1 else None
-        if stated in found or match is None:
+        pointer = (episode.data_chunk_index, episode.data_file_index)
+        stated = named.get(pointer) or named.setdefault(pointer, info.data_file(*pointer))
+        if stated in files and files[stated].holds(episode):
+            out.append(episode)
+            continue
+        holding = np.flatnonzero(
+            (firsts <= episode.dataset_from_index) & (lasts >= episode.dataset_to_index - 1)
+        )
+        match = pattern.fullmatch(paths[holding[0]]) if holding.size == 1 else None
+        if match is None:
             out.append(episode)
             continue
         chunk, file = int(match["chunk_index"]), int(match["file_index"])
         out.append(replace(episode, data_chunk_index=chunk, data_file_index=file))
-        moved.append(Moved(episode.episode_index, stated, found[0]))
+        moved.append(Moved(episode.episode_index, stated, match.group(0)))
     return out, moved
 
 
