@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cache.checks import format_index_list
@@ -96,13 +97,12 @@ def read_footer(remote: Remote, rel: str) -> pq.FileMetaData:
         FileNotFoundError: the file is missing.
     """
     local = remote.local_path(rel)
+    where = local if local is not None else pa.BufferReader(footer_bytes(remote, rel))
     try:
-        if local is not None:
-            return pq.read_metadata(local)
-        return pq.ParquetFile(pa.BufferReader(footer_bytes(remote, rel))).metadata
-    except (pa.ArrowInvalid, pa.ArrowIOError) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
+        return pq.read_metadata(where)
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowInvalid, OSError) as exc:
         raise DatasetError(f"not a readable parquet file ({exc})", file=remote.display(rel)) from exc
 
 
@@ -124,7 +124,7 @@ def file_rows(remote: Remote, rel: str) -> FileRows | None:
         if stats is None or not stats.has_min_max:
             table = parse_parquet(remote.cat(rel), file=remote.display(rel), columns=["index"])
             values = table.column("index")
-            low, high = [pa.compute.min(values).as_py()], [pa.compute.max(values).as_py()]
+            low, high = [pc.min(values).as_py()], [pc.max(values).as_py()]
             break
         low.append(stats.min)
         high.append(stats.max)

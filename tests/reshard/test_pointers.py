@@ -28,6 +28,7 @@ from reshard.run import reshard
 from reshard.source import open_source
 from reshard.verify import verify
 from tests.reshard.defects import stale_pointers, without_columns
+from tests.servers import RangeServer
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +142,13 @@ def test_the_plain_v3_reader_reads_the_rows_where_they_are(
     assert [int(s["episode_index"]) for s in samples] == rows.column("episode_index").to_pylist()
     actions = np.stack(rows.column("action").to_numpy(zero_copy_only=False))
     np.testing.assert_array_equal(np.stack([s["action"].numpy() for s in samples]), actions)
+
+
+def test_over_http_the_file_after_the_last_named_is_found(
+    stale_chunked: Path, sample_chunked_ds: Path
+) -> None:
+    with RangeServer(stale_chunked) as server:  # plain HTTP cannot list: the last file is named by none
+        assert Catalog.open(server.url).episodes == Catalog.open(str(sample_chunked_ds)).episodes
 
 
 # --- optional columns ---------------------------------------------------------------------------------
