@@ -24,6 +24,7 @@ from reader.format.catalog import Catalog
 from reader.format.locate import FileRows, locate, template_pattern
 from reader.format.v3 import DEFAULT_DATA_PATH, DEFAULT_VIDEO_PATH, EpisodeInfo, Info
 from reshard.cli import cli
+from reshard.execute import ReshardOptions
 from reshard.run import reshard
 from reshard.source import open_source
 from reshard.verify import verify
@@ -125,6 +126,11 @@ def test_reshard_writes_true_pointers_and_verifies(
     for (chunk, file), episode in zip(_pointers(out), range(rows.num_rows), strict=False):
         held = pq.read_table(out / DEFAULT_DATA_PATH.format(chunk_index=chunk, file_index=file))
         assert episode in held.column("episode_index").to_pylist()
+
+
+def test_skip_defective_keeps_every_episode(stale: Path, tmp_path: Path) -> None:
+    reshard(str(stale), tmp_path / "out", options=ReshardOptions(skip_defective=True), quiet=True)
+    assert json.loads((tmp_path / "out/meta/info.json").read_text())["total_episodes"] == 8
 
 
 @pytest.mark.parametrize(
