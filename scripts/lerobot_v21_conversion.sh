@@ -17,8 +17,9 @@ EPISODES=${2:-4}
 FRAMES=${3:-300}
 log() { echo "[lerobot_v21_conversion] $*" >&2; }
 
-venv() {  # venv DIR VERSION: a venv with lerobot==VERSION, made once
+venv() {  # venv DIR VERSION [PIN...]: a venv with lerobot==VERSION and the pins, made once
   local dir=$1 version=$2
+  shift 2
   if ! "$dir/bin/python" -c "import lerobot.datasets" >/dev/null 2>&1; then
     local py312
     py312=$(ls -d /root/.pyenv/versions/3.12*/bin/python 2>/dev/null | sort -V | tail -1 || true)
@@ -27,12 +28,13 @@ venv() {  # venv DIR VERSION: a venv with lerobot==VERSION, made once
     log "creating $dir with lerobot==$version"
     "$py312" -m venv "$dir"
     "$dir/bin/pip" install -q --upgrade pip >&2
-    "$dir/bin/pip" install -q "lerobot==$version" >&2
+    "$dir/bin/pip" install -q "lerobot==$version" "$@" >&2
   fi
   echo "$dir/bin/python"
 }
 
-WRITER=$(venv /tmp/lerobot-0.3.3-venv 0.3.3)
+# lerobot 0.3.3 asks for av>=14.2 without a ceiling; av 15 and later give `base_rate` as a rational.
+WRITER=$(venv /tmp/lerobot-0.3.3-venv 0.3.3 "av>=14.2,<15" --only-binary=av)
 CONVERTER=$(venv /tmp/lerobot-0.4.4-venv 0.4.4)
 mkdir -p "$OUT"
 rm -rf "$OUT/local/v21" "$OUT/local/v21_old" "$OUT/local/v21_v30"
@@ -48,13 +50,13 @@ root, episodes, frames = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 features = {
     "observation.state": {"dtype": "float32", "shape": (500,), "names": None},
     "action": {"dtype": "float32", "shape": (6,), "names": None},
-    "observation.images.cam": {"dtype": "video", "shape": (48, 64, 3), "names": ["height", "width", "channels"]},
+    "observation.images.cam": {"dtype": "video", "shape": (64, 96, 3), "names": ["height", "width", "channels"]},
 }
 ds = LeRobotDataset.create("local/v21", fps=10, features=features, root=root, use_videos=True)
 rng = np.random.default_rng(0)
 for episode in range(episodes):
     for frame in range(frames):
-        image = np.full((48, 64, 3), (episode * 40 + frame) % 256, dtype=np.uint8)
+        image = np.full((64, 96, 3), (episode * 40 + frame) % 256, dtype=np.uint8)
         ds.add_frame(
             {
                 "observation.state": rng.standard_normal(500).astype(np.float32),
