@@ -69,3 +69,14 @@ def local_dir(value: str | os.PathLike[str], name: str, *, hint: str = "") -> st
     raise ValueError(
         f"Invalid {name} ({redact(text)}): a URL. Expected a local directory{'; ' + hint if hint else ''}."
     )
+
+
+def format_index_list(values: list[int]) -> str:
+    """`[0, 1, 2, 5]` -> `0-2,5`: the inverse of `parse_index_list` for sorted, distinct indices."""
+    parts: list[list[int]] = []
+    for value in values:
+        if parts and value == parts[-1][-1] + 1:
+            parts[-1] = [parts[-1][0], value]
+        else:
+            parts.append([value])
+    return ",".join("-".join(str(v) for v in part) for part in parts)

@@ -24,12 +24,11 @@ from typing import Any
 import pyarrow as pa
 from tqdm import tqdm
 
-from cache.checks import parse_index_list
+from cache.checks import format_index_list, parse_index_list
 from cache.progress import progress_bar
 from cache.remote import Remote
 from cache.store import atomic_write
 from reader.depth import is_depth
-from reshard.checks import episode_ranges
 from reshard.errors import WorkerDied
 from reshard.meta import (
     DataRecord,
@@ -95,7 +94,7 @@ class ReshardOptions:
         if self.skip_episodes:
             # Checked and written one way here; against the source's episodes when it is opened.
             episodes = parse_index_list(self.skip_episodes, what="episode")
-            object.__setattr__(self, "skip_episodes", episode_ranges(episodes))
+            object.__setattr__(self, "skip_episodes", format_index_list(episodes))
         if not self.data_file_mb > 0:
             raise ValueError(f"Invalid data_file_mb ({self.data_file_mb}). Expected > 0.")
         if self.video != "copy" and self.preset is not None and self.preset not in X26X_PRESETS:

@@ -1,8 +1,8 @@
 """Describe the layout of any v3 dataset: how its tables and videos are cut, and whether it is lrs/1.
 
 Parquet metadata comes from DuckDB (`parquet_metadata`, `parquet_schema`) over the data files' footers:
-the files themselves for a local dataset, footer stubs fetched with two ranged reads each for a remote
-one (see `reshard.tables.footer_bytes`), so inspecting a large remote dataset moves kilobytes. Video
+the files themselves for a local dataset, footer stubs fetched with one ranged read each for a remote
+one (see `reader.format.locate.footer_bytes`), so inspecting a large remote dataset moves kilobytes. Video
 keyframes are read from the packets of a few files per camera (`--probe-videos`).
 """
 
@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 from cache.remote import Remote
 from reader.errors import DatasetError, LayoutError
 from reader.format.index import LAYOUT_JSON, parse_layout_json
+from reader.format.locate import footer_bytes
 from reshard.execute import local_copy
 from reshard.source import Source, describe, open_source
-from reshard.tables import footer_bytes
 from reshard.video.compare import probe_video
 from reshard.video.encode import DEFAULT_CRF, DEFAULT_PRESET
 

@@ -41,6 +41,7 @@ from cache.store import atomic_write
 from reader.depth import is_depth
 from reader.errors import DatasetError
 from reader.format.index import LAYOUT_JSON, parse_layout_json
+from reader.format.locate import read_footer
 from reshard.checks import defects_error, describe_defect, iter_video_defects, raise_defects
 from reshard.doctor import Defect, examine
 from reshard.errors import ReshardError, WorkerDied
@@ -59,7 +60,6 @@ from reshard.meta import Record, build_meta, reencoded_videos
 from reshard.plan import Plan, VideoTask, make_plan
 from reshard.selection import SKIPPED_BY_USER, Dropped, Selection, make_selection, parse_episode_list, select
 from reshard.source import Source, check_files_exist, open_source
-from reshard.tables import read_footer
 from reshard.video.encode import size_refusal, target_pix_fmt
 
 log = logging.getLogger(__name__)
@@ -408,6 +408,8 @@ def reshard(
     ws = Workspace(work)
     # With episodes to leave out, files are checked per episode: a missing one drops its episodes.
     source = open_source(src, storage_options=storage_options, check_files=False)
+    for warning in source.warnings:
+        log.warning("%s", warning)
     _check_apart(source, out, ws.root)
     what = "finalize" if finalize_only else "reshard" if part is None else f"part {part[0]}/{part[1]}"
     with job_lock(ws.root, out, part=part, what=what):

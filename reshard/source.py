@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from cache.remote import Remote, resolve
 from reader.errors import DatasetError
+from reader.format.locate import candidate_files, describe_moved, locate, read_file_rows
 from reader.format.parquet import parse_parquet
 from reader.format.v3 import (
     EPISODES_DIR,
@@ -30,6 +31,8 @@ from reader.format.v3 import (
     OpenedDataset,
     check_tiling,
     concat_episode_tables,
+    missing_optional_columns,
+    optional_columns_warning,
     parse_episodes,
     parse_tasks,
     read_episode_files,
@@ -59,6 +62,8 @@ class Source(OpenedDataset):
         selection: which episodes of `parent` are kept.
         fingerprint: the content hash of the metadata it was opened from (`reshard.fingerprint`), of
             every episode.
+        warnings: what is off but readable, one line each (stale data pointers, optional columns
+            missing), for `doctor` to report and `reshard` to log.
     """
 
     remote: Remote
@@ -71,6 +76,7 @@ class Source(OpenedDataset):
     parent: Source | None = field(default=None, repr=False)
     selection: Selection | None = field(default=None, repr=False)
     fingerprint: SourceFingerprint | None = field(default=None, repr=False)
+    warnings: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         kept = f" of {len(self.parent.episodes)}" if self.parent else ""
@@ -165,7 +171,7 @@ def open_source(
     episode_files = [rel for rel, _, _ in found]
     table = concat_episode_tables([t for _, t, _ in found], file=remote.display(EPISODES_DIR))
     table = table.take(pa.compute.sort_indices(table, [("episode_index", "ascending")]))
-    episodes = parse_episodes(table, info.video_keys, file=remote.display(EPISODES_DIR))
+    episodes = parse_episodes(table, info.video_keys, fps=info.fps, file=remote.display(EPISODES_DIR))
     if not episodes:
         raise DatasetError("no episodes: the dataset is empty", file=remote.display(EPISODES_DIR))
     try:
@@ -183,11 +189,27 @@ def open_source(
     fingerprint = SourceFingerprint.of(
         metadata, episodes=len(episodes), frames=sum(e.length for e in episodes)
     )
-    source = Source(remote, info, episodes, tasks, stats, table, episode_files, fingerprint=fingerprint)
+    missing = missing_optional_columns(table.column_names, info.video_keys)
+    warnings = (optional_columns_warning(missing, file=remote.display(EPISODES_DIR)),) if missing else ()
+    source = Source(
+        remote, info, episodes, tasks, stats, table, episode_files, fingerprint=fingerprint, warnings=warnings
+    )
     check_pointers(source)
+    listed = listed_files(source)
+    source = true_pointers(source, listed)
     if check_files:
-        check_files_exist(source)
+        raise_defects(list(iter_missing_files(source, listed)), source.url)
     return source
+
+
+def true_pointers(source: Source, listed: set[str] | None) -> Source:
+    """`source` with each episode's data pointer naming the file its rows are in, where `meta/episodes`
+    names another (`reader.format.locate`), and a warning saying so."""
+    files = read_file_rows(source.remote, candidate_files(source.info, source.episodes, listed))
+    episodes, moved = locate(source.info, source.episodes, files)
+    if not moved:
+        return source
+    return replace(source, episodes=episodes, warnings=(*source.warnings, describe_moved(moved)))
 
 
 def _find(remote: Remote, rel: str) -> list[str]:

@@ -9,6 +9,7 @@ check that fails), never a traceback or wrong samples.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -67,8 +68,6 @@ def remove(rel: str) -> Callable[[Path], None]:
     def mutate(root: Path) -> None:
         path = root / rel
         if path.is_dir():
-            import shutil
-
             shutil.rmtree(path)
         else:
             path.unlink()
@@ -118,7 +117,6 @@ SOURCE_CASES: dict[str, tuple[Callable[[Path], None], str | None]] = {
     "info-not-an-object": (write_bytes(INFO, b"[1, 2, 3]"), r"meta/info\.json"),
     "info-missing-fps": (drop_info("fps"), r"meta/info\.json.*fps"),
     "info-missing-features": (drop_info("features"), r"meta/info\.json.*features"),
-    "info-missing-data-path": (drop_info("data_path"), r"meta/info\.json.*data_path"),
     "info-fps-string": (set_info(fps="30"), r"meta/info\.json.*fps"),
     "info-fps-zero": (set_info(fps=0), r"meta/info\.json.*fps"),
     "info-fps-negative": (set_info(fps=-30), r"meta/info\.json.*fps"),
@@ -145,7 +143,6 @@ SOURCE_CASES: dict[str, tuple[Callable[[Path], None], str | None]] = {
         set_info(video_path="/tmp/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"),
         r"video_path.*Expected a relative path inside the dataset root",
     ),
-    "episodes-missing-length": (edit_table(EPISODES, lambda t: t.drop(["length"])), r"meta/episodes.*length"),
     "episodes-missing-data-pointer": (
         edit_table(EPISODES, lambda t: t.drop(["data/file_index"])),
         r"meta/episodes.*data/file_index",
@@ -182,6 +179,38 @@ SOURCE_CASES: dict[str, tuple[Callable[[Path], None], str | None]] = {
     "video-short": (shorten_video(CAM0_FILE2), rf"{CAM0_FILE2}"),
     "not-a-dataset": (lambda root: [remove(r)(root) for r in ("meta", "data", "videos")], r"meta/info\.json"),
 }
+
+
+def stale(root: Path) -> None:
+    from tests.reshard.defects import make_stale
+
+    make_stale(root)
+
+
+# name -> mutation of a v3 source that lerobot reads, and lrs too: reshard and verify --against pass
+READABLE_CASES: dict[str, Callable[[Path], None]] = {
+    "info-missing-data-path": drop_info("data_path"),
+    "episodes-missing-length": edit_table(EPISODES, lambda t: t.drop(["length"])),
+    "episodes-missing-tasks": edit_table(EPISODES, lambda t: t.drop(["tasks"])),
+    "episodes-stale-data-pointers": stale,
+}
+
+
+def readable_case(mutation: Callable[[Path], None]) -> Callable[[Ctx, Case], Verdict]:
+    def run(ctx: Ctx, case: Case) -> Verdict:
+        src = ctx.copy(ctx.sample, case.dir / "src")
+        mutation(src)
+        case.watch(case.dir)
+        out = str(case.dir / "out")
+        done = case.lrs("reshard", str(src), "--out", out, "-q")
+        checked = case.lrs("verify", out, "--against", str(src), "-q") if done.rc == 0 else done
+        shutil.rmtree(out, ignore_errors=True)  # the output is the result, not a leftover
+        return Verdict(
+            done.rc == checked.rc == 0,
+            f"reshard exit {done.rc}, verify --against exit {checked.rc}: {checked.first_line or 'ok'}",
+        )
+
+    return run
 
 
 def source_case(mutation: Callable[[Path], None], match: str | None) -> Callable[[Ctx, Case], Verdict]:
@@ -344,6 +373,7 @@ register_many(
         for QUICK in [("info-fps-zero", "template-data-parent", "video-empty")]
     ]
 )
+register_many([(name, "metadata", readable_case(fn), False) for name, fn in READABLE_CASES.items()])
 register_many([("video-truncated-x30", "input", truncated_video_loop, True)])
 register_many(
     [(name, "third-party", third_party_case(*spec), False) for name, spec in THIRD_PARTY_CASES.items()]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from reshard.checks import episode_ranges
+from cache.checks import format_index_list
 from reshard.cli.base import (
     EXIT_CHECK_FAILED,
     LocalDir,
@@ -171,7 +171,7 @@ def reshard_cmd(
         click.echo(f"resharded {result.episodes} episodes into {out} in {result.seconds:.1f} s.")
     if result.dropped and result.part is None:
         click.echo(
-            f"left out {len(result.dropped)} source episodes ({episode_ranges([d.episode for d in result.dropped])}) "
+            f"left out {len(result.dropped)} source episodes ({format_index_list([d.episode for d in result.dropped])}) "
             f"and renumbered the rest; {out / DROPPED_JSON} says why."
         )
     if result.finalized and video != "copy":
