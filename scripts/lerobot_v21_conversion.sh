@@ -11,6 +11,9 @@
 # Each episode's parquet is about 0.6 MB of incompressible floats and the converter's data file size is
 # 1 MB, so every episode after the first starts a new data file: episodes 1.. name the file before theirs,
 # as the issue reports. Then `lrs doctor OUT_DIR/local/v21` warns, and reshard and EpisodeStream read it.
+# Last run (4 episodes of 300 frames): data/file_index [0, 0, 1, 2] for episodes held by files 0, 1, 2, 3,
+# the pointers `stale_pointers` writes; EpisodeStream on it and on its reshard gave lerobot 0.4.4's
+# LeRobotDataset values for all 1,200 frames (rows, frames and task strings equal).
 set -euo pipefail
 OUT=${1:?usage: $0 OUT_DIR [EPISODES] [FRAMES]}
 EPISODES=${2:-4}
