@@ -23,7 +23,7 @@ from reader.stream import EpisodeStream
 from reshard.cli import cli
 from reshard.cli.prewarm import ByteSize, NodeRanks, node_ranks
 from reshard.prewarm import PrewarmSummary, prewarm
-from tests.servers import RangeServer
+from tests.servers import RangeServer, Request
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -37,7 +37,25 @@ def delta(after: CacheStats, before: CacheStats) -> CacheStats:
 
 def downloads(server: RangeServer) -> list[str]:
     """Data and video files the server sent (whole or ranged), in order."""
-    return [r.path for r in server.requests if r.method == "GET" and r.path.startswith(("data/", "videos/"))]
+    return [
+        r.path
+        for r in server.requests
+        if r.method == "GET" and r.path.startswith(("data/", "videos/")) and not _locating(server, r)
+    ]
+
+
+def _locating(server: RangeServer, request: Request) -> bool:
+    """Whether `request` is what opening a plain v3 source asks to locate each episode's rows
+    (`reader.format.locate`): a data file's footer (a ranged read of its tail), or, over HTTP, which cannot
+    list, the file after the last one named (absent: 404). Neither moves an episode's rows."""
+    if (Path(server.root) / "meta" / "lrs").exists():
+        return False  # an lrs/1 index says where the rows are
+    if request.status == 404:
+        return True
+    if not (request.byte_range and request.path.endswith(".parquet")):
+        return False
+    size = (Path(server.root) / request.path).stat().st_size
+    return request.byte_range.endswith(f"-{size - 1}")
 
 
 def train(url: str, cache_dir: Path, **options: object) -> int:
