@@ -73,8 +73,9 @@ class Budget:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self.root, temp))
 
-    def publish(self, tx: Transaction, key: str, temp: str, size: int) -> Eviction:
-        """Rename the verified `temp` onto the file of `key` and record it in place of its reservation.
+    def publish(self, tx: Transaction, key: str, temp: str, size: int, *, reserved: int | None) -> Eviction:
+        """Rename the verified `temp` onto the file of `key` and record it in place of its reservation
+        (of `reserved` bytes).
 
         The rename comes first: a process killed before the commit leaves a dead reservation, and the
         purge that drops it records the file it finds in place.
@@ -82,7 +83,8 @@ class Budget:
         os.replace(temp, os.path.join(self.root, key))
         tx.unreserve(self._key(temp))
         tx.record(key, size)
-        return self.make_room(tx, 0)  # settles a download whose size was unknown when it reserved
+        # A download whose size was unknown when it reserved is settled now.
+        return self.make_room(tx, 0) if reserved is None or size > reserved else Eviction()
 
     def make_room(self, tx: Transaction, need: int, *, rebuilt: bool = False) -> Eviction:
         """Evict least recently used files until `need` more bytes fit.
@@ -141,7 +143,8 @@ class Budget:
         return Eviction(first.count + then.count, first.bytes + then.bytes, then.used, then.fits)
 
     def _key(self, path: str) -> str:
-        return os.path.relpath(path, self.root)
+        """The ledger key of a path under the cache directory."""
+        return path[len(self.root) + 1 :]
 
 
 def _evict(root: str, key: str) -> str:

@@ -109,7 +109,8 @@ class Ledger:
         self.path = os.path.join(root, META_DIR, LEDGER_NAME)
         self.rebuilds = 0  # by this process (tests and benchmarks read it)
         self._lock_path = os.path.join(root, META_DIR, "budget.lock")
-        self._guard = threading.Lock()  # one transaction at a time on the connection
+        self._guard = threading.Lock()  # one transaction at a time on the connection and the flock
+        self._flock: FileLock | None = None
         self._conn: sqlite3.Connection | None = None
         self._ino: int | None = None
         self._uses_guard = threading.Lock()
@@ -125,26 +126,36 @@ class Ledger:
         Raises:
             CacheError: the ledger could not be read or written (it is rebuilt at the next transaction).
         """
-        with self._guard, FileLock(self._lock_path) as lock:
-            lock.acquire(shared=False)
-            conn = self._begin()
-            tx = Transaction(self, conn)
+        with self._guard:
+            if self._flock is None:
+                self._flock = FileLock(self._lock_path)
+            self._flock.acquire(shared=False)
             try:
-                tx.write_uses(self._take_uses())
-                yield tx
-                conn.execute("COMMIT")
-            except BaseException as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.DatabaseError):
-                    self._drop_connection()
-                    if not isinstance(exc, sqlite3.OperationalError):
-                        self._ino = -1  # damaged (not merely busy or failing to write): rebuild it
-                    raise CacheError(
-                        f"Invalid cache ledger ({self.path}): {exc}. Expected a readable SQLite database "
-                        "(it is rebuilt from the cache directory at the next operation)."
-                    ) from exc
-                raise
+                with self._transaction() as tx:
+                    yield tx
+            finally:
+                self._flock.release()
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Transaction]:
+        conn = self._begin()
+        tx = Transaction(self, conn)
+        try:
+            tx.write_uses(self._take_uses())
+            yield tx
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.DatabaseError):
+                self._drop_connection()
+                if not isinstance(exc, sqlite3.OperationalError):
+                    self._ino = -1  # damaged (not merely busy or failing to write): rebuild it
+                raise CacheError(
+                    f"Invalid cache ledger ({self.path}): {exc}. Expected a readable SQLite database "
+                    "(it is rebuilt from the cache directory at the next operation)."
+                ) from exc
+            raise
 
     def note_use(self, key: str) -> None:
         """Record that the file `key` was used now (written within a second; never raises)."""
@@ -180,6 +191,9 @@ class Ledger:
         self.flush(quiet=True)
         with self._guard:
             self._drop_connection()
+            if self._flock is not None:
+                self._flock.close()
+                self._flock = None
 
     def purge_due(self) -> bool:
         """Whether this process last looked for dead reservations long enough ago."""
@@ -281,9 +295,9 @@ class Transaction:
 
     def unreserve_all(self, key: str) -> list[str]:
         """Drop every reservation of `key` (call with its exclusive lock held); their temp files."""
-        temps = [t for (t,) in self.conn.execute("SELECT temp FROM reservations WHERE path = ?", (key,))]
-        self.conn.execute("DELETE FROM reservations WHERE path = ?", (key,))
-        return temps
+        return [
+            t for (t,) in self.conn.execute("DELETE FROM reservations WHERE path = ? RETURNING temp", (key,))
+        ]
 
     def record(self, key: str, size: int, used_ns: int | None = None) -> None:
         """Record the published file `key` of `size` bytes, used at `used_ns` (now by default)."""

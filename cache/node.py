@@ -341,7 +341,7 @@ class NodeCache:
         try:
             size = expected.size if expected.size is not None else os.stat(temp).st_size
             with self._ledger().transaction() as tx:
-                result = self._budget.publish(tx, key, temp, size)
+                result = self._budget.publish(tx, key, temp, size, reserved=expected.size)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)

@@ -76,7 +76,7 @@ class Counters:
 
     def __init__(self, cache_dir: str, fingerprint: str) -> None:
         self._lock = threading.Lock()
-        self._stats = CacheStats()
+        self._values: dict[str, int | float] = dict.fromkeys(_FIELDS, 0)
         self._fingerprint = fingerprint
         self._path = os.path.join(cache_dir, META_DIR, "stats", f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json")
         self._flushed_at = float("-inf")
@@ -87,7 +87,13 @@ class Counters:
     def add(self, **deltas: int | float) -> None:
         """Add to counters by name (the file is written at most once a second, and by `flush`)."""
         with self._lock:
-            self._stats = self._stats + CacheStats(**deltas)
+            unknown = deltas.keys() - _FIELDS
+            if unknown:
+                raise TypeError(
+                    f"Invalid counter ({sorted(unknown)[0]!r}). Expected one of {sorted(_FIELDS)}."
+                )
+            for name, delta in deltas.items():
+                self._values[name] += delta
             self._dirty = True
             due = time.monotonic() - self._flushed_at >= _FLUSH_INTERVAL_S
         if due:
@@ -96,7 +102,7 @@ class Counters:
     def snapshot(self) -> CacheStats:
         """The counters now."""
         with self._lock:
-            return self._stats
+            return CacheStats(**self._values)  # type: ignore[arg-type]
 
     def flush(self) -> None:
         """Write the counters file if anything changed since the last write."""
@@ -106,7 +112,7 @@ class Counters:
             payload = {
                 "pid": os.getpid(),
                 "fingerprint": self._fingerprint,
-                "counters": self._stats.to_dict(),
+                "counters": dict(self._values),
             }
             # Written under the lock so that files never go back in time when threads race. The figures
             # are advisory: a failed write (a full disk, a temporary cache directory removed by its

@@ -150,7 +150,9 @@ def in_dir(path: str, create: Callable[[], T]) -> T:
 
 def lock_path_of(root: str, data_path: str) -> str:
     """The lock file of a published file at `data_path` under the cache directory `root`."""
-    return os.path.join(root, META_DIR, "locks", os.path.relpath(data_path, root) + ".lock")
+    prefix = os.path.join(root, "")
+    rel = data_path[len(prefix) :] if data_path.startswith(prefix) else os.path.relpath(data_path, root)
+    return os.path.join(root, META_DIR, "locks", rel + ".lock")
 
 
 def parse_temp(name: str) -> tuple[str, int | None] | None:

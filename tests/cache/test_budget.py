@@ -56,7 +56,7 @@ def _download(budget: Budget, ledger: Ledger, layout: CacheLayout, rel: str, siz
         with open(temp, "wb") as f:
             f.write(b"y" * size)
         with ledger.transaction() as tx:
-            budget.publish(tx, layout.key(rel), temp, size)
+            budget.publish(tx, layout.key(rel), temp, size, reserved=size)
 
 
 def test_first_use_builds_the_ledger_from_one_scan_lru_first(layout, ledger):

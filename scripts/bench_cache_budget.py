@@ -1,0 +1,217 @@
+"""What a node cache's byte budget costs as the cache grows (issue 31): prints JSON.
+
+Cases, at each N (default 2,000 and 8,000 files of 1-3 kB from a `file://` source, which the cache treats
+as remote storage and copies, so the cache's own bookkeeping is most of the cost):
+
+- `prewarm`: `fetch_in_order` of N files into an empty cache, 4 download threads, without a budget and
+  with one that never evicts (100 GiB, as `lrs prewarm --cache-max-bytes 100GiB`);
+- `full`: a cache already holding N files; then M more files downloaded without a budget, and M more
+  with a budget equal to what the cache holds, so that every download evicts one file (what a training
+  stream over a full budgeted cache does on each miss: the proxy for its samples/s); then hits (`fetch`
+  and `hold` of cached files) with and without the budget.
+
+Every case runs in a fresh process; the cases are interleaved (rep x N x tree x case). `--baseline DIR`
+runs each case a second time against another checkout (e.g. the main branch before the change), with
+the same script and data, so that before and after come from one run on one machine.
+
+    PYTHONPATH=. python scripts/bench_cache_budget.py --baseline /work/main > bench/cache_budget.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+FINGERPRINT = "bench"
+BIG_BUDGET = 100 * 2**30
+
+
+def _rel(i: int) -> str:
+    # Chunk directories of 1,000 files, like a resharded dataset's videos/<camera>/chunk-XXX/.
+    return f"videos/cam/chunk-{i // 1000:03d}/episode_{i:06d}.mp4"
+
+
+def make_source(root: str, count: int) -> dict[str, int]:
+    """Write `count` files of 1-3 kB under `root`; their sizes by path."""
+    rng = random.Random(0)
+    sizes = {}
+    for i in range(count):
+        rel = _rel(i)
+        size = rng.randrange(1000, 3000)
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(rng.randbytes(size))
+        sizes[rel] = size
+    return sizes
+
+
+def _cache(cache_dir: str, url: str, max_bytes: int | None) -> Any:
+    from cache import NodeCache, resolve
+
+    return NodeCache(cache_dir, resolve(url), fingerprint=FINGERPRINT, max_bytes=max_bytes, max_workers=4)
+
+
+def _prewarm(
+    cache_dir: str, url: str, sizes: dict[str, int], rels: list[str], max_bytes: int | None
+) -> float:
+    from cache.prewarm import FileRequest, fetch_in_order
+
+    cache = _cache(cache_dir, url, max_bytes)
+    started = time.perf_counter()
+    fetch_in_order(cache, [FileRequest(r, sizes[r]) for r in rels], progress=False)
+    cache.close()
+    return time.perf_counter() - started
+
+
+def _disk_bytes(cache_dir: str) -> int:
+    total = 0
+    for dirpath, _dirs, names in os.walk(os.path.join(cache_dir, FINGERPRINT)):
+        total += sum(os.path.getsize(os.path.join(dirpath, n)) for n in names)
+    return total
+
+
+def _timed_fetches(cache: Any, rels: list[str], sizes: dict[str, int], *, hold: bool = False) -> float:
+    started = time.perf_counter()
+    for rel in rels:
+        if hold:
+            with cache.hold(rel, size=sizes[rel]):
+                pass
+        else:
+            cache.fetch(rel, size=sizes[rel])
+    return (time.perf_counter() - started) / len(rels)
+
+
+def run_case(case: dict[str, Any]) -> dict[str, Any]:
+    """One case in this process (a fresh cache directory under `case["work"]`)."""
+    n, m, url, work = case["n"], case["m"], case["url"], case["work"]
+    sizes = {_rel(i): s for i, s in enumerate(case["sizes"])}
+    cache_dir = tempfile.mkdtemp(dir=work, prefix="cache-")
+    try:
+        rels = [_rel(i) for i in range(n)]
+        if case["case"] == "prewarm":
+            seconds = _prewarm(cache_dir, url, sizes, rels, BIG_BUDGET if case["budget"] else None)
+            return {"seconds": round(seconds, 3), "ms_per_file": round(1000 * seconds / n, 3)}
+        _prewarm(cache_dir, url, sizes, rels, None)  # the cache holds N files
+        free = [_rel(i) for i in range(n, n + m)]
+        evicting = [_rel(i) for i in range(n + m, n + 2 * m)]
+        plain = _cache(cache_dir, url, None)
+        miss_plain = _timed_fetches(plain, free, sizes)
+        budgeted = _cache(cache_dir, url, _disk_bytes(cache_dir))  # full: every download evicts one file
+        miss_budget = _timed_fetches(budgeted, evicting, sizes)
+        cached = random.Random(1).sample(rels[: n // 2], min(2000, n // 2))  # the older half: never evicted
+        present = [r for r in cached if os.path.exists(os.path.join(cache_dir, FINGERPRINT, r))]
+        out = {
+            "miss_ms_no_budget": round(1000 * miss_plain, 3),
+            "miss_ms_full_budget": round(1000 * miss_budget, 3),
+            "evictions": budgeted.stats().evictions,
+            "hit_us_no_budget": round(1e6 * _timed_fetches(plain, present, sizes), 1),
+            "hit_us_budget": round(1e6 * _timed_fetches(budgeted, present, sizes), 1),
+            "hold_us_budget": round(1e6 * _timed_fetches(budgeted, present, sizes, hold=True), 1),
+        }
+        plain.close()
+        budgeted.close()
+        return out
+    finally:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+def _run_in_subprocess(tree: str, case: dict[str, Any]) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": tree}
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--case", json.dumps(case)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tree,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"case {case['case']} n={case['n']} failed in {tree}:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", default="2000,8000", help="N: files in the cache (comma-separated)")
+    parser.add_argument("--misses", type=int, default=500, help="M: downloads timed in the full-cache case")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--baseline", help="another checkout to run every case against too (before)")
+    parser.add_argument("--work", help="where the source and caches go (default: the system temp dir)")
+    parser.add_argument("--case", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.case:
+        print(json.dumps(run_case(json.loads(args.case))))
+        return
+
+    counts = [int(x) for x in args.files.split(",")]
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trees = {"after": here, **({"before": os.path.abspath(args.baseline)} if args.baseline else {})}
+    work = tempfile.mkdtemp(prefix="lrs-bench-cache-", dir=args.work)
+    try:
+        source = os.path.join(work, "source")
+        sizes = make_source(source, max(counts) + 2 * args.misses)
+        size_list = [sizes[_rel(i)] for i in range(len(sizes))]
+        results = []
+        for rep in range(args.repeats):
+            for n in counts:
+                for label, tree in trees.items():
+                    for case, budget in (("prewarm", False), ("prewarm", True), ("full", None)):
+                        spec = {
+                            "case": case,
+                            "budget": budget,
+                            "n": n,
+                            "m": args.misses,
+                            "url": "file://" + source,
+                            "work": work,
+                            "sizes": size_list,
+                        }
+                        out = _run_in_subprocess(tree, spec)
+                        row = {"tree": label, "rep": rep, "n": n, "case": case, "budget": budget, **out}
+                        print(json.dumps(row), file=sys.stderr)
+                        results.append(row)
+        print(json.dumps({"results": results, "summary": _summary(results)}, indent=1))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per tree and N, medians over repeats: the ratios the issue's done-when asks for."""
+
+    def median(values: list[float]) -> float:
+        values = sorted(values)
+        return values[len(values) // 2]
+
+    summary: dict[str, Any] = {}
+    for tree in dict.fromkeys(r["tree"] for r in results):
+        for n in dict.fromkeys(r["n"] for r in results):
+            rows = [r for r in results if r["tree"] == tree and r["n"] == n]
+            plain = median([r["seconds"] for r in rows if r["case"] == "prewarm" and not r["budget"]])
+            budget = median([r["seconds"] for r in rows if r["case"] == "prewarm" and r["budget"]])
+            full = [r for r in rows if r["case"] == "full"]
+            miss_plain = median([r["miss_ms_no_budget"] for r in full])
+            miss_budget = median([r["miss_ms_full_budget"] for r in full])
+            summary.setdefault(tree, {})[str(n)] = {
+                "prewarm_s_no_budget": plain,
+                "prewarm_s_budget": budget,
+                "prewarm_budget_over_no_budget": round(budget / plain, 2),
+                "miss_ms_no_budget": miss_plain,
+                "miss_ms_full_budget": miss_budget,
+                "full_cache_throughput_budget_over_no_budget": round(miss_plain / miss_budget, 2),
+                "hit_us_budget": median([r["hit_us_budget"] for r in full]),
+                "hit_us_no_budget": median([r["hit_us_no_budget"] for r in full]),
+                "hold_us_budget": median([r["hold_us_budget"] for r in full]),
+            }
+    return summary
+
+
+if __name__ == "__main__":
+    main()
