@@ -97,11 +97,11 @@ class Budget:
         used = tx.used()
         if used + need <= self.max_bytes:
             return Eviction(used=used)
-        if tx.ledger.purge_due():
-            tx.purge_dead()
+        if tx.ledger.purge_due() and tx.purge_dead():
+            used = tx.used()
         count = freed = skipped = 0
         missing = False
-        while (used := tx.used()) + need > self.max_bytes:
+        while used + need > self.max_bytes:
             batch = tx.least_recent(_LRU_BATCH, skipped)
             if not batch:
                 break

@@ -217,7 +217,6 @@ class Ledger:
             conn = self._connection()
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                conn.execute("SELECT bytes FROM totals").fetchone()  # reads the pages: finds damage early
                 return conn
             except sqlite3.DatabaseError as exc:
                 with contextlib.suppress(sqlite3.Error):

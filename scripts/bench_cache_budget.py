@@ -62,14 +62,15 @@ def _cache(cache_dir: str, url: str, max_bytes: int | None) -> Any:
 
 def _prewarm(
     cache_dir: str, url: str, sizes: dict[str, int], rels: list[str], max_bytes: int | None
-) -> float:
+) -> tuple[float, float]:
+    """Wall and CPU seconds (every thread) of one prewarm."""
     from cache.prewarm import FileRequest, fetch_in_order
 
     cache = _cache(cache_dir, url, max_bytes)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     fetch_in_order(cache, [FileRequest(r, sizes[r]) for r in rels], progress=False)
     cache.close()
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu
 
 
 def _disk_bytes(cache_dir: str) -> int:
@@ -79,28 +80,36 @@ def _disk_bytes(cache_dir: str) -> int:
     return total
 
 
-def _timed_fetches(cache: Any, rels: list[str], sizes: dict[str, int], *, hold: bool = False) -> float:
-    started = time.perf_counter()
+def _timed_fetches(
+    cache: Any, rels: list[str], sizes: dict[str, int], *, hold: bool = False
+) -> tuple[float, float]:
+    """Wall and CPU seconds per file of fetching (or holding) `rels` one after the other."""
+    started, cpu = time.perf_counter(), time.process_time()
     for rel in rels:
         if hold:
             with cache.hold(rel, size=sizes[rel]):
                 pass
         else:
             cache.fetch(rel, size=sizes[rel])
-    return (time.perf_counter() - started) / len(rels)
+    return (time.perf_counter() - started) / len(rels), (time.process_time() - cpu) / len(rels)
 
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
     """One case in this process (a fresh cache directory under `case["work"]`)."""
     n, m, url, work = case["n"], case["m"], case["url"], case["work"]
-    sizes = {_rel(i): s for i, s in enumerate(case["sizes"])}
+    with open(os.path.join(work, "sizes.json"), encoding="utf-8") as f:
+        sizes = {_rel(i): s for i, s in enumerate(json.load(f))}
     cache_dir = tempfile.mkdtemp(dir=work, prefix="cache-")
     try:
         rels = [_rel(i) for i in range(n)]
         if case["case"] == "prewarm":
-            seconds = _prewarm(cache_dir, url, sizes, rels, BIG_BUDGET if case["budget"] else None)
-            return {"seconds": round(seconds, 3), "ms_per_file": round(1000 * seconds / n, 3)}
-        _prewarm(cache_dir, url, sizes, rels, None)  # the cache holds N files
+            seconds, cpu = _prewarm(cache_dir, url, sizes, rels, BIG_BUDGET if case["budget"] else None)
+            return {
+                "seconds": round(seconds, 3),
+                "cpu_s": round(cpu, 3),
+                "ms_per_file": round(1000 * seconds / n, 3),
+            }
+        _prewarm(cache_dir, url, sizes, rels, None)  # the cache holds N files (untimed)
         free = [_rel(i) for i in range(n, n + m)]
         evicting = [_rel(i) for i in range(n + m, n + 2 * m)]
         plain = _cache(cache_dir, url, None)
@@ -109,13 +118,18 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         miss_budget = _timed_fetches(budgeted, evicting, sizes)
         cached = random.Random(1).sample(rels[: n // 2], min(2000, n // 2))  # the older half: never evicted
         present = [r for r in cached if os.path.exists(os.path.join(cache_dir, FINGERPRINT, r))]
+        hit_plain = _timed_fetches(plain, present, sizes)
+        hit_budget = _timed_fetches(budgeted, present, sizes)
+        hold_budget = _timed_fetches(budgeted, present, sizes, hold=True)
         out = {
-            "miss_ms_no_budget": round(1000 * miss_plain, 3),
-            "miss_ms_full_budget": round(1000 * miss_budget, 3),
+            "miss_ms_no_budget": round(1000 * miss_plain[0], 3),
+            "miss_ms_full_budget": round(1000 * miss_budget[0], 3),
+            "miss_cpu_ms_no_budget": round(1000 * miss_plain[1], 3),
+            "miss_cpu_ms_full_budget": round(1000 * miss_budget[1], 3),
             "evictions": budgeted.stats().evictions,
-            "hit_us_no_budget": round(1e6 * _timed_fetches(plain, present, sizes), 1),
-            "hit_us_budget": round(1e6 * _timed_fetches(budgeted, present, sizes), 1),
-            "hold_us_budget": round(1e6 * _timed_fetches(budgeted, present, sizes, hold=True), 1),
+            "hit_us_no_budget": round(1e6 * hit_plain[0], 1),
+            "hit_us_budget": round(1e6 * hit_budget[0], 1),
+            "hold_us_budget": round(1e6 * hold_budget[0], 1),
         }
         plain.close()
         budgeted.close()
@@ -159,22 +173,17 @@ def main() -> None:
     try:
         source = os.path.join(work, "source")
         sizes = make_source(source, max(counts) + 2 * args.misses)
-        size_list = [sizes[_rel(i)] for i in range(len(sizes))]
+        with open(os.path.join(work, "sizes.json"), "w", encoding="utf-8") as f:
+            json.dump([sizes[_rel(i)] for i in range(len(sizes))], f)
+        base = {"m": args.misses, "url": "file://" + source, "work": work}
+        for tree in trees.values():  # untimed: the first process to read the source pays for it
+            _run_in_subprocess(tree, {**base, "case": "prewarm", "budget": False, "n": min(counts)})
         results = []
         for rep in range(args.repeats):
             for n in counts:
                 for label, tree in trees.items():
                     for case, budget in (("prewarm", False), ("prewarm", True), ("full", None)):
-                        spec = {
-                            "case": case,
-                            "budget": budget,
-                            "n": n,
-                            "m": args.misses,
-                            "url": "file://" + source,
-                            "work": work,
-                            "sizes": size_list,
-                        }
-                        out = _run_in_subprocess(tree, spec)
+                        out = _run_in_subprocess(tree, {**base, "case": case, "budget": budget, "n": n})
                         row = {"tree": label, "rep": rep, "n": n, "case": case, "budget": budget, **out}
                         print(json.dumps(row), file=sys.stderr)
                         results.append(row)
@@ -194,8 +203,11 @@ def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     for tree in dict.fromkeys(r["tree"] for r in results):
         for n in dict.fromkeys(r["n"] for r in results):
             rows = [r for r in results if r["tree"] == tree and r["n"] == n]
-            plain = median([r["seconds"] for r in rows if r["case"] == "prewarm" and not r["budget"]])
-            budget = median([r["seconds"] for r in rows if r["case"] == "prewarm" and r["budget"]])
+            prewarm = [r for r in rows if r["case"] == "prewarm"]
+            plain = median([r["seconds"] for r in prewarm if not r["budget"]])
+            budget = median([r["seconds"] for r in prewarm if r["budget"]])
+            plain_cpu = median([r["cpu_s"] for r in prewarm if not r["budget"]])
+            budget_cpu = median([r["cpu_s"] for r in prewarm if r["budget"]])
             full = [r for r in rows if r["case"] == "full"]
             miss_plain = median([r["miss_ms_no_budget"] for r in full])
             miss_budget = median([r["miss_ms_full_budget"] for r in full])
@@ -203,9 +215,17 @@ def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
                 "prewarm_s_no_budget": plain,
                 "prewarm_s_budget": budget,
                 "prewarm_budget_over_no_budget": round(budget / plain, 2),
+                "prewarm_cpu_s_no_budget": plain_cpu,
+                "prewarm_cpu_s_budget": budget_cpu,
+                "prewarm_cpu_budget_over_no_budget": round(budget_cpu / plain_cpu, 2),
                 "miss_ms_no_budget": miss_plain,
                 "miss_ms_full_budget": miss_budget,
                 "full_cache_throughput_budget_over_no_budget": round(miss_plain / miss_budget, 2),
+                "full_cache_cpu_throughput_budget_over_no_budget": round(
+                    median([r["miss_cpu_ms_no_budget"] for r in full])
+                    / median([r["miss_cpu_ms_full_budget"] for r in full]),
+                    2,
+                ),
                 "hit_us_budget": median([r["hit_us_budget"] for r in full]),
                 "hit_us_no_budget": median([r["hit_us_no_budget"] for r in full]),
                 "hold_us_budget": median([r["hold_us_budget"] for r in full]),

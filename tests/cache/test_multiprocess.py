@@ -15,6 +15,7 @@ import pytest
 
 from cache import NodeCache, aggregate_stats
 from cache.budget import disk_usage
+from cache.ledger import ledger_of
 from cache.store import FileLock
 from tests.cache import workers
 from tests.cache.conftest import UNIT
@@ -103,6 +104,11 @@ def test_processes_share_one_cache_under_faults(tmp_path, serve, cache_dir, max_
         assert stats.evictions > 0 and stats.hits > 0 and stats.range_reads > 0
         assert peak() <= max_bytes
         assert disk_usage(str(cache_dir)) <= max_bytes
+    # Every process's publishes, uses and evictions are in the ledger: its total is the disk's.
+    ledger = ledger_of(str(cache_dir))
+    snapshot = ledger.snapshot()
+    assert snapshot.reserved == 0 and snapshot.total == disk_usage(str(cache_dir))
+    ledger.close()
 
 
 @pytest.mark.timeout(120)
