@@ -138,16 +138,20 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         shutil.rmtree(cache_dir, ignore_errors=True)
 
 
-def _run_in_subprocess(tree: str, case: dict[str, Any]) -> dict[str, Any]:
+def _run_in_subprocess(tree: str, case: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": tree}
-    proc = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--case", json.dumps(case)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=tree,
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--case", json.dumps(case)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=tree,
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired:
+        return {"timed_out": True, "seconds": timeout_s}
     if proc.returncode != 0:
         raise SystemExit(f"case {case['case']} n={case['n']} failed in {tree}:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout)
@@ -159,6 +163,7 @@ def main() -> None:
     parser.add_argument("--misses", type=int, default=500, help="M: downloads timed in the full-cache case")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--baseline", help="another checkout to run every case against too (before)")
+    parser.add_argument("--case-timeout", type=float, default=900.0, help="seconds before a case is cut")
     parser.add_argument("--work", help="where the source and caches go (default: the system temp dir)")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -183,7 +188,8 @@ def main() -> None:
             for n in counts:
                 for label, tree in trees.items():
                     for case, budget in (("prewarm", False), ("prewarm", True), ("full", None)):
-                        out = _run_in_subprocess(tree, {**base, "case": case, "budget": budget, "n": n})
+                        spec = {**base, "case": case, "budget": budget, "n": n}
+                        out = _run_in_subprocess(tree, spec, args.case_timeout)
                         row = {"tree": label, "rep": rep, "n": n, "case": case, "budget": budget, **out}
                         print(json.dumps(row), file=sys.stderr)
                         results.append(row)
@@ -193,43 +199,49 @@ def main() -> None:
 
 
 def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per tree and N, medians over repeats: the ratios the issue's done-when asks for."""
+    """Per tree and N, medians over repeats: the ratios the issue's done-when asks for (None where a
+    case timed out)."""
 
-    def median(values: list[float]) -> float:
-        values = sorted(values)
-        return values[len(values) // 2]
+    def med(rows: list[dict[str, Any]], key: str) -> float | None:
+        values = sorted(r[key] for r in rows if key in r and not r.get("timed_out"))
+        return values[len(values) // 2] if values else None
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return round(a / b, 2) if a is not None and b else None
 
     summary: dict[str, Any] = {}
     for tree in dict.fromkeys(r["tree"] for r in results):
         for n in dict.fromkeys(r["n"] for r in results):
             rows = [r for r in results if r["tree"] == tree and r["n"] == n]
-            prewarm = [r for r in rows if r["case"] == "prewarm"]
-            plain = median([r["seconds"] for r in prewarm if not r["budget"]])
-            budget = median([r["seconds"] for r in prewarm if r["budget"]])
-            plain_cpu = median([r["cpu_s"] for r in prewarm if not r["budget"]])
-            budget_cpu = median([r["cpu_s"] for r in prewarm if r["budget"]])
+            plain = [r for r in rows if r["case"] == "prewarm" and not r["budget"]]
+            budget = [r for r in rows if r["case"] == "prewarm" and r["budget"]]
             full = [r for r in rows if r["case"] == "full"]
-            miss_plain = median([r["miss_ms_no_budget"] for r in full])
-            miss_budget = median([r["miss_ms_full_budget"] for r in full])
-            summary.setdefault(tree, {})[str(n)] = {
-                "prewarm_s_no_budget": plain,
-                "prewarm_s_budget": budget,
-                "prewarm_budget_over_no_budget": round(budget / plain, 2),
-                "prewarm_cpu_s_no_budget": plain_cpu,
-                "prewarm_cpu_s_budget": budget_cpu,
-                "prewarm_cpu_budget_over_no_budget": round(budget_cpu / plain_cpu, 2),
-                "miss_ms_no_budget": miss_plain,
-                "miss_ms_full_budget": miss_budget,
-                "full_cache_throughput_budget_over_no_budget": round(miss_plain / miss_budget, 2),
-                "full_cache_cpu_throughput_budget_over_no_budget": round(
-                    median([r["miss_cpu_ms_no_budget"] for r in full])
-                    / median([r["miss_cpu_ms_full_budget"] for r in full]),
-                    2,
-                ),
-                "hit_us_budget": median([r["hit_us_budget"] for r in full]),
-                "hit_us_no_budget": median([r["hit_us_no_budget"] for r in full]),
-                "hold_us_budget": median([r["hold_us_budget"] for r in full]),
+            figures = {
+                "prewarm_s_no_budget": med(plain, "seconds"),
+                "prewarm_s_budget": med(budget, "seconds"),
+                "prewarm_budget_timed_out": any(r.get("timed_out") for r in budget),
+                "prewarm_cpu_s_no_budget": med(plain, "cpu_s"),
+                "prewarm_cpu_s_budget": med(budget, "cpu_s"),
+                "miss_ms_no_budget": med(full, "miss_ms_no_budget"),
+                "miss_ms_full_budget": med(full, "miss_ms_full_budget"),
+                "miss_cpu_ms_no_budget": med(full, "miss_cpu_ms_no_budget"),
+                "miss_cpu_ms_full_budget": med(full, "miss_cpu_ms_full_budget"),
+                "hit_us_no_budget": med(full, "hit_us_no_budget"),
+                "hit_us_budget": med(full, "hit_us_budget"),
+                "hold_us_budget": med(full, "hold_us_budget"),
             }
+            f = figures
+            figures["prewarm_budget_over_no_budget"] = ratio(f["prewarm_s_budget"], f["prewarm_s_no_budget"])
+            figures["prewarm_cpu_budget_over_no_budget"] = ratio(
+                f["prewarm_cpu_s_budget"], f["prewarm_cpu_s_no_budget"]
+            )
+            figures["full_cache_throughput_budget_over_no_budget"] = ratio(
+                f["miss_ms_no_budget"], f["miss_ms_full_budget"]
+            )
+            figures["full_cache_cpu_throughput_budget_over_no_budget"] = ratio(
+                f["miss_cpu_ms_no_budget"], f["miss_cpu_ms_full_budget"]
+            )
+            summary.setdefault(tree, {})[str(n)] = figures
     return summary
 
 
