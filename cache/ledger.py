@@ -375,6 +375,42 @@ def download_alive(root: str, target: str) -> bool:
         return not lock.acquire(shared=True, blocking=False)
 
 
+# Directories whose dead temp files this process has deleted (see `sweep_once`).
+_swept: set[str] = set()
+_swept_guard = threading.Lock()
+
+
+def sweep_once(root: str, target: str) -> list[str]:
+    """Delete the temp files of dead downloads beside `target` (whose exclusive lock the caller holds),
+    the first time this process writes into its directory (a listing per directory per process, not
+    per download); the ledger keys of those deleted.
+
+    Dead downloads that reserved through the ledger are cleaned without it (their reservation names
+    their temp file); this catches temp files the ledger never knew, such as an older version's.
+    """
+    directory, held = os.path.split(target)
+    with _swept_guard:
+        if directory in _swept:
+            return []
+        _swept.add(directory)
+    removed = []
+    try:
+        with os.scandir(directory) as entries:
+            names = [e.name for e in entries]
+    except FileNotFoundError:
+        return []
+    for name in names:
+        temp = parse_temp(name)
+        if temp is None:
+            continue
+        # Ours to replace (we hold its lock), or nobody's: the lock of its target is free.
+        if temp[0] == held or not download_alive(root, os.path.join(directory, temp[0])):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
+                removed.append(os.path.relpath(os.path.join(directory, name), root))
+    return removed
+
+
 def _scan(root: str) -> tuple[list[tuple[str, int, int]], list[tuple[str, str, int]]]:
     """(files, live reservations) of every dataset directory under `root`; dead temp files are deleted."""
     files: list[tuple[str, int, int]] = []

@@ -21,7 +21,7 @@ from cache.budget import Budget, Eviction
 from cache.checks import check_int, local_dir
 from cache.errors import CacheError, FetchError, IntegrityError
 from cache.fetch import DEFAULT_INTEGRITY_ATTEMPTS, Expected, download_verified, read_remote_range
-from cache.ledger import Ledger, ledger_of
+from cache.ledger import Ledger, ledger_of, sweep_once
 from cache.process import ProcessLocal, ProcessState, reopen
 from cache.remote import Remote
 from cache.stats import CacheStats, Counters
@@ -351,7 +351,10 @@ class NodeCache:
     def _new_temp(self, state: ProcessState, rel: str, size: int | None) -> str:
         """Reserve room for `size` bytes (evicting under a budget), then create the download's temp file."""
         temp = self._layout.temp_path(rel, size)
+        dead = sweep_once(self._layout.root, self._layout.data_path(rel))
         with self._ledger().transaction() as tx:
+            for key in dead:
+                tx.unreserve(key)
             result = self._budget.reserve(tx, self._layout.key(rel), temp, size)
         self._count(state, result)
         create_empty(temp)

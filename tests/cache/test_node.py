@@ -577,3 +577,17 @@ def test_uses_and_counters_of_an_exiting_process_are_written(source, serve, open
     assert aggregate_stats(cache_dir).hits == 2  # the child's counters, written as it exited
     cache.fetch("d.bin", size=UNIT)  # b then a were used in the child: c is the least recently used
     assert in_cache(cache, "a.bin", "b.bin", "c.bin", "d.bin") == ["a.bin", "b.bin", "d.bin"]
+
+
+def test_a_temp_file_unknown_to_the_ledger_is_swept_once_per_directory(source, serve, open_cache, cache_dir):
+    """Temps of dead downloads are found through their reservations; one the ledger never knew (an
+    older version's) goes at the first download into its directory."""
+    root, _files = source
+    cache = open_cache(serve(root).url)
+    cache.fetch("a.bin")  # the ledger is built now
+    video = "videos/cam/episode_000.mp4"
+    stale = cache_dir / FINGERPRINT / "videos" / "cam" / ".episode_000.mp4.10.0123456789ab.lrs-part"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"x" * 10)
+    assert read(cache.fetch(video)) == read(root / video)
+    assert part_files(cache_dir) == []
