@@ -57,8 +57,9 @@ VERSION = 1
 USE_FLUSH_INTERVAL_S = 1.0
 LEDGER_NAME = "ledger.sqlite"
 # Dead reservations (a downloader killed mid-download) are looked for at most this often by a process
-# that must evict, and always before it reports the budget overrun.
-_PURGE_INTERVAL_S = 30.0
+# that must evict, and always before it reports the budget overrun: a look costs a non-blocking flock
+# per download in flight on the node, never a listing.
+_PURGE_INTERVAL_S = 1.0
 # Writers queue on the flock, not in SQLite; this only bounds a wait on a checkpoint or a foreign reader.
 _BUSY_TIMEOUT_S = 600.0
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -169,6 +170,9 @@ class Ledger:
         """Write the pending uses; with `quiet`, a failure to do so is logged, not raised."""
         with self._uses_guard:
             if not self._uses:
+                return
+            if not os.path.isdir(self.root):  # removed (a stream's temporary cache): nothing to order
+                self._uses.clear()
                 return
         try:
             with self.transaction():
@@ -496,12 +500,13 @@ def _flush_all() -> None:
 
 
 def _forget_inherited() -> None:
-    global _ledgers_guard
+    global _ledgers_guard, _swept_guard
     # Kept referenced, never closed: closing a connection inherited across fork may touch the parent's
     # WAL files; the child opens its own on first use.
     _inherited.extend(_ledgers.values())
     _ledgers.clear()
     _ledgers_guard = threading.Lock()
+    _swept_guard = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_inherited)
