@@ -10,6 +10,10 @@ as remote storage and copies, so the cache's own bookkeeping is most of the cost
   stream over a full budgeted cache does on each miss: the proxy for its samples/s); then hits (`fetch`
   and `hold` of cached files) with and without the budget.
 
+- `stream` (with `--stream DIR`, an lrs/1 dataset): one epoch of an `EpisodeStream` (uint8, no DataLoader
+  workers) read through a cache that already holds the N files, without a budget and with one they fill
+  (every video the stream fetches evicts one of them): the issue's "stream over a full budgeted cache".
+
 Every case runs in a fresh process; the cases are interleaved (rep x N x tree x case). `--baseline DIR`
 runs each case a second time against another checkout (e.g. the main branch before the change), with
 the same script and data, so that before and after come from one run on one machine.
@@ -28,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from typing import Any
 
 FINGERPRINT = "bench"
@@ -102,6 +107,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     cache_dir = tempfile.mkdtemp(dir=work, prefix="cache-")
     try:
         rels = [_rel(i) for i in range(n)]
+        if case["case"] == "stream":
+            return _stream(case, cache_dir, rels, sizes)
         if case["case"] == "prewarm":
             seconds, cpu = _prewarm(cache_dir, url, sizes, rels, BIG_BUDGET if case["budget"] else None)
             return {
@@ -138,6 +145,31 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         shutil.rmtree(cache_dir, ignore_errors=True)
 
 
+def _stream(case: dict[str, Any], cache_dir: str, rels: list[str], sizes: dict[str, int]) -> dict[str, Any]:
+    """One epoch of an EpisodeStream (uint8, no workers) over a cache already holding N files of another
+    dataset (hard links of the source), with no budget or a budget those files fill."""
+    from reader import EpisodeStream
+
+    source = urllib.parse.urlsplit(case["url"]).path
+    for rel in rels:
+        target = os.path.join(cache_dir, FINGERPRINT, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.link(os.path.join(source, rel), target)
+    budget = sum(sizes[r] for r in rels) if case["budget"] else None
+    stream = EpisodeStream(
+        "file://" + case["dataset"], cache_dir=cache_dir, cache_max_bytes=budget, return_uint8=True, seed=0
+    )
+    started, cpu = time.perf_counter(), time.process_time()
+    samples = sum(1 for _ in stream)
+    seconds = time.perf_counter() - started
+    return {
+        "samples": samples,
+        "samples_per_s": round(samples / seconds, 1),
+        "cpu_ms_per_sample": round(1000 * (time.process_time() - cpu) / samples, 3),
+        "evictions": stream.stats().cache.evictions,
+    }
+
+
 def _run_in_subprocess(tree: str, case: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": tree}
     try:
@@ -163,6 +195,10 @@ def main() -> None:
     parser.add_argument("--misses", type=int, default=500, help="M: downloads timed in the full-cache case")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--baseline", help="another checkout to run every case against too (before)")
+    parser.add_argument(
+        "--stream", help="an lrs/1 dataset directory: also time an EpisodeStream epoch over it"
+    )
+    parser.add_argument("--cases", default="prewarm,full,stream", help="which cases to run")
     parser.add_argument("--case-timeout", type=float, default=900.0, help="seconds before a case is cut")
     parser.add_argument("--work", help="where the source and caches go (default: the system temp dir)")
     parser.add_argument("--case", help=argparse.SUPPRESS)
@@ -180,14 +216,18 @@ def main() -> None:
         sizes = make_source(source, max(counts) + 2 * args.misses)
         with open(os.path.join(work, "sizes.json"), "w", encoding="utf-8") as f:
             json.dump([sizes[_rel(i)] for i in range(len(sizes))], f)
-        base = {"m": args.misses, "url": "file://" + source, "work": work}
+        base = {"m": args.misses, "url": "file://" + source, "work": work, "dataset": args.stream}
+        cases = [("prewarm", False), ("prewarm", True), ("full", None)]
+        if args.stream:
+            cases += [("stream", False), ("stream", True)]
+        cases = [c for c in cases if c[0] in args.cases.split(",")]
         for tree in trees.values():  # untimed: the first process to read the source pays for it
             _run_in_subprocess(tree, {**base, "case": "prewarm", "budget": False, "n": min(counts)})
         results = []
         for rep in range(args.repeats):
             for n in counts:
                 for label, tree in trees.items():
-                    for case, budget in (("prewarm", False), ("prewarm", True), ("full", None)):
+                    for case, budget in cases:
                         spec = {**base, "case": case, "budget": budget, "n": n}
                         out = _run_in_subprocess(tree, spec, args.case_timeout)
                         row = {"tree": label, "rep": rep, "n": n, "case": case, "budget": budget, **out}
@@ -241,6 +281,15 @@ def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
             figures["full_cache_cpu_throughput_budget_over_no_budget"] = ratio(
                 f["miss_cpu_ms_no_budget"], f["miss_cpu_ms_full_budget"]
             )
+            stream = {
+                b: [r for r in rows if r["case"] == "stream" and r["budget"] is b] for b in (False, True)
+            }
+            if stream[False]:
+                figures["stream_samples_per_s_no_budget"] = med(stream[False], "samples_per_s")
+                figures["stream_samples_per_s_full_budget"] = med(stream[True], "samples_per_s")
+                figures["stream_budget_over_no_budget"] = ratio(
+                    figures["stream_samples_per_s_full_budget"], figures["stream_samples_per_s_no_budget"]
+                )
             summary.setdefault(tree, {})[str(n)] = figures
     return summary
 
