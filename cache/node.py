@@ -2,8 +2,8 @@
 
 One process downloads a missing file while the others wait on its lock (see `cache.store` for the
 layout and the locking protocol, `cache.ledger` for the accounting every process shares, `cache.budget`
-for the byte budget and eviction). Files are served
-only once published (temp file + rename) and checked (size, and sha256 when the caller gives one).
+for the byte budget and eviction). Files are served only once published (temp file + rename) and
+checked (size, and sha256 when the caller gives one).
 
 A cache object survives being pickled to spawned workers (it re-opens everything there) and being
 forked with DataLoader workers: each process gets its own threads, counters and remote connection.
@@ -334,17 +334,13 @@ class NodeCache:
                 counters=state.counters,
                 attempts=self._options["integrity_attempts"],
             )
-        except BaseException:
-            with contextlib.suppress(CacheError, OSError), self._ledger().transaction() as tx:
-                self._budget.release(tx, key)
-            raise
-        try:
             size = expected.size if expected.size is not None else os.stat(temp).st_size
             with self._ledger().transaction() as tx:
                 result = self._budget.publish(tx, key, temp, size, reserved=expected.size)
         except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
+            # Its reservation (and a temp file not published) go now, not at the next purge.
+            with contextlib.suppress(CacheError, OSError), self._ledger().transaction() as tx:
+                self._budget.release(tx, key)
             raise
         self._count(state, result)
 
