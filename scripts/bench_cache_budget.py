@@ -227,7 +227,9 @@ def main() -> None:
         for rep in range(args.repeats):
             for n in counts:
                 for label, tree in trees.items():
-                    for case, budget in cases:
+                    # Each pair's order flips every repeat: what a case leaves behind (the kernel
+                    # writing back and discarding the last one's files) falls on both sides.
+                    for case, budget in cases if rep % 2 == 0 else _flip_pairs(cases):
                         spec = {**base, "case": case, "budget": budget, "n": n}
                         out = _run_in_subprocess(tree, spec, args.case_timeout)
                         row = {"tree": label, "rep": rep, "n": n, "case": case, "budget": budget, **out}
@@ -236,6 +238,14 @@ def main() -> None:
         print(json.dumps({"results": results, "summary": _summary(results)}, indent=1))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _flip_pairs(cases: list[tuple[str, bool | None]]) -> list[tuple[str, bool | None]]:
+    """The cases with each (no budget, budget) pair of one kind in the other order."""
+    out: list[tuple[str, bool | None]] = []
+    for kind in dict.fromkeys(c[0] for c in cases):
+        out += reversed([c for c in cases if c[0] == kind])
+    return out
 
 
 def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
