@@ -104,10 +104,10 @@ def _download_once(
     except FileNotFoundError as exc:
         raise _missing(remote, rel) from exc
     finally:
-        counters.add(fetch_seconds=time.monotonic() - started, flush=False)
+        counters.add(fetch_seconds=time.monotonic() - started)
     with open_fd(temp) as fd:
         st = os.fstat(fd)
-        counters.add(bytes_fetched=st.st_size, flush=False)
+        counters.add(bytes_fetched=st.st_size)
         if expected.size is not None and st.st_size != expected.size:
             return f"size {st.st_size}"
         if expected.sha256 is not None:
@@ -130,7 +130,7 @@ def read_remote_range(remote: Remote, rel: str, start: int, end: int, counters: 
     except FileNotFoundError as exc:
         raise _missing(remote, rel) from exc
     finally:
-        counters.add(fetch_seconds=time.monotonic() - started, flush=False)
+        counters.add(fetch_seconds=time.monotonic() - started)
     counters.add(range_reads=1, bytes_fetched=len(data))
     return data
 

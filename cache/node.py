@@ -1,8 +1,9 @@
 """`NodeCache`: the one place dataset bytes land on a node, shared by every rank and worker on it.
 
 One process downloads a missing file while the others wait on its lock (see `cache.store` for the
-layout and the locking protocol, `cache.budget` for the byte budget and eviction). Files are served
-only once published (temp file + rename) and checked (size, and sha256 when the caller gives one).
+layout and the locking protocol, `cache.ledger` for the accounting every process shares, `cache.budget`
+for the byte budget and eviction). Files are served only once published (temp file + rename) and
+checked (size, and sha256 when the caller gives one).
 
 A cache object survives being pickled to spawned workers (it re-opens everything there) and being
 forked with DataLoader workers: each process gets its own threads, counters and remote connection.
@@ -16,10 +17,11 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
-from cache.budget import Budget, Eviction, publish
+from cache.budget import Budget, Eviction
 from cache.checks import check_int, local_dir
 from cache.errors import CacheError, FetchError, IntegrityError
 from cache.fetch import DEFAULT_INTEGRITY_ATTEMPTS, Expected, download_verified, read_remote_range
+from cache.ledger import Ledger, ledger_of, sweep_once
 from cache.process import ProcessLocal, ProcessState, reopen
 from cache.remote import Remote
 from cache.stats import CacheStats, Counters
@@ -31,9 +33,8 @@ from cache.store import (
     check_rel,
     check_sha256,
     check_size,
-    open_fd,
+    create_empty,
     read_span,
-    touch,
 )
 
 # How often `hold` re-downloads a file that other processes evict before it can be pinned.
@@ -88,7 +89,7 @@ class NodeCache:
             "local_fast_path": local_fast_path,
             "integrity_attempts": integrity_attempts,
         }
-        self._budget = Budget(root, max_bytes) if max_bytes is not None else None
+        self._budget = Budget(root, max_bytes)
         self._fast = local_fast_path and remote.reads_in_place
         self._owner_pid = os.getpid()
         self._proc = ProcessLocal(self._make_state)
@@ -168,7 +169,7 @@ class NodeCache:
                 problem = self._check(rel, expected)
                 if problem is None:
                     if not downloaded:
-                        state.counters.add(hits=1, flush=False)
+                        state.counters.add(hits=1)
                     with state.holding(rel):
                         yield target
                     return
@@ -201,11 +202,11 @@ class NodeCache:
             return b""
         if self._fast:
             try:
-                return self._read_local(state, self._remote.path(rel), start, end, mark_used=False)
+                return self._read_local(state, self._remote.path(rel), start, end, used=None)
             except FileNotFoundError as exc:
                 raise _no_such_file(self._remote.path(rel)) from exc
         try:
-            return self._read_local(state, self._layout.data_path(rel), start, end, mark_used=True)
+            return self._read_local(state, self._layout.data_path(rel), start, end, used=rel)
         except FileNotFoundError:
             return read_remote_range(state.remote, rel, start, end, state.counters)
 
@@ -213,9 +214,24 @@ class NodeCache:
         """This process's counters for this cache object (see `aggregate_stats` for all processes)."""
         return self._state().counters.snapshot()
 
+    def mark_used(self, rel: str) -> None:
+        """Record a use of the cached file `rel` now: it becomes the most recently used (written to the
+        ledger within a second, or by `flush`; a file not in the cache is left out)."""
+        check_rel(rel)
+        if not self._fast:
+            self._ledger().note_use(self._layout.key(rel))
+
+    def flush(self) -> None:
+        """Write this process's counters and the uses it recorded now."""
+        self._state().counters.flush()
+        if not self._fast:
+            self._ledger().flush(quiet=True)
+
     def close(self) -> None:
-        """Cancel queued prefetches, wait for running ones, and write the counters file."""
+        """Cancel queued prefetches, wait for running ones, write the counters file and the uses."""
         self._state().close()
+        if not self._fast:
+            self._ledger().flush(quiet=True)
 
     def __enter__(self) -> NodeCache:
         return self
@@ -238,6 +254,9 @@ class NodeCache:
 
     def _state(self) -> ProcessState:
         return self._proc.get()
+
+    def _ledger(self) -> Ledger:
+        return ledger_of(self._layout.root)
 
     def _make_state(self) -> ProcessState:
         remote = self._remote if os.getpid() == self._owner_pid else reopen(self._remote)
@@ -264,16 +283,19 @@ class NodeCache:
             raise _no_such_file(path) from exc
         if expected.size is not None and size != expected.size:
             raise IntegrityError(f"Invalid file ({path}): size {size}. Expected {expected.describe()}.")
-        state.counters.add(hits=1, flush=False)
+        state.counters.add(hits=1)
         return path
 
     def _check(self, rel: str, expected: Expected) -> str | None:
-        return check_published(
+        problem = check_published(
             self._layout.data_path(rel),
             self._layout.record_path(rel),
             size=expected.size,
             sha256=expected.sha256,
         )
+        if problem is None:
+            self._ledger().note_use(self._layout.key(rel))
+        return problem
 
     def _fetch(self, state: ProcessState, rel: str, expected: Expected) -> str:
         target = self._layout.data_path(rel)
@@ -287,7 +309,7 @@ class NodeCache:
                 if problem is not None:
                     self._download(state, rel, expected)
         if problem is None:
-            state.counters.add(hits=1, flush=False)
+            state.counters.add(hits=1)
         return target
 
     def _refuse_if_held(self, state: ProcessState, rel: str, problem: str) -> None:
@@ -300,47 +322,39 @@ class NodeCache:
 
     def _download(self, state: ProcessState, rel: str, expected: Expected) -> None:
         """Download, check and publish `rel`; call with its exclusive lock held."""
-        self._layout.remove_temps(rel)
-        state.counters.add(misses=1, flush=False)
-        temp = download_verified(
-            state.remote,
-            rel,
-            expected=expected,
-            new_temp=lambda: self._new_temp(state, rel, expected.size),
-            record_path=self._layout.record_path(rel),
-            counters=state.counters,
-            attempts=self._options["integrity_attempts"],
-        )
+        state.counters.add(misses=1)
+        key = self._layout.key(rel)
         try:
-            if expected.size is None:
-                self._settle(state)
-            target = self._layout.data_path(rel)
-            publish(self._layout.root, temp, target)
+            temp = download_verified(
+                state.remote,
+                rel,
+                expected=expected,
+                new_temp=lambda: self._new_temp(state, rel, expected.size),
+                record_path=self._layout.record_path(rel),
+                counters=state.counters,
+                attempts=self._options["integrity_attempts"],
+            )
+            size = expected.size if expected.size is not None else os.stat(temp).st_size
+            with self._ledger().transaction() as tx:
+                result = self._budget.publish(tx, key, temp, size, reserved=expected.size)
         except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
+            # Its reservation (and a temp file not published) go now, not at the next purge.
+            with contextlib.suppress(CacheError, OSError), self._ledger().transaction() as tx:
+                self._budget.release(tx, key)
             raise
-        with open_fd(target) as fd:
-            touch(fd, os.fstat(fd))
-        state.counters.flush()
+        self._count(state, result)
 
     def _new_temp(self, state: ProcessState, rel: str, size: int | None) -> str:
-        """Create the download's temp file; under a budget, after making room for `size` bytes."""
-        if self._budget is None:
-            return self._layout.new_temp(rel, size)
-        # Created under the budget lock so that concurrent reservations count it (see cache.budget).
-        with self._budget.locked():
-            result = self._budget.make_room(size or 0)
-            temp = self._layout.new_temp(rel, size)
+        """Reserve room for `size` bytes (evicting under a budget), then create the download's temp file."""
+        temp = self._layout.temp_path(rel, size)
+        dead = sweep_once(self._layout.root, self._layout.data_path(rel))
+        with self._ledger().transaction() as tx:
+            for key in dead:
+                tx.unreserve(key)
+            result = self._budget.reserve(tx, self._layout.key(rel), temp, size)
         self._count(state, result)
+        create_empty(temp)
         return temp
-
-    def _settle(self, state: ProcessState) -> None:
-        """Evict for a download whose size was unknown when its space was reserved."""
-        if self._budget is not None:
-            with self._budget.locked():
-                result = self._budget.make_room(0)
-            self._count(state, result)
 
     @staticmethod
     def _count(state: ProcessState, result: Eviction) -> None:
@@ -349,9 +363,11 @@ class NodeCache:
                 evictions=result.count, bytes_evicted=result.bytes, budget_overruns=int(not result.fits)
             )
 
-    def _read_local(self, state: ProcessState, path: str, start: int, end: int, *, mark_used: bool) -> bytes:
-        data = read_span(path, start, end, mark_used=mark_used)
-        state.counters.add(hits=1, flush=False)
+    def _read_local(self, state: ProcessState, path: str, start: int, end: int, *, used: str | None) -> bytes:
+        data = read_span(path, start, end)
+        if used is not None:
+            self._ledger().note_use(self._layout.key(used))
+        state.counters.add(hits=1)
         return data
 
 

@@ -15,7 +15,6 @@ needed last, not the one it is about to read.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Sequence
@@ -29,7 +28,6 @@ from cache.errors import CacheError, LrsError
 from cache.node import NodeCache
 from cache.progress import progress_bar
 from cache.stats import CacheStats
-from cache.store import open_fd, touch
 
 DEFAULT_AHEAD = 16
 
@@ -140,9 +138,9 @@ def mark_need_order(cache: NodeCache | Sequence[NodeCache], files: Sequence[File
     """
     caches = _caches(cache)
     for request in reversed(files):
-        path = caches[request.source].path(request.path)
-        with contextlib.suppress(FileNotFoundError), open_fd(path) as fd:
-            touch(fd, os.fstat(fd))
+        caches[request.source].mark_used(request.path)
+    for one in caches:
+        one.flush()
 
 
 def _run(

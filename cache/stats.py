@@ -1,8 +1,9 @@
 """Cache counters: per process in memory, per process on disk, summed across processes on request.
 
-Each cache object writes its counters to `<cache_dir>/.lrs/stats/<pid>-<token>.json` (atomically) after
-every download, eviction or ranged read, and at most once a second for hits, so a process that dies
-loses at most a second of hit counts. `aggregate_stats` sums the files of every process, dead or alive.
+Each cache object writes its counters to `<cache_dir>/.lrs/stats/<pid>-<token>.json` (atomically) at most
+once a second while they change, when the cache is closed and when the process exits (a DataLoader
+worker included), so a process that is killed loses at most a second of counts. `aggregate_stats` sums
+the files of every process, dead or alive.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import os
 import threading
 import time
 import uuid
+import weakref
 from dataclasses import dataclass
 
 from cache.errors import CacheError
-from cache.store import META_DIR, atomic_write
+from cache.store import META_DIR, at_exit, atomic_write
 
-_HIT_FLUSH_INTERVAL_S = 1.0
+_FLUSH_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -74,25 +76,33 @@ class Counters:
 
     def __init__(self, cache_dir: str, fingerprint: str) -> None:
         self._lock = threading.Lock()
-        self._stats = CacheStats()
+        self._values: dict[str, int | float] = dict.fromkeys(_FIELDS, 0)
         self._fingerprint = fingerprint
         self._path = os.path.join(cache_dir, META_DIR, "stats", f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json")
         self._flushed_at = float("-inf")
         self._dirty = False
+        _live.add(self)
+        at_exit(_flush_live)
 
-    def add(self, *, flush: bool = True, **deltas: int | float) -> None:
-        """Add to counters by name; `flush=False` writes the file at most once a second."""
+    def add(self, **deltas: int | float) -> None:
+        """Add to counters by name (the file is written at most once a second, and by `flush`)."""
         with self._lock:
-            self._stats = self._stats + CacheStats(**deltas)
+            unknown = deltas.keys() - _FIELDS
+            if unknown:
+                raise TypeError(
+                    f"Invalid counter ({sorted(unknown)[0]!r}). Expected one of {sorted(_FIELDS)}."
+                )
+            for name, delta in deltas.items():
+                self._values[name] += delta
             self._dirty = True
-            due = flush or time.monotonic() - self._flushed_at >= _HIT_FLUSH_INTERVAL_S
+            due = time.monotonic() - self._flushed_at >= _FLUSH_INTERVAL_S
         if due:
             self.flush()
 
     def snapshot(self) -> CacheStats:
         """The counters now."""
         with self._lock:
-            return self._stats
+            return CacheStats(**self._values)  # type: ignore[arg-type]
 
     def flush(self) -> None:
         """Write the counters file if anything changed since the last write."""
@@ -102,7 +112,7 @@ class Counters:
             payload = {
                 "pid": os.getpid(),
                 "fingerprint": self._fingerprint,
-                "counters": self._stats.to_dict(),
+                "counters": dict(self._values),
             }
             # Written under the lock so that files never go back in time when threads race. The figures
             # are advisory: a failed write (a full disk, a temporary cache directory removed by its
@@ -113,6 +123,15 @@ class Counters:
                 return
             self._dirty = False
             self._flushed_at = time.monotonic()
+
+
+# The counters of this process, written once more when it exits.
+_live: weakref.WeakSet[Counters] = weakref.WeakSet()
+
+
+def _flush_live() -> None:
+    for counters in list(_live):
+        counters.flush()
 
 
 def aggregate_stats(cache_dir: str | os.PathLike[str], *, fingerprint: str | None = None) -> CacheStats:

@@ -4,7 +4,8 @@
 <cache_dir>/
   <fingerprint>/<rel>                                published files: complete and checked
   <fingerprint>/<dir>/.<name>.<size|x>.<token>.lrs-part  a download in flight, or left by a killed one
-  .lrs/budget.lock                                   reservation and eviction (exclusive), publishing (shared)
+  .lrs/budget.lock                                   held around every ledger transaction (cache.ledger)
+  .lrs/ledger.sqlite                                 files, sizes, LRU order and reservations (cache.ledger)
   .lrs/locks/<fingerprint>/<rel>.lock                per-file flock: shared = in use, exclusive = written
   .lrs/locks/<fingerprint>/<rel>.sha256              which published version was hashed, with what result
   .lrs/stats/<pid>-<token>.json                      the counters of one cache object in one process
@@ -25,10 +26,10 @@ import hashlib
 import os
 import re
 import threading
-import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from cache.errors import IntegrityError
 
@@ -38,6 +39,7 @@ _FINGERPRINT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<size>\d+|x)\.[0-9a-f]{12}" + re.escape(TEMP_SUFFIX) + "$")
 _CHUNK = 1 << 20
+T = TypeVar("T")
 
 
 def check_fingerprint(fingerprint: str) -> str:
@@ -100,34 +102,57 @@ class CacheLayout:
         """The file recording which version of `rel` was verified against which sha256."""
         return os.path.join(self.root, META_DIR, "locks", self.fingerprint, rel + ".sha256")
 
-    def new_temp(self, rel: str, size: int | None) -> str:
-        """Create an empty temp file beside the target of `rel`; its name carries the size it reserves."""
-        target = self.data_path(rel)
-        directory, name = os.path.split(target)
-        os.makedirs(directory, exist_ok=True)
-        temp = os.path.join(
+    def key(self, rel: str) -> str:
+        """The name of `rel` in the cache's ledger: its path relative to the cache directory."""
+        return f"{self.fingerprint}/{rel}"
+
+    def temp_path(self, rel: str, size: int | None) -> str:
+        """A fresh temp file name beside the target of `rel`, carrying the size it reserves."""
+        directory, name = os.path.split(self.data_path(rel))
+        return os.path.join(
             directory, f".{name}.{'x' if size is None else size}.{uuid.uuid4().hex[:12]}{TEMP_SUFFIX}"
         )
-        os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+
+    def new_temp(self, rel: str, size: int | None) -> str:
+        """Create an empty temp file beside the target of `rel`; its name carries the size it reserves."""
+        temp = self.temp_path(rel, size)
+        create_empty(temp)
         return temp
 
-    def remove_temps(self, rel: str) -> int:
-        """Delete every temp file of `rel`; call only with its exclusive lock held. Returns how many."""
-        directory, name = os.path.split(self.data_path(rel))
-        removed = 0
-        with contextlib.suppress(FileNotFoundError), os.scandir(directory) as entries:
-            for entry in entries:
-                parsed = parse_temp(entry.name)
-                if parsed is not None and parsed[0] == name:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(entry.path)
-                        removed += 1
-        return removed
+
+def create_empty(path: str) -> None:
+    """Create an empty file at `path` (which must not exist), and its directory if needed."""
+    fd = in_dir(path, lambda: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    os.close(fd)
+
+
+# Directories this process knows exist: the hot paths (a download's temp file, a lock file) skip the
+# `makedirs` stat walk for them. A directory removed behind our back fails the open, which is then
+# retried once after `makedirs`.
+_known_dirs: set[str] = set()
+
+
+def in_dir(path: str, create: Callable[[], T]) -> T:
+    """`create()` a file at `path`, making its directory first unless this process has seen it."""
+    directory = os.path.dirname(path)
+    if directory not in _known_dirs:
+        os.makedirs(directory, exist_ok=True)
+        _known_dirs.add(directory)
+        return create()
+    try:
+        return create()
+    except FileNotFoundError:
+        _known_dirs.discard(directory)
+        os.makedirs(directory, exist_ok=True)
+        _known_dirs.add(directory)
+        return create()
 
 
 def lock_path_of(root: str, data_path: str) -> str:
     """The lock file of a published file at `data_path` under the cache directory `root`."""
-    return os.path.join(root, META_DIR, "locks", os.path.relpath(data_path, root) + ".lock")
+    prefix = os.path.join(root, "")
+    rel = data_path[len(prefix) :] if data_path.startswith(prefix) else os.path.relpath(data_path, root)
+    return os.path.join(root, META_DIR, "locks", rel + ".lock")
 
 
 def parse_temp(name: str) -> tuple[str, int | None] | None:
@@ -164,6 +189,31 @@ os.register_at_fork(
 )
 
 
+_exit_hooks: list[Callable[[], None]] = []
+_exit_hooks_pid: int | None = None
+
+
+def at_exit(hook: Callable[[], None]) -> None:
+    """Run `hook` when this process exits normally, a multiprocessing child included (those end with
+    `os._exit`, which skips `atexit`, but run multiprocessing's own exit finalizers first)."""
+    global _exit_hooks_pid
+    if _exit_hooks_pid != os.getpid():
+        import atexit
+        import multiprocessing.util
+
+        _exit_hooks_pid = os.getpid()
+        _exit_hooks.clear()
+        atexit.register(_run_exit_hooks)
+        multiprocessing.util.Finalize(None, _run_exit_hooks, exitpriority=10)
+    if hook not in _exit_hooks:
+        _exit_hooks.append(hook)
+
+
+def _run_exit_hooks() -> None:
+    for hook in list(_exit_hooks):
+        hook()
+
+
 class FileLock:
     """A flock on a lock file (created on demand). One object, one open file description.
 
@@ -173,11 +223,10 @@ class FileLock:
     """
 
     def __init__(self, path: str) -> None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         self.path = path
         self._pid = os.getpid()
         with _lock_fds_guard:
-            self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd: int | None = in_dir(path, lambda: os.open(path, os.O_RDWR | os.O_CREAT, 0o644))
             _lock_fds.add(self._fd)
 
     def _own_fd(self) -> int | None:
@@ -196,6 +245,12 @@ class FileLock:
                 return False
             raise
         return True
+
+    def release(self) -> None:
+        """Release the lock, keeping the file open for the next `acquire`."""
+        fd = self._own_fd()
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
         """Release the lock and close the file (in a forked child, only forget it: it is closed)."""
@@ -224,8 +279,7 @@ def file_sha256(fd: int) -> str:
 
 
 def _version(st: os.stat_result) -> str:
-    # A published file is never modified in place, so inode + size + mtime name one version of it; the
-    # cache only ever sets atime on use, keeping mtime as the version stamp.
+    # A published file is never modified in place, so inode + size + mtime name one version of it.
     return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 
 
@@ -245,7 +299,7 @@ def record_matches(path: str, sha256: str, st: os.stat_result) -> bool:
 
 
 def check_published(path: str, record: str, *, size: int | None, sha256: str | None) -> str | None:
-    """Check the published file at `path`; mark it used (atime) when it is good.
+    """Check the published file at `path` (its use is recorded in the ledger by the caller).
 
     Returns:
         None when the file is there with the right size (and sha256, when given); otherwise what is wrong.
@@ -263,14 +317,13 @@ def check_published(path: str, record: str, *, size: int | None, sha256: str | N
             if got != sha256:
                 return f"sha256 {got}, expected {sha256}"
             write_record(record, sha256, st)
-        touch(fd, st)
         return None
     finally:
         os.close(fd)
 
 
-def read_span(path: str, start: int, end: int, *, mark_used: bool) -> bytes:
-    """Bytes `[start, end)` of a local file, marking it used (atime) when `mark_used`.
+def read_span(path: str, start: int, end: int) -> bytes:
+    """Bytes `[start, end)` of a local file.
 
     Raises:
         FileNotFoundError: there is no such file.
@@ -291,23 +344,16 @@ def read_span(path: str, start: int, end: int, *, mark_used: bool) -> bytes:
                 )
             chunks.append(chunk)
             offset += len(chunk)
-        if mark_used:
-            touch(fd, st)
     return b"".join(chunks)
-
-
-def touch(fd: int, st: os.stat_result) -> None:
-    """Mark the file open at `fd` as used now: set its atime, keep its mtime (its version stamp)."""
-    os.utime(fd, ns=(time.time_ns(), st.st_mtime_ns))
 
 
 def atomic_write(path: str, data: bytes) -> None:
     """Write `data` to a temp file beside `path`, then rename it over `path`."""
     directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
     temp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
     try:
-        with open(temp, "wb") as f:
+        fd = in_dir(temp, lambda: os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        with open(fd, "wb") as f:
             f.write(data)
         os.replace(temp, path)
     except BaseException:

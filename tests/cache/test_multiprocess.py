@@ -15,6 +15,7 @@ import pytest
 
 from cache import NodeCache, aggregate_stats
 from cache.budget import disk_usage
+from cache.ledger import ledger_of
 from cache.store import FileLock
 from tests.cache import workers
 from tests.cache.conftest import UNIT
@@ -103,6 +104,11 @@ def test_processes_share_one_cache_under_faults(tmp_path, serve, cache_dir, max_
         assert stats.evictions > 0 and stats.hits > 0 and stats.range_reads > 0
         assert peak() <= max_bytes
         assert disk_usage(str(cache_dir)) <= max_bytes
+    # Every process's publishes, uses and evictions are in the ledger: its total is the disk's.
+    ledger = ledger_of(str(cache_dir))
+    snapshot = ledger.snapshot()
+    assert snapshot.reserved == 0 and snapshot.total == disk_usage(str(cache_dir))
+    ledger.close()
 
 
 @pytest.mark.timeout(120)
@@ -159,3 +165,28 @@ def test_sigkilled_holder_releases_its_pin(source, serve, cache_dir):
             victim.kill()
             victim.join()
     assert victim.exitcode == -signal.SIGKILL
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_downloaders_reservation_is_released_by_the_next_eviction(source, serve, cache_dir):
+    root, files = source
+    spec = files["data/chunk-000/file-000.parquet"]
+    server = serve(root, Faults(stall={spec.rel: 1}))
+    victim = SPAWN.Process(target=workers.fetch_one, args=(server.url, str(cache_dir), spec))
+    victim.start()
+    server.wait_for(lambda s: s.arrived(spec.rel) == 1, timeout_s=60)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join(30)
+    assert len(part_files(cache_dir)) == 1
+    ledger = ledger_of(str(cache_dir))
+    assert ledger.snapshot().reserved == spec.size  # the dead download still holds its reservation
+
+    with NodeCache(cache_dir, fast_remote(server.url), fingerprint=FINGERPRINT, max_bytes=6 * UNIT) as cache:
+        for rel in ("a.bin", "b.bin", "c.bin"):
+            cache.fetch(rel, size=UNIT)  # the third must make room: the dead reservation goes first
+        assert in_cache(cache, "a.bin", "b.bin", "c.bin") == ["a.bin", "b.bin", "c.bin"]
+        assert cache.stats().evictions == 0
+    snapshot = ledger.snapshot()
+    assert (snapshot.reserved, snapshot.total) == (0, disk_usage(str(cache_dir)))
+    assert part_files(cache_dir) == []
+    ledger.close()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from cache import CacheError, CacheStats, FetchError, IntegrityError, NodeCache, aggregate_stats, resolve
+from cache import stats as cache_stats_module
 from cache.budget import disk_usage
 from cache.store import FileLock
 from tests.cache.conftest import UNIT
@@ -513,3 +514,80 @@ def test_counters_that_cannot_be_written_do_not_fail_a_read(tmp_path: Path) -> N
     (tmp_path / "gone").unlink()
     counters.add(hits=1)  # written once it can be, with everything counted
     assert aggregate_stats(tmp_path / "gone").hits == 2
+
+
+def test_downloads_under_a_budget_list_no_directory(source, serve, open_cache, monkeypatch):
+    """The budget's bookkeeping is the ledger: once it exists, no download, eviction or hit lists a
+    directory (the old budget scanned the whole cache for every download)."""
+    root, _files = source
+    cache = open_cache(serve(root).url, max_bytes=2 * UNIT)
+    cache.fetch("a.bin", size=UNIT)  # the ledger is built here, from an empty directory
+
+    def no_listing(*args: object) -> None:
+        raise AssertionError("a directory was listed")
+
+    monkeypatch.setattr(os, "scandir", no_listing)
+    monkeypatch.setattr(os, "listdir", no_listing)
+    for rel in ("b.bin", "c.bin", "d.bin", "a.bin", "b.bin"):
+        cache.fetch(rel, size=UNIT)
+    with cache.hold("b.bin", size=UNIT):
+        pass
+    assert cache.stats().evictions == 4
+    assert in_cache(cache, "a.bin", "b.bin", "c.bin", "d.bin") == ["a.bin", "b.bin"]
+
+
+def test_counters_are_written_once_an_interval_not_per_download(
+    source, serve, open_cache, cache_dir, monkeypatch
+):
+    root, _files = source
+    cache = open_cache(serve(root).url)
+    writes: list[str] = []
+    real = cache_stats_module.atomic_write
+    monkeypatch.setattr(
+        cache_stats_module, "atomic_write", lambda path, data: (writes.append(path), real(path, data))
+    )
+    monkeypatch.setattr(cache_stats_module, "_FLUSH_INTERVAL_S", 3600.0)  # a slow machine takes no second
+    for rel in ("a.bin", "b.bin", "c.bin", "d.bin"):
+        cache.fetch(rel)
+        cache.fetch(rel)
+    assert len(writes) == 1  # the first add; the rest waits for the interval (was: every download)
+    cache.close()
+    assert aggregate_stats(cache_dir) == cache.stats()  # all of it written at close
+
+
+def _hit_and_exit(cache: NodeCache, rels: list[str]) -> None:
+    # The first hit is written at once, the second not before a second has passed: it is pending when
+    # the process ends (no close).
+    for rel in rels:
+        cache.fetch(rel, size=UNIT)
+
+
+def test_uses_and_counters_of_an_exiting_process_are_written(source, serve, open_cache, cache_dir):
+    root, _files = source
+    cache = open_cache(serve(root).url, max_bytes=3 * UNIT)
+    for rel in ("a.bin", "b.bin", "c.bin"):
+        cache.fetch(rel, size=UNIT)
+    cache.flush()
+    child = multiprocessing.get_context("spawn").Process(
+        target=_hit_and_exit, args=(cache, ["b.bin", "a.bin"])
+    )
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    assert aggregate_stats(cache_dir).hits == 2  # the child's counters, written as it exited
+    cache.fetch("d.bin", size=UNIT)  # b then a were used in the child: c is the least recently used
+    assert in_cache(cache, "a.bin", "b.bin", "c.bin", "d.bin") == ["a.bin", "b.bin", "d.bin"]
+
+
+def test_a_temp_file_unknown_to_the_ledger_is_swept_once_per_directory(source, serve, open_cache, cache_dir):
+    """Temps of dead downloads are found through their reservations; one the ledger never knew (an
+    older version's) goes at the first download into its directory."""
+    root, _files = source
+    cache = open_cache(serve(root).url)
+    cache.fetch("a.bin")  # the ledger is built now
+    video = "videos/cam/episode_000.mp4"
+    stale = cache_dir / FINGERPRINT / "videos" / "cam" / ".episode_000.mp4.10.0123456789ab.lrs-part"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"x" * 10)
+    assert read(cache.fetch(video)) == read(root / video)
+    assert part_files(cache_dir) == []

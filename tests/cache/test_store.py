@@ -57,13 +57,6 @@ def test_other_names_are_not_temps(name):
     assert parse_temp(name) is None
 
 
-def test_remove_temps_removes_only_that_targets_temps(layout):
-    mine = [layout.new_temp("d/a.bin", 5), layout.new_temp("d/a.bin", None)]
-    other = layout.new_temp("d/b.bin", 5)
-    assert layout.remove_temps("d/a.bin") == 2
-    assert [os.path.exists(p) for p in [*mine, other]] == [False, False, True]
-
-
 def test_rel_paths_ending_like_temps_are_refused():
     with pytest.raises(
         ValueError, match=r"Invalid dataset path \('a\.lrs-part'\)\. Expected a name not ending in"
@@ -107,17 +100,17 @@ def test_check_published_records_a_verified_sha256(layout):
     assert check_published(layout.data_path("missing.bin"), record, size=None, sha256=None) == "not cached"
 
 
-def test_check_published_marks_use_in_atime_and_keeps_mtime(layout):
+def test_check_published_leaves_the_file_alone(layout):
+    # Uses are recorded in the ledger: a hit costs no utime, and mtime stays the version stamp.
     path = _publish(layout, "a.bin", b"x")
     os.utime(path, ns=(1_000_000_000, 2_000_000_000))
     assert check_published(path, layout.record_path("a.bin"), size=1, sha256=None) is None
     st = os.stat(path)
-    assert st.st_atime_ns > 2_000_000_000
-    assert st.st_mtime_ns == 2_000_000_000
+    assert (st.st_atime_ns, st.st_mtime_ns) == (1_000_000_000, 2_000_000_000)
 
 
 def test_read_span_reads_exactly_the_range(layout):
     path = _publish(layout, "a.bin", bytes(range(100)))
-    assert read_span(path, 10, 20, mark_used=False) == bytes(range(10, 20))
+    assert read_span(path, 10, 20) == bytes(range(10, 20))
     with pytest.raises(ValueError, match=r"Invalid byte range \(\[90, 101\)\) for .+a\.bin of 100 bytes"):
-        read_span(path, 90, 101, mark_used=False)
+        read_span(path, 90, 101)
