@@ -257,12 +257,14 @@ class RowGroupReader:
         files: serves byte ranges (the node cache).
         size_of: the size of a data file in bytes (from the index, or one HEAD request).
         display: turns a dataset-relative path into a name for messages.
-        footer_bytes: the memory the parsed footers kept may take (estimated at 8x their serialized size);
-            the most recently used footer is kept whatever its size.
+        footer_bytes: the memory the footers kept may take: parsed footers (estimated at 8x their
+            serialized size) and, for cut files, serialized ones; least recently used go first, and the
+            most recently used parsed footer is kept whatever its size.
         row_groups: lrs/1: the `(byte offset, byte count)` of each row group of a data file, from the
             index (`Catalog.row_group_ranges`). A file's footer is then read once to find where each
             row group's part of it is (`reader.format.footer`), and each read parses only that part:
-            8 bytes per row group are kept instead of the parsed footer.
+            8 bytes per row group are kept instead of the parsed footer, plus the serialized footer
+            while it fits `footer_bytes` (else each read fetches its part: one more small ranged read).
     """
 
     def __init__(
@@ -278,7 +280,8 @@ class RowGroupReader:
         self._row_groups = row_groups
         self._cuts: dict[str, FooterCuts | None] = {}
         self._lock = threading.Lock()
-        self._footers: OrderedDict[str, tuple[pq.FileMetaData, int]] = OrderedDict()
+        # ("parsed", rel) -> FileMetaData; ("raw", rel) -> the serialized footer of a cut file.
+        self._footers: OrderedDict[tuple[str, str], tuple[Any, int]] = OrderedDict()
         self._footer_bytes, self._footers_held = footer_bytes, 0
         # One read per file however many threads admit its episodes at once; a fixed set of locks, so
         # that nothing per file outlives its footer.
@@ -292,15 +295,15 @@ class RowGroupReader:
     def metadata(self, rel: str) -> pq.FileMetaData:
         """The footer of `rel`: one ranged read (two when the footer exceeds 64 KiB) when it is not among
         the footers kept."""
-        cached = self._kept_footer(rel)
+        cached = self._kept_footer(("parsed", rel))
         if cached is not None:
             return cached
         with self._footer_locks[hash(rel) % _FOOTER_LOCKS]:
-            cached = self._kept_footer(rel)  # another thread may have read it meanwhile
+            cached = self._kept_footer(("parsed", rel))  # another thread may have read it meanwhile
             if cached is not None:
                 return cached
             metadata = self._read_metadata(rel)
-            self._keep_footer(rel, metadata)
+            self._keep_footer(("parsed", rel), metadata, metadata.serialized_size * _FOOTER_MEMORY_FACTOR)
             return metadata
 
     @property
@@ -309,19 +312,18 @@ class RowGroupReader:
         with self._lock:
             return len(self._footers), self._footers_held
 
-    def _kept_footer(self, rel: str) -> pq.FileMetaData | None:
+    def _kept_footer(self, key: tuple[str, str]) -> Any:
         with self._lock:
-            found = self._footers.get(rel)
+            found = self._footers.get(key)
             if found is None:
                 return None
-            self._footers.move_to_end(rel)
+            self._footers.move_to_end(key)
             return found[0]
 
-    def _keep_footer(self, rel: str, metadata: pq.FileMetaData) -> None:
-        cost = metadata.serialized_size * _FOOTER_MEMORY_FACTOR
+    def _keep_footer(self, key: tuple[str, str], footer: Any, cost: int) -> None:
         with self._lock:
             self.footer_reads += 1
-            self._footers[rel] = (metadata, cost)
+            self._footers[key] = (footer, cost)
             self._footers_held += cost
             while self._footers_held > self._footer_bytes and len(self._footers) > 1:
                 _, (_, freed) = self._footers.popitem(last=False)
@@ -380,8 +382,15 @@ class RowGroupReader:
         where the file has cuts, else the whole footer."""
         cuts = self._file_cuts(rel)
         if cuts is not None and 0 <= row_group < cuts.ends.size:
+            start, end = cuts.span(row_group)
+            raw = self._kept_footer(("raw", rel))
+            struct = (
+                self._read(rel, start, end)
+                if raw is None
+                else raw[start - cuts.footer_start : end - cuts.footer_start]
+            )
             try:
-                metadata = cuts.metadata(self._read(rel, *cuts.span(row_group)))
+                metadata = cuts.metadata(struct)
             except (pa.ArrowInvalid, OSError):
                 metadata = None
             if metadata is not None and metadata.num_row_groups == 1:
@@ -409,15 +418,28 @@ class RowGroupReader:
             groups = self._row_groups(rel)
             cuts = None
             if groups is not None:
-                size = self._size(rel)
-                tail = self._read(rel, max(0, size - _FOOTER_GUESS), size)
-                cuts = cut_footer(lambda start, end: self._read(rel, start, end), size, groups, tail=tail)
+                cuts = self._cut(rel, groups)
                 if cuts is None:
                     log.info("%s: footer not cut by row group; reading it whole", self._display(rel))
             with self._lock:
-                self.footer_reads += 1
                 self._cuts[rel] = cuts
             return cuts
+
+    def _cut(self, rel: str, groups: np.ndarray) -> FooterCuts | None:
+        """Cut the footer of `rel`: read whole (and kept) when it fits the footer budget, else scanned in
+        windows and each row group's part read when it is needed."""
+        size = self._size(rel)
+        tail = self._read(rel, max(0, size - _FOOTER_GUESS), size)
+        length = int.from_bytes(tail[-8:-4], "little") if len(tail) >= 8 else size
+        if length + 8 > min(size, self._footer_bytes):
+            return cut_footer(lambda start, end: self._read(rel, start, end), size, groups, tail=tail)
+        if length + 8 > len(tail):
+            tail = self._read(rel, size - length - 8, size)
+        footer, start = tail[len(tail) - length - 8 : len(tail) - 8], size - length - 8
+        cuts = cut_footer(lambda a, b: footer[a - start : b - start], size, groups, tail=tail)
+        if cuts is not None:
+            self._keep_footer(("raw", rel), footer, len(footer))
+        return cuts
 
     def read_rows(self, rel: str, first_row: int, count: int) -> pa.Table:
         """Rows `[first_row, first_row + count)` of a file: its covering row groups, concatenated and sliced.

@@ -169,12 +169,19 @@ def test_a_row_group_read_with_its_cut_of_the_footer_equals_the_whole_footer_rea
     data = _parquet(300, seed=0)
     files = _Files({"data/a.parquet": data})
     ranges = _ranges(data)
-    cut = RowGroupReader(files, lambda rel: len(files.files[rel]), str, row_groups=lambda rel: ranges)
-    whole = RowGroupReader(files, lambda rel: len(files.files[rel]), str)
+    size = lambda rel: len(files.files[rel])  # noqa: E731
+    cut = RowGroupReader(files, size, str, row_groups=lambda rel: ranges)
+    unkept = RowGroupReader(files, size, str, row_groups=lambda rel: ranges, footer_bytes=1)
+    whole = RowGroupReader(files, size, str)
     for g in [0, 1, 150, 299]:
         span = (int(ranges[g][0]), int(ranges[g].sum()))
-        assert cut.read("data/a.parquet", g, span).equals(whole.read("data/a.parquet", g, span))
-    assert cut.footers_kept == (0, 0), "no parsed footer is kept when the file is cut"
+        table = whole.read("data/a.parquet", g, span)
+        assert cut.read("data/a.parquet", g, span).equals(table)
+        assert unkept.read("data/a.parquet", g, span).equals(table)
+    serialized = pq.read_metadata(pa.BufferReader(data)).serialized_size
+    assert cut.footers_kept == (1, serialized), "the serialized footer is kept, not the parsed one"
+    assert cut.range_reads == 2 + 4, "the footer (two reads: it exceeds 64 KiB), then one read per row group"
+    assert unkept.footers_kept == (0, 0) and unkept.range_reads > 4 * 2, "each row group's part read"
     assert whole.footers_kept[0] == 1
 
 
