@@ -46,6 +46,9 @@ _KEPT_ROW_GROUPS = 4
 FOOTER_CACHE_BYTES = 16 * 1024 * 1024
 _FOOTER_MEMORY_FACTOR = 8
 _FOOTER_LOCKS = 16
+# A cut file's serialized footer is kept (so an admission is one ranged read) up to this size, about
+# 1,200 row groups of 7 columns; a bigger one is not, and each admission also reads its row group's cut.
+_RAW_FOOTER_MAX = 1024 * 1024
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +267,8 @@ class RowGroupReader:
             index (`Catalog.row_group_ranges`). A file's footer is then read once to find where each
             row group's part of it is (`reader.format.footer`), and each read parses only that part:
             8 bytes per row group are kept instead of the parsed footer, plus the serialized footer
-            while it fits `footer_bytes` (else each read fetches its part: one more small ranged read).
+            when it is at most 1 MiB and while it fits `footer_bytes` (else each read fetches its part:
+            one more small ranged read).
     """
 
     def __init__(
@@ -431,7 +435,7 @@ class RowGroupReader:
         size = self._size(rel)
         tail = self._read(rel, max(0, size - _FOOTER_GUESS), size)
         length = int.from_bytes(tail[-8:-4], "little") if len(tail) >= 8 else size
-        if length + 8 > min(size, self._footer_bytes):
+        if length + 8 > min(size, self._footer_bytes, _RAW_FOOTER_MAX):
             return cut_footer(lambda start, end: self._read(rel, start, end), size, groups, tail=tail)
         if length + 8 > len(tail):
             tail = self._read(rel, size - length - 8, size)

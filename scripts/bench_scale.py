@@ -1,7 +1,7 @@
 """How each command's cost grows with the episode count (issue 31): sample, reshard, verify, and an
 `EpisodeStream` read through a DataLoader, at several dataset sizes; prints JSON.
 
-    python scripts/bench_scale.py --sizes 500,2000,8000 [--work DIR] [--batches 40] [--workers 2]
+    python scripts/bench_scale.py --sizes 500,2000,8000 [--work DIR] [--batches 40] [--workers 2] [--out FILE]
 
 Each size gets a synthetic dataset (`lrs sample`: 1 camera, 48x64 H.264, 4-8 frames per episode, 500
 episodes per data and video file), resharded (`lrs reshard`) and verified (`lrs verify`). Every step
@@ -187,6 +187,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=40, help="batches of 32 the stream step reads")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers")
     parser.add_argument("--skip-verify", action="store_true", help="do not run lrs verify")
+    parser.add_argument("--out", default=None, help="also write the JSON report to this file")
     parser.add_argument("--stream", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.stream is not None:
@@ -202,7 +203,10 @@ def main() -> None:
     report = {"sizes": sizes, "work": str(work), "results": {str(n): results[n] for n in sizes}}
     if len(sizes) >= 2:
         report["growth"] = growth(sizes, results)
-    print(json.dumps(report, indent=1))
+    text = json.dumps(report, indent=1)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":
