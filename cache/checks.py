@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 import numbers
+import os
+import re
+from urllib.parse import unquote, urlsplit
+
+from cache.retry import redact
+
+# A URL: a scheme, then `://` (`s3://`, `hf://`, `file://`, `gs://`, ...).
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def check_int(name: str, value: object, low: int, high: int | None = None) -> int:
@@ -38,3 +46,37 @@ def parse_index_list(text: str, *, what: str = "index") -> list[int]:
         ValueError: a malformed item (`index_range`).
     """
     return sorted({i for part in text.split(",") for i in index_range(part.strip(), what=what)})
+
+
+def local_dir(value: str | os.PathLike[str], name: str, *, hint: str = "") -> str:
+    """`value` as a local directory path: a `file://` URL as the path it names, any other URL refused,
+    so that no URL ever becomes a local folder named after its scheme (`./s3:/bucket/...`).
+
+    Args:
+        value: the path or URL given.
+        name: what it was given as, for the message (`--out`, `cache_dir`).
+        hint: what to do instead, appended to the message.
+
+    Raises:
+        ValueError: `value` is a URL other than a local `file://` one.
+    """
+    text = os.fspath(value)
+    if not _URL.match(text):
+        return text
+    url = urlsplit(text)
+    if url.scheme.lower() == "file" and url.netloc in ("", "localhost") and url.path:
+        return unquote(url.path)
+    raise ValueError(
+        f"Invalid {name} ({redact(text)}): a URL. Expected a local directory{'; ' + hint if hint else ''}."
+    )
+
+
+def format_index_list(values: list[int]) -> str:
+    """`[0, 1, 2, 5]` -> `0-2,5`: the inverse of `parse_index_list` for sorted, distinct indices."""
+    parts: list[list[int]] = []
+    for value in values:
+        if parts and value == parts[-1][-1] + 1:
+            parts[-1] = [parts[-1][0], value]
+        else:
+            parts.append([value])
+    return ",".join("-".join(str(v) for v in part) for part in parts)

@@ -21,3 +21,21 @@ class CacheError(LrsError):
 
 class IntegrityError(CacheError):
     """A fetched file does not match the size or sha256 the index promises."""
+
+
+class MissingBackend(LrsError, ImportError):
+    """A URL's scheme needs an fsspec filesystem whose package is not installed (`gs://` needs gcsfs).
+
+    Also an `ImportError`, which is what fsspec raises for it, so code that caught that still does.
+    """
+
+    def __init__(self, message: str, *, package: str) -> None:
+        super().__init__(message)
+        self.package = package
+
+
+class LocationError(LrsError, ValueError):
+    """A dataset location is empty, of an unknown form, or its scheme's filesystem refuses it.
+
+    Also a `ValueError`, what `cache.remote.resolve` raised for these before.
+    """

@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from cache.budget import Budget, Eviction, publish
-from cache.checks import check_int
+from cache.checks import check_int, local_dir
 from cache.errors import CacheError, FetchError, IntegrityError
 from cache.fetch import DEFAULT_INTEGRITY_ATTEMPTS, Expected, download_verified, read_remote_range
 from cache.process import ProcessLocal, ProcessState, reopen
@@ -79,7 +79,7 @@ class NodeCache:
             raise ValueError(
                 f"Invalid max_bytes ({max_bytes!r}). Expected a positive number of bytes or None."
             )
-        root = os.path.abspath(os.fspath(cache_dir))
+        root = os.path.abspath(local_dir(cache_dir, "cache_dir", hint="a node cache is a local directory"))
         self._layout = CacheLayout(root, check_fingerprint(fingerprint))
         self._remote = remote
         self._options: dict[str, Any] = {

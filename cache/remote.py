@@ -4,7 +4,9 @@ Accepted forms (`resolve`):
 
 - a local directory, or `file:///abs/path`
 - `hf://datasets/<owner>/<name>[@<revision>][/<prefix>]`, or a bare Hub repo id `<owner>/<name>`
-  (when no local directory of that name exists); read through `HfFileSystem`, lazily
+  (when no local directory of that name exists; lerobot's local root `$HF_LEROBOT_HOME/<owner>/<name>` is
+  looked at first, as `LeRobotDataset` does); read through `HfFileSystem`, lazily. With
+  `HF_HUB_OFFLINE=1` (or `HF_DATASETS_OFFLINE=1`) a Hub URL fails at once (`FetchError`)
 - `hf://buckets/<owner>/<name>[/<prefix>]` (Hugging Face storage buckets)
 - `s3://bucket/prefix` (s3fs; honours `AWS_ENDPOINT_URL`, keys and profiles), `gs://`, ...
 - `http(s)://host/path` (fsspec `http`; needs Range support for partial reads)
@@ -26,7 +28,7 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from cache.errors import FetchError, LrsError
+from cache.errors import FetchError, LocationError, LrsError, MissingBackend
 from cache.retry import DEFAULT_RETRY, RetryPolicy, TruncatedRead, is_transient, redact, with_retries
 
 # `redact` is re-exported: the reshard modules import it from here.
@@ -239,17 +241,24 @@ def resolve(
             False leaves it to the caller (`Remote.cat_many(probe_ranges=True)` does it in its round).
 
     Raises:
-        ValueError: the URL is empty or of an unknown form.
+        LocationError: the URL is empty, of an unknown form, or refused by its scheme's filesystem (also
+            a ValueError).
+        MissingBackend: the scheme's filesystem package is not installed (`gs://` without gcsfs); also
+            an ImportError. Every command and `EpisodeStream` resolve through here, so this is the one
+            place that turns it into one line naming the package.
         FetchError: an HTTP(S) server that ignores Range requests.
     """
     text = os.fspath(url).strip()
     if not text:
-        raise ValueError("Invalid dataset location (''). Expected a path or URL.")
+        raise LocationError("Invalid dataset location (''). Expected a path or URL.")
     options = dict(storage_options or {})
     if "://" not in text:
         if os.path.exists(text) or not _REPO_ID.match(text):
             root = os.path.abspath(text).rstrip("/") or "/"
             return Remote(url=root, fs=fsspec.filesystem("file"), root=root)
+        local = lerobot_root(text)
+        if os.path.isfile(os.path.join(local, "meta", "info.json")):
+            return Remote(url=local, fs=fsspec.filesystem("file"), root=local)
         text = f"hf://datasets/{text}"
     protocol, _, rest = text.partition("://")
     rest = rest.rstrip("/")
@@ -259,7 +268,7 @@ def resolve(
     if protocol == "hf":
         return _resolve_hf(rest, options)
     if protocol in ("http", "https"):
-        fs = fsspec.filesystem(protocol, **options)
+        fs = filesystem(protocol, text, options)
         remote = Remote(url=f"{protocol}://{rest}", fs=fs, root=f"{protocol}://{rest}")
         # lrs reads row groups and prefetches by range: a server that ignores Range (`python -m
         # http.server`) is named now, not when training's first ranged read gets a whole file.
@@ -268,8 +277,89 @@ def resolve(
         return remote
     if protocol == "s3":
         options = _s3_options(options)
-    fs = fsspec.filesystem(protocol, **options)
-    return Remote(url=f"{protocol}://{rest}", fs=fs, root=rest)
+    fs = filesystem(protocol, text, options)
+    # A filesystem that takes arguments from the URL reads its path its own way (`ftp://host/x`: host
+    # `host`, path `/x`); for the others (buckets) the path is the rest of the URL.
+    root = fs._strip_protocol(text).rstrip("/") if _url_kwargs(fs, text) else rest
+    return Remote(url=f"{protocol}://{rest}", fs=fs, root=root)
+
+
+# Where the pip package of a filesystem is not the module fsspec imports.
+_PIP_NAMES = {"s3fs": "s3fs (or lrs-lerobot[s3])"}
+
+
+def filesystem(protocol: str, url: str, options: dict[str, Any]) -> Any:
+    """The fsspec filesystem of `protocol` for `url`, with the URL's own arguments (an FTP host).
+
+    Raises:
+        MissingBackend: its package is not installed: one line that names the package to install.
+        LocationError: fsspec knows no such protocol, or its filesystem refuses the URL.
+    """
+    shown = redact(url)
+    try:
+        cls = fsspec.get_filesystem_class(protocol)
+    except ImportError as exc:
+        cause = exc.__cause__
+        package = getattr(cause, "name", None) or _registered_package(protocol) or protocol
+        package = package.split(".")[0]
+        raise MissingBackend(
+            f"Invalid dataset location ({shown}): {protocol}:// needs the package {package}, which is not "
+            f"installed. Expected it installed: pip install {_PIP_NAMES.get(package, package)}.",
+            package=package,
+        ) from None
+    except ValueError as exc:
+        raise LocationError(
+            f"Invalid dataset location ({shown}): {exc}. Expected a path, a Hub repo id or a URL of a "
+            "known scheme (hf, s3, gs, az, http(s), file, ...)."
+        ) from None
+    try:
+        kwargs = {**_url_kwargs(cls, url), **options}
+        return fsspec.filesystem(protocol, **kwargs)
+    except ImportError as exc:  # a filesystem that imports its client lazily (sftp: paramiko)
+        package = (getattr(exc, "name", None) or protocol).split(".")[0]
+        raise MissingBackend(
+            f"Invalid dataset location ({shown}): {protocol}:// needs the package {package}, which is not "
+            f"installed. Expected it installed: pip install {_PIP_NAMES.get(package, package)}.",
+            package=package,
+        ) from None
+    except OSError as exc:  # a filesystem that connects when made (ftp, sftp)
+        raise FetchError(
+            f"Could not connect to {shown}: {type(exc).__name__}: {exc}. Expected a reachable server."
+        ) from None
+    except (TypeError, ValueError) as exc:
+        raise LocationError(
+            f"Invalid dataset location ({shown}): {exc}. Expected a URL {protocol}:// accepts."
+        ) from None
+
+
+def _url_kwargs(cls: Any, url: str) -> dict[str, Any]:
+    return dict(cls._get_kwargs_from_urls(url))
+
+
+def _registered_package(protocol: str) -> str | None:
+    entry = fsspec.registry.known_implementations.get(protocol, {})
+    return entry.get("class", "").split(".")[0] or None
+
+
+def lerobot_root(repo_id: str) -> str:
+    """Where lerobot keeps a dataset `owner/name` on this machine, as `LeRobotDataset(repo_id)` looks for
+    it before the Hub (lerobot 0.6.1's `HF_LEROBOT_HOME`: that variable, else `$HF_HOME/lerobot`, where
+    HF_HOME defaults to `~/.cache/huggingface`)."""
+    home = os.environ.get("HF_LEROBOT_HOME")
+    if not home:
+        hf_home = os.environ.get("HF_HOME") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface"
+        )
+        home = os.path.join(hf_home, "lerobot")
+    return os.path.abspath(os.path.join(os.path.expanduser(home), repo_id))
+
+
+def hub_offline() -> str | None:
+    """The variable that makes the Hub off limits (`HF_HUB_OFFLINE`, `HF_DATASETS_OFFLINE`), if one is set."""
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+            return name
+    return None
 
 
 def _resolve_hf(rest: str, options: dict[str, Any]) -> Remote:
@@ -277,9 +367,18 @@ def _resolve_hf(rest: str, options: dict[str, Any]) -> Remote:
 
     kind, _, tail = rest.partition("/")
     if kind not in ("datasets", "buckets") or tail.count("/") < 1:
-        raise ValueError(
+        raise LocationError(
             f"Invalid Hugging Face URL (hf://{rest}). Expected hf://datasets/<owner>/<name>[@revision] "
             "or hf://buckets/<owner>/<name>[/prefix]."
+        )
+    offline = hub_offline()
+    if offline:
+        # Offline is a decision, not a transient fault: no retries, no warning per request.
+        repo = "/".join(tail.split("/")[:2]).split("@")[0]
+        where = f" nor in lerobot's local root ({lerobot_root(repo)})" if kind == "datasets" else ""
+        raise FetchError(
+            f"Invalid dataset location (hf://{rest}): {offline}=1 and it is not on this machine{where}. "
+            f"Expected a local copy (a path, or the dataset in lerobot's root), or {offline} unset."
         )
     fs = HfFileSystem(**options)
     return Remote(url=f"hf://{rest}", fs=fs, root=rest)

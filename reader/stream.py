@@ -24,6 +24,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from cache import NodeCache, Remote, aggregate_stats
 from cache.checks import check_int
+from cache.exits import cleanup_on_sigterm
 from cache.stats import CacheStats
 from reader.decode import Decoders, SeekMode, check_device
 from reader.depth import DepthUnit, check_unit
@@ -156,7 +157,13 @@ class EpisodeStream(IterableDataset):
             storage_options=storage_options,
         )
         self.seed, self.epoch = seed, 0
-        self.schedule(0)  # validates the seed
+        base = self.schedule(0)  # validates the seed
+        if base.samples_per_rank == 0:
+            raise ValueError(
+                f"Invalid world_size ({self.world_size}). Expected at most the {base.epoch_frames} frames of an "
+                "epoch: every rank yields the same number of samples (so DDP never hangs), which with more "
+                "ranks than frames is none."
+            )
         if cache_dir is None:
             cache_dir = self._temporary_cache_dir()
         shared = Options(
@@ -464,9 +471,11 @@ class EpisodeStream(IterableDataset):
 
     def _temporary_cache_dir(self) -> str:
         """A cache directory removed when this stream goes or the process exits; DataLoader workers share
-        it (they inherit the path), and only the creating process removes it."""
+        it (they inherit the path), and only the creating process removes it, also when SIGTERM ends it
+        (what SLURM and torchrun send)."""
         path = tempfile.mkdtemp(prefix="lrs-cache-")
         self._cleanup = weakref.finalize(self, _remove_dir, path, os.getpid())
+        cleanup_on_sigterm(self._cleanup)
         return path
 
     def _runtime(self) -> ProcessState:

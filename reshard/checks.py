@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import pyarrow as pa
 
+from cache.checks import format_index_list
 from cache.retry import redact
 from reader.errors import DatasetError
 from reader.format.parquet import parse_parquet
@@ -88,7 +89,7 @@ def defects_error(defects: Sequence[Located], url: str) -> DatasetError:
             return first
         return DatasetError(first.problem, file=first.file, episode=first.episode, field=first.field)
     episodes = sorted({d.episode for d in defects if d.episode is not None})
-    among = f", in episodes {episode_ranges(episodes)}" if episodes else ""
+    among = f", in episodes {format_index_list(episodes)}" if episodes else ""
     return DatasetError(
         f"{first.problem} ({len(defects)} defects in all{among}; `lrs doctor {redact(url)}` lists each, "
         "and `lrs reshard --skip-defective` leaves those episodes out)",
@@ -96,17 +97,6 @@ def defects_error(defects: Sequence[Located], url: str) -> DatasetError:
         episode=first.episode,
         field=first.field,
     )
-
-
-def episode_ranges(values: list[int]) -> str:
-    """`[0, 1, 2, 5]` -> `0-2,5`."""
-    parts: list[list[int]] = []
-    for value in values:
-        if parts and value == parts[-1][-1] + 1:
-            parts[-1] = [parts[-1][0], value]
-        else:
-            parts.append([value])
-    return ",".join("-".join(str(v) for v in part) for part in parts)
 
 
 def iter_row_defects(source: Source, data_file: str, table: pa.Table | None = None) -> Iterator[DatasetError]:

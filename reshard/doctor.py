@@ -15,6 +15,10 @@ of raised, plus what only a whole-dataset view can see (orphans):
    finite, increasing timestamps at `frame_index / fps` and valid task indices, and its row count adds up;
 6. `videos`: each video file is non-empty and readable, and its header's duration holds every episode's
    time range (`--decode`: every frame decoded and counted per episode instead of trusting the header).
+
+What lerobot reads although it is off is a warning, not a defect: data pointers in `meta/episodes` that
+name another file than the one holding the episode's rows (lerobot 0.4.x's converter; the rows are read
+where they are, and `reshard` writes true pointers), and optional `meta/episodes` columns missing.
 """
 
 from __future__ import annotations
@@ -58,7 +62,8 @@ class Defect:
 
 @dataclass
 class Report:
-    """What `doctor` found: the checks it ran (and skipped, with why) and every defect."""
+    """What `doctor` found: the checks it ran (and skipped, with why), every defect, and what is off but
+    read as lerobot reads it (warnings, which leave the dataset clean)."""
 
     url: str
     episodes: int = 0
@@ -67,6 +72,7 @@ class Report:
     skipped: dict[str, str] = field(default_factory=dict)
     defects: list[Defect] = field(default_factory=list)
     decoded: bool = False
+    warnings: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.url = redact(self.url)  # printed and written as JSON: no token or password in it
@@ -92,6 +98,7 @@ class Report:
         )
         lines = [head]
         lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
+        lines += [f"  warning: {warning}" for warning in self.warnings]
         lines += [f"  {d.describe()}" for d in self.defects]
         if self.clean:
             lines.append("no defect found.")
@@ -130,6 +137,7 @@ def examine(
     """Run every check after `metadata` on an opened source, adding to `report` (a new one if None)."""
     report = report or Report(source.url, checks=["metadata"])
     report.episodes, report.frames = len(source.episodes), sum(e.length for e in source.episodes)
+    report.warnings += source.warnings
     report.checks.append("episodes")
     try:
         check_pointers(source)

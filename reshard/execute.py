@@ -12,6 +12,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
@@ -23,12 +24,11 @@ from typing import Any
 import pyarrow as pa
 from tqdm import tqdm
 
-from cache.checks import parse_index_list
+from cache.checks import format_index_list, parse_index_list
 from cache.progress import progress_bar
 from cache.remote import Remote
 from cache.store import atomic_write
 from reader.depth import is_depth
-from reshard.checks import episode_ranges
 from reshard.errors import WorkerDied
 from reshard.meta import (
     DataRecord,
@@ -41,6 +41,7 @@ from reshard.meta import (
 from reshard.plan import DataTask, Task, VideoTask
 from reshard.source import Source
 from reshard.tables import write_data_file
+from reshard.video.encode import CRF_RANGE, DEFAULT_CRF, DEFAULT_PRESET
 from reshard.video.write import DEFAULT_GOP, VIDEO_MODES, X26X_PRESETS, VideoMode, write_episode_video
 
 # Test hook: "<point>:<n>" makes the process SIGKILL itself at the n-th time it reaches <point>
@@ -77,12 +78,23 @@ class ReshardOptions:
             raise ValueError(f"Invalid video mode ({self.video!r}). Expected one of {VIDEO_MODES}.")
         if self.gop is not None and self.gop < 1:
             raise ValueError(f"Invalid gop ({self.gop}). Expected >= 1.")
-        if self.crf is not None and not 0 <= self.crf <= 63:
-            raise ValueError(f"Invalid crf ({self.crf}). Expected 0..63.")
+        if self.crf is not None:
+            # copy mode's crf serves a fallback re-encode in the source's codec (AV1's range is widest).
+            low, high = CRF_RANGE["av1" if self.video == "copy" else self.video]
+            if not low <= self.crf <= high:
+                raise ValueError(
+                    f"Invalid crf ({self.crf}) for --video {self.video}. Expected {low}..{high}."
+                )
+        if self.video != "copy":
+            # A default and the same value given explicitly are the same job (recorded as the default).
+            if self.crf == DEFAULT_CRF[self.video]:
+                object.__setattr__(self, "crf", None)
+            if self.preset == DEFAULT_PRESET[self.video]:
+                object.__setattr__(self, "preset", None)
         if self.skip_episodes:
             # Checked and written one way here; against the source's episodes when it is opened.
             episodes = parse_index_list(self.skip_episodes, what="episode")
-            object.__setattr__(self, "skip_episodes", episode_ranges(episodes))
+            object.__setattr__(self, "skip_episodes", format_index_list(episodes))
         if not self.data_file_mb > 0:
             raise ValueError(f"Invalid data_file_mb ({self.data_file_mb}). Expected > 0.")
         if self.video != "copy" and self.preset is not None and self.preset not in X26X_PRESETS:
@@ -322,12 +334,37 @@ def _init_worker(ctx: TaskContext) -> None:
     global _WORKER_CONTEXT
     _WORKER_CONTEXT = ctx
     os.environ.setdefault("SVT_LOG", "1")
+    # Ctrl-C reaches every process of the terminal's group, SIGTERM the ones SLURM or the parent send it
+    # to: a task unwinds (its `finally` removes its temporaries; its finished outputs stay for a rerun),
+    # an idle worker just ends, without the traceback multiprocessing prints for an idle interrupt.
+    # Ctrl-C reaches every process of the terminal's group: the parent alone handles it, stopping the
+    # workers with SIGTERM (`_stop_workers`) and removing what they were writing (`reshard.run`).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _run_in_worker(task: Task) -> list[VideoRecord]:
     if _WORKER_CONTEXT is None:
         raise RuntimeError("worker not initialised")
     return run_task(task, _WORKER_CONTEXT)
+
+
+def _stop_workers(pool: ProcessPoolExecutor, *, grace_s: float = 30.0) -> None:
+    """SIGTERM to every worker of `pool`, and wait until they have ended (one that takes longer than
+    `grace_s` is killed): what they were writing is in the work directory's tmp/, which the caller
+    removes; their finished outputs stay. (The executor has no public list of its processes.)"""
+    # Every child this process started: a worker whose start the signal interrupted is not in the
+    # pool's table yet, and would fail reading its start-up data once this process is gone.
+    registered = list((getattr(pool, "_processes", None) or {}).values())
+    processes = [p for p in {*registered, *multiprocessing.active_children()} if p.pid is not None]
+    for process in processes:
+        with contextlib.suppress(OSError):
+            os.kill(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 class _Progress:
@@ -421,6 +458,10 @@ def _run_pool(
             f"the same command to resume (finished outputs are kept in {ctx.work}); fewer --workers use less "
             "memory."
         ) from exc
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # Ctrl-C or SIGTERM here: the workers unwind their tasks too
+            _stop_workers(pool)
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     return written

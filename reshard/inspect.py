@@ -1,8 +1,8 @@
 """Describe the layout of any v3 dataset: how its tables and videos are cut, and whether it is lrs/1.
 
 Parquet metadata comes from DuckDB (`parquet_metadata`, `parquet_schema`) over the data files' footers:
-the files themselves for a local dataset, footer stubs fetched with two ranged reads each for a remote
-one (see `reshard.tables.footer_bytes`), so inspecting a large remote dataset moves kilobytes. Video
+the files themselves for a local dataset, footer stubs fetched with one ranged read each for a remote
+one (see `reader.format.locate.footer_bytes`), so inspecting a large remote dataset moves kilobytes. Video
 keyframes are read from the packets of a few files per camera (`--probe-videos`).
 """
 
@@ -21,10 +21,11 @@ import pyarrow.parquet as pq
 from cache.remote import Remote
 from reader.errors import DatasetError, LayoutError
 from reader.format.index import LAYOUT_JSON, parse_layout_json
+from reader.format.locate import footer_bytes
 from reshard.execute import local_copy
 from reshard.source import Source, describe, open_source
-from reshard.tables import footer_bytes
 from reshard.video.compare import probe_video
+from reshard.video.encode import DEFAULT_CRF, DEFAULT_PRESET
 
 
 def inspect_dataset(
@@ -50,7 +51,7 @@ def inspect_dataset(
         **{key: summary[key] for key in head},
         "data": data,
         "videos": videos,
-        "lrs": _layout_report(source.remote),
+        "lrs": _layout_report(source.remote, videos),
     }
 
 
@@ -175,7 +176,24 @@ def _video_report(source: Source, key: str, probe_files: int, tmp: Path) -> dict
     return report
 
 
-def _layout_report(remote: Remote) -> dict[str, Any]:
+def _used(params: Any, videos: dict[str, dict[str, Any]]) -> Any:
+    """The parameters as the re-encode used them: a default (None) replaced by the codec's default, and
+    the keyframe interval by the one `meta/info.json` records (the source's, else 2)."""
+    if not isinstance(params, dict) or params.get("video") not in DEFAULT_CRF:
+        return params
+    mode = params["video"]
+    used = dict(params)
+    if used.get("crf") is None:
+        used["crf"] = DEFAULT_CRF[mode]
+    if used.get("preset") is None:
+        used["preset"] = DEFAULT_PRESET[mode]
+    gops = [v["gop"] for v in videos.values() if v.get("codec") == mode and v.get("gop") is not None]
+    if used.get("gop") is None and gops:
+        used["gop"] = gops[0]
+    return used
+
+
+def _layout_report(remote: Remote, videos: dict[str, dict[str, Any]]) -> dict[str, Any]:
     try:
         layout = parse_layout_json(remote.cat(LAYOUT_JSON), file=remote.display(LAYOUT_JSON))
     except (FileNotFoundError, LayoutError) as exc:
@@ -186,7 +204,7 @@ def _layout_report(remote: Remote) -> dict[str, Any]:
     return {
         "is_lrs": True,
         "tool": layout.get("tool"),
-        "params": layout.get("params"),
+        "params": _used(layout.get("params"), videos),
         "reencoded": len(layout.get("reencoded", [])),
     }
 

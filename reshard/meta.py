@@ -53,6 +53,7 @@ from reshard.plan import Plan
 from reshard.selection import DROPPED_JSON
 from reshard.source import Source
 from reshard.tables import RowGroupSpan
+from reshard.video.encode import DEFAULT_PRESET
 
 _HUB_REVISION = re.compile(r"^hf://datasets/[^/]+/[^/@]+@([^/]+)")
 
@@ -273,9 +274,16 @@ def info_json(source: Source, params: dict[str, Any], video_records: list[VideoR
         }
     mb = params["data_file_mb"]
     raw["data_files_size_in_mb"] = int(mb) if float(mb).is_integer() else mb
+    mode = params.get("video")
     for key in source.video_keys:
         info = raw["features"][key].setdefault("info", {})
-        info.update(_video_info([r for r in video_records if r.key == key]))
+        records = [r for r in video_records if r.key == key]
+        info.update(_video_info(records))
+        if mode in DEFAULT_PRESET and records and all(r.reencoded for r in records):
+            # The source encoder's preset (SVT-AV1's 12) says nothing of this camera's x264/x265 files.
+            info["video.preset"] = params.get("preset") or DEFAULT_PRESET[mode]
+        if "has_audio" in info:  # the episode videos hold the video stream alone
+            info["has_audio"] = False
     return (json.dumps(raw, indent=4) + "\n").encode()
 
 
@@ -333,6 +341,7 @@ def layout_json(source: Source, params: dict[str, Any], video_records: list[Vide
             "codebase_version": source.info.raw.get("codebase_version"),
             "total_episodes": len(source.whole.episodes),
             "total_frames": source.whole.total_frames,
+            "fingerprint": source.whole.fingerprint.to_json() if source.whole.fingerprint else None,
         },
         "dropped_episodes": len(source.selection.dropped) if source.selection else 0,
         "params": params,

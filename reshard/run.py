@@ -3,6 +3,10 @@
 Every output is written in a work directory beside `--out` (by default `<parent>/.<name>.lrs-work`):
 
     options.json       the source and parameters of the job; a rerun with others is refused
+    source.json        the fingerprint of the source's metadata (`reshard.fingerprint`); a rerun, a
+                       part or a finalize against a source changed since is refused
+    lock               held by the run (exclusively) or its parts (shared): one job per output
+                       (`reshard.lock`)
     stage/<path>       finished output files, waiting to be published
     done/<path>.json   one completion record per finished output (datatrove style)
     tmp/               files being written, and source files fetched from a remote
@@ -24,14 +28,20 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import av
+
+from cache.checks import local_dir
+from cache.exits import Terminated
 from cache.remote import redact
 from cache.store import atomic_write
+from reader.depth import is_depth
 from reader.errors import DatasetError
 from reader.format.index import LAYOUT_JSON, parse_layout_json
+from reader.format.locate import read_footer
 from reshard.checks import defects_error, describe_defect, iter_video_defects, raise_defects
 from reshard.doctor import Defect, examine
 from reshard.errors import ReshardError, WorkerDied
@@ -44,16 +54,20 @@ from reshard.execute import (
     maybe_die,
     run_tasks,
 )
+from reshard.fingerprint import SourceFingerprint, describe_change
+from reshard.lock import job_lock
 from reshard.meta import Record, build_meta, reencoded_videos
 from reshard.plan import Plan, VideoTask, make_plan
 from reshard.selection import SKIPPED_BY_USER, Dropped, Selection, make_selection, parse_episode_list, select
 from reshard.source import Source, check_files_exist, open_source
-from reshard.tables import read_footer
+from reshard.video.encode import size_refusal, target_pix_fmt
 
 log = logging.getLogger(__name__)
 
 # The selection of a job that leaves episodes out, in its work directory (published as meta/lrs/dropped.json).
 DROPPED_JSON_NAME = "dropped.json"
+# The fingerprint of the source a job began with, in its work directory.
+SOURCE_JSON_NAME = "source.json"
 
 
 @dataclass(frozen=True)
@@ -178,6 +192,28 @@ def check_video_files(source: Source, tasks: list[VideoTask]) -> None:
     )
 
 
+def check_frame_sizes(source: Source, tasks: list[VideoTask], mode: str) -> None:
+    """Every camera's frame size fits the re-encode's pixel format (`target_pix_fmt`), read from the headers
+    of the tasks' source videos: an `h264` re-encode cannot hold an odd width or height.
+
+    Raises:
+        ReshardError: the first camera and file whose size does not fit, in one line.
+    """
+    if mode != "h264":  # copy keeps the source's format; hevc encodes odd sizes 4:4:4
+        return
+    for rel in sorted({t.source for t in tasks if not is_depth(source.info.features[t.key])}):
+        where = source.remote.display(rel)
+        try:
+            with source.remote.open(rel) as handle, av.open(handle) as container:
+                cc = container.streams.video[0].codec_context
+                width, height = cc.width, cc.height
+        except (av.error.FFmpegError, IndexError, OSError) as exc:
+            raise DatasetError(f"not a readable video ({exc})", file=where) from exc
+        if target_pix_fmt(mode, width, height) is None:
+            key = next(t.key for t in tasks if t.source == rel)
+            raise ReshardError(f"{where}: camera {key!r}: {size_refusal(mode, width, height)}")
+
+
 def every_defect(source: Source, first: DatasetError, *, quiet: bool) -> DatasetError:
     """The error of a reshard stopped by the defect `first`: with every defect of the source counted and
     every defective episode named (`lrs doctor`'s checks, run once the reshard has failed)."""
@@ -236,8 +272,12 @@ def _job_doc(source: Source, options: ReshardOptions) -> dict[str, Any]:
     return {"source": redact(source.url), "params": options.to_json()}
 
 
-def _claim(ws: Workspace, doc: dict[str, Any], out: Path) -> None:
-    """Record the job's source and options, or check that they are the recorded ones."""
+def _claim(ws: Workspace, doc: dict[str, Any], out: Path, fingerprint: SourceFingerprint | None) -> None:
+    """Record the job's source, options and source fingerprint, or check that they are the recorded ones
+    (the fingerprint was checked before, `_check_source`)."""
+    recorded_source = ws.root / SOURCE_JSON_NAME
+    if fingerprint is not None and not recorded_source.exists():  # first: options.json marks a job begun
+        _write_once(ws, recorded_source, json.dumps(fingerprint.to_json(), indent=1).encode())
     path = ws.root / "options.json"
     if not path.exists():
         # A part that loses the race checks the winner's record like any other.
@@ -271,8 +311,9 @@ def _differences(recorded: dict[str, Any], doc: dict[str, Any]) -> str:
     )
 
 
-def _completed(out: Path, doc: dict[str, Any]) -> bool:
-    """Whether `out` holds a finished reshard of this job; refuses one of another job."""
+def _completed(out: Path, doc: dict[str, Any], source: Source) -> bool:
+    """Whether `out` holds a finished reshard of this job; refuses one of another job or of another
+    version of the source."""
     path = out / LAYOUT_JSON
     if not path.exists():
         return False
@@ -283,7 +324,38 @@ def _completed(out: Path, doc: dict[str, Any]) -> bool:
             f"Invalid options ({_differences(recorded, doc)}) for {out}. Expected the options of the "
             "finished reshard there: choose another --out, or remove it first."
         )
+    # An output of an lrs that recorded no fingerprint is taken as it is.
+    old = SourceFingerprint.from_json(layout.get("source", {}).get("fingerprint"))
+    if old is not None and source.fingerprint is not None and old != source.fingerprint:
+        raise ReshardError(
+            f"Invalid source ({redact(source.url)}): changed since {out} was resharded from it "
+            f"({describe_change(old, source.fingerprint)}). Expected the source of that reshard: remove "
+            f"{out} (or choose another --out) to reshard the source as it is now."
+        )
     return True
+
+
+def _check_source(ws: Workspace, out: Path, source: Source) -> None:
+    """The source is the one the unfinished job in `ws` began with (`source.json`): else its finished
+    outputs, planned from the old metadata, would be published with meta built from the new."""
+    path = ws.root / SOURCE_JSON_NAME
+    if not path.exists() or source.fingerprint is None:
+        return
+    try:
+        old = SourceFingerprint.from_json(json.loads(path.read_bytes()))
+    except ValueError:
+        old = None
+    if old is None:
+        raise ReshardError(
+            f"Invalid work directory ({ws.root}): {SOURCE_JSON_NAME} is unreadable. Expected the source "
+            f"fingerprint lrs wrote: remove {ws.root} (and {out}) to start over."
+        )
+    if old != source.fingerprint:
+        raise ReshardError(
+            f"Invalid source ({redact(source.url)}): changed since the unfinished reshard in {ws.root} began "
+            f"({describe_change(old, source.fingerprint)}). Expected the source it began with: remove "
+            f"{ws.root} (and {out}) to start over from the source as it is now."
+        )
 
 
 def _check_out(out: Path, ws: Workspace) -> None:
@@ -329,27 +401,58 @@ def reshard(
         ReshardError: `out` holds another job, or finalize finds outputs not done.
     """
     started = time.monotonic()
-    out = Path(out).absolute()
+    out = _local(out, "--out", "reshard into a local directory, then push it (`lrs push OUT URL`)")
+    work = _local(work_dir, "work_dir", "the work directory is local") if work_dir else default_work_dir(out)
     if work_dir:
-        _check_same_filesystem(Path(work_dir).absolute(), out)
-    ws = Workspace(Path(work_dir).absolute() if work_dir else default_work_dir(out))
+        _check_same_filesystem(work, out)
+    ws = Workspace(work)
     # With episodes to leave out, files are checked per episode: a missing one drops its episodes.
     source = open_source(src, storage_options=storage_options, check_files=False)
+    for warning in source.warnings:
+        log.warning("%s", warning)
     _check_apart(source, out, ws.root)
+    what = "finalize" if finalize_only else "reshard" if part is None else f"part {part[0]}/{part[1]}"
+    with job_lock(ws.root, out, part=part, what=what):
+        result = _run_locked(
+            source, out, ws, options, workers=workers, part=part, finalize_only=finalize_only, quiet=quiet
+        )
+    return replace(result, seconds=time.monotonic() - started)
+
+
+def _local(path: str | os.PathLike[str], name: str, hint: str) -> Path:
+    try:
+        return Path(local_dir(path, name, hint=hint)).absolute()
+    except ValueError as exc:
+        raise ReshardError(str(exc)) from None
+
+
+def _run_locked(
+    source: Source,
+    out: Path,
+    ws: Workspace,
+    options: ReshardOptions,
+    *,
+    workers: int,
+    part: tuple[int, int] | None,
+    finalize_only: bool,
+    quiet: bool,
+) -> ReshardResult:
+    """`reshard` once this process holds the job's lock."""
     doc = _job_doc(source, options)
-    if _completed(out, doc):
+    if _completed(out, doc, source):
         shutil.rmtree(ws.root, ignore_errors=True)
         return ReshardResult(out, len(source.episodes), 0, True, already_complete=True)
+    _check_source(ws, out, source)
     _check_out(out, ws)
-    if finalize_only and not (ws.root / "options.json").exists():
+    fresh = not (ws.root / "options.json").exists()
+    if finalize_only and fresh:
         raise ReshardError(
             f"Invalid --finalize for {out}: no unfinished reshard in {ws.root}. Expected every part to have "
             "run first (--part I/N)."
         )
-    fresh = not ws.root.exists()
     try:
         if options.skipping:
-            _claim(ws, doc, out)
+            _claim(ws, doc, out, source.fingerprint)
             source = select_episodes(source, options, ws, quiet=quiet)
         else:
             check_files_exist(source)
@@ -357,13 +460,21 @@ def reshard(
             source.info, source.episodes, source_sizes(source), data_file_mb=options.data_file_mb
         )
         tasks = [] if finalize_only else (plan.tasks() if part is None else plan.part(*part))
+        video_tasks = [t for t in tasks if isinstance(t, VideoTask)]
         if not options.skip_defective:  # the selection already left out every episode of a bad video
-            check_video_files(source, [t for t in tasks if isinstance(t, VideoTask)])
-        _claim(ws, doc, out)
-        if part is None and not finalize_only:
+            check_video_files(source, video_tasks)
+        check_frame_sizes(source, video_tasks, options.video)
+        _claim(ws, doc, out, source.whole.fingerprint)
+        if part is None and not finalize_only:  # this run holds the lock alone: no temp file is another's
             shutil.rmtree(ws.root / "tmp", ignore_errors=True)
         with _disk_errors(ws, part, kept=not (fresh and part is None)):  # a fresh run's is removed below
             written = run_tasks(tasks, _context(source, ws.root, options), workers=workers, quiet=quiet)
+    except (KeyboardInterrupt, Terminated):
+        # Ctrl-C or SIGTERM: the workers are stopped (`execute._stop_workers`) and what they were writing
+        # goes; finished outputs stay for the rerun, which resumes (parts share tmp/, so a part's stays).
+        if part is None:
+            shutil.rmtree(ws.root / "tmp", ignore_errors=True)
+        raise
     except (DatasetError, ReshardError) as exc:
         # A bad source found by a fresh single run leaves nothing behind; parts share the directory. A
         # worker that died is no fault of the input: its finished work stays for the rerun.
@@ -377,10 +488,7 @@ def reshard(
             log.warning("episode %d of %s re-encoded: %s", record.episode, record.key, record.reason)
     dropped = source.selection.dropped if source.selection else ()
     if part is not None:
-        seconds = time.monotonic() - started
-        return ReshardResult(
-            out, len(source.episodes), len(tasks), False, seconds=seconds, part=part, dropped=dropped
-        )
+        return ReshardResult(out, len(source.episodes), len(tasks), False, part=part, dropped=dropped)
     with _disk_errors(ws, part, kept=True):
         records = finalize(source, plan, ws, out, options)
     return ReshardResult(
@@ -389,7 +497,6 @@ def reshard(
         len(tasks),
         True,
         reencoded=tuple(reencoded_videos(records.values())),
-        seconds=time.monotonic() - started,
         dropped=dropped,
     )
 

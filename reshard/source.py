@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from cache.remote import Remote, resolve
 from reader.errors import DatasetError
+from reader.format.locate import candidate_files, describe_moved, locate, read_file_rows
 from reader.format.parquet import parse_parquet
 from reader.format.v3 import (
     EPISODES_DIR,
@@ -30,12 +31,15 @@ from reader.format.v3 import (
     OpenedDataset,
     check_tiling,
     concat_episode_tables,
+    missing_optional_columns,
+    optional_columns_warning,
     parse_episodes,
     parse_tasks,
     read_episode_files,
 )
 from reader.metadata import parse_stats
 from reshard.checks import raise_defects
+from reshard.fingerprint import SourceFingerprint
 
 if TYPE_CHECKING:
     from reshard.selection import Selection
@@ -56,6 +60,10 @@ class Source(OpenedDataset):
         parent: for a source with episodes left out (`reshard.selection.select`), the whole source;
             `episodes` and `episodes_table` are then the kept episodes, renumbered.
         selection: which episodes of `parent` are kept.
+        fingerprint: the content hash of the metadata it was opened from (`reshard.fingerprint`), of
+            every episode.
+        warnings: what is off but readable, one line each (stale data pointers, optional columns
+            missing), for `doctor` to report and `reshard` to log.
     """
 
     remote: Remote
@@ -67,6 +75,8 @@ class Source(OpenedDataset):
     episode_files: list[str] = field(default_factory=list)
     parent: Source | None = field(default=None, repr=False)
     selection: Selection | None = field(default=None, repr=False)
+    fingerprint: SourceFingerprint | None = field(default=None, repr=False)
+    warnings: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         kept = f" of {len(self.parent.episodes)}" if self.parent else ""
@@ -127,13 +137,6 @@ class Source(OpenedDataset):
         return json.loads(self.remote.cat(rel))
 
 
-def _read_parquet(
-    remote: Remote, rel: str, columns: list[str] | None = None, *, missing_ok: bool = False
-) -> pa.Table:
-    """`rel` as a table (`columns` only; with `missing_ok`, those of them the file has)."""
-    return parse_parquet(remote.cat(rel), file=remote.display(rel), columns=columns, missing_ok=missing_ok)
-
-
 def open_source(
     url: str, *, storage_options: dict[str, Any] | None = None, check_files: bool = True
 ) -> Source:
@@ -154,7 +157,8 @@ def open_source(
     except ValueError as exc:
         raise DatasetError(str(exc)) from exc
     try:
-        info = Info.parse(remote.cat(INFO_PATH), file=remote.display(INFO_PATH))
+        info_bytes = remote.cat(INFO_PATH)
+        info = Info.parse(info_bytes, file=remote.display(INFO_PATH))
     except FileNotFoundError as exc:
         raise DatasetError(
             "missing: not a LeRobot v3 dataset root (no meta/info.json)", file=remote.display(INFO_PATH)
@@ -167,23 +171,45 @@ def open_source(
     episode_files = [rel for rel, _, _ in found]
     table = concat_episode_tables([t for _, t, _ in found], file=remote.display(EPISODES_DIR))
     table = table.take(pa.compute.sort_indices(table, [("episode_index", "ascending")]))
-    episodes = parse_episodes(table, info.video_keys, file=remote.display(EPISODES_DIR))
+    episodes = parse_episodes(table, info.video_keys, fps=info.fps, file=remote.display(EPISODES_DIR))
     if not episodes:
         raise DatasetError("no episodes: the dataset is empty", file=remote.display(EPISODES_DIR))
     try:
-        tasks = parse_tasks(_read_parquet(remote, TASKS_PATH), file=remote.display(TASKS_PATH))
+        tasks_bytes = remote.cat(TASKS_PATH)
     except FileNotFoundError as exc:
         raise DatasetError("missing", file=remote.display(TASKS_PATH)) from exc
-    stats = (
-        parse_stats(remote.cat(STATS_PATH), file=remote.display(STATS_PATH))
-        if remote.exists(STATS_PATH)
-        else {}
+    tasks = parse_tasks(
+        parse_parquet(tasks_bytes, file=remote.display(TASKS_PATH)), file=remote.display(TASKS_PATH)
     )
-    source = Source(remote, info, episodes, tasks, stats, table, episode_files)
+    metadata = {INFO_PATH: info_bytes, TASKS_PATH: tasks_bytes, **{rel: data for rel, _, data in found}}
+    stats: dict[str, Any] = {}
+    if remote.exists(STATS_PATH):
+        metadata[STATS_PATH] = remote.cat(STATS_PATH)
+        stats = parse_stats(metadata[STATS_PATH], file=remote.display(STATS_PATH))
+    fingerprint = SourceFingerprint.of(
+        metadata, episodes=len(episodes), frames=sum(e.length for e in episodes)
+    )
+    missing = missing_optional_columns(table.column_names, info.video_keys)
+    warnings = (optional_columns_warning(missing, file=remote.display(EPISODES_DIR)),) if missing else ()
+    source = Source(
+        remote, info, episodes, tasks, stats, table, episode_files, fingerprint=fingerprint, warnings=warnings
+    )
     check_pointers(source)
+    listed = listed_files(source)
+    source = true_pointers(source, listed)
     if check_files:
-        check_files_exist(source)
+        raise_defects(list(iter_missing_files(source, listed)), source.url)
     return source
+
+
+def true_pointers(source: Source, listed: set[str] | None) -> Source:
+    """`source` with each episode's data pointer naming the file its rows are in, where `meta/episodes`
+    names another (`reader.format.locate`), and a warning saying so."""
+    files = read_file_rows(source.remote, candidate_files(source.info, source.episodes, listed))
+    episodes, moved = locate(source.info, source.episodes, files)
+    if not moved:
+        return source
+    return replace(source, episodes=episodes, warnings=(*source.warnings, describe_moved(moved)))
 
 
 def _find(remote: Remote, rel: str) -> list[str]:

@@ -19,7 +19,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cache.remote import Remote
 from reader.errors import DatasetError
 from reader.format.parquet import row_group_span
 from reshard.checks import CHECKED_COLUMNS, check_kept_rows
@@ -146,38 +145,6 @@ class EpisodeRows:
     def close(self) -> None:
         self._groups.clear()
         self._file.close()
-
-
-def footer_bytes(remote: Remote, rel: str) -> bytes:
-    """A parquet file's footer as a parquet "file" of its own (`PAR1` + footer), in two ranged reads.
-
-    pyarrow and DuckDB read the metadata of such a stub as if it were the whole file, so the footers
-    of a remote dataset can be inspected without downloading it.
-
-    Raises:
-        DatasetError: the file is too short or has no parquet footer.
-    """
-    size = remote.size(rel)
-    where = remote.display(rel)
-    tail = remote.cat_range(rel, size - 8, size) if size >= 12 else b""
-    if tail[4:] != b"PAR1":
-        raise DatasetError(f"not a readable parquet file ({size} bytes, no parquet footer)", file=where)
-    length = int.from_bytes(tail[:4], "little")
-    if length + 12 > size:
-        raise DatasetError(f"not a readable parquet file (footer of {length} bytes in {size})", file=where)
-    return b"PAR1" + remote.cat_range(rel, size - 8 - length, size)
-
-
-def read_footer(remote: Remote, rel: str) -> pq.FileMetaData:
-    """The parquet metadata of a dataset file, without reading its row groups.
-
-    Raises:
-        DatasetError: the file is not parquet or its footer is corrupt.
-    """
-    try:
-        return pq.ParquetFile(pa.BufferReader(footer_bytes(remote, rel))).metadata
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise DatasetError(f"not a readable parquet file ({exc})", file=remote.display(rel)) from exc
 
 
 def dictionary_columns(schema: pa.Schema) -> list[str]:

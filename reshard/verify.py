@@ -10,7 +10,8 @@ index makes every later check noise):
 4. `pointers` every meta/episodes pointer is true: data file, rows, video file, timestamps 0..length/fps.
 5. `videos`   each episode video has `length` frames at i / fps, starting on a keyframe, as info.json says.
 6. `source-tables` (with a source) schema, metadata, tasks, stats and every row equal the source's.
-7. `source-videos` (with a source) decoded frames identical (copied) or above a PSNR floor (re-encoded).
+7. `source-videos` (with a source) decoded frames identical (copied) or above a PSNR floor, with the
+              source's colours (re-encoded).
 
 Classes 6 and 7 are in `reshard.verify_source`.
 """
@@ -32,11 +33,12 @@ import pyarrow.parquet as pq
 from cache.remote import Remote, resolve
 from cache.retry import redact
 from reader.errors import DatasetError, LayoutError
-from reader.format.index import FILES_INDEX
+from reader.format.index import FILES_INDEX, LAYOUT_JSON
 from reader.format.layout import Layout
 from reader.format.v3 import EPISODES_DIR, INFO_PATH
 from reshard.checks import check_rows
 from reshard.execute import list_files, local_copy
+from reshard.fingerprint import SourceFingerprint, describe_change
 from reshard.meta import file_sha256
 from reshard.selection import DROPPED_JSON
 from reshard.source import Source, check_files_exist, open_source
@@ -114,6 +116,11 @@ class VerifyReport:
                 worst = min(v.psnr_min_db for v in reencoded)
                 mean = float(np.mean([v.psnr_mean_db for v in reencoded]))
                 lines.append(f"        re-encoded PSNR: worst frame {worst:.1f} dB, mean {mean:.1f} dB")
+                gains, offsets = [v.gain for v in reencoded], [v.offset for v in reencoded]
+                lines.append(
+                    f"        re-encoded colours: gain {min(gains):.3f} to {max(gains):.3f}, offset "
+                    f"{min(offsets):+.4f} to {max(offsets):+.4f}"
+                )
         if self.violations:
             lines.append(f"  FAIL  {self.failed_check}: {len(self.violations)} violation(s)")
             lines += [f"        {v}" for v in self.violations[:_MAX_LISTED]]
@@ -192,7 +199,10 @@ def verify(
         ("pointers", _check_pointers),
         ("videos", _check_videos),
     ]
-    if source is not None:
+    changed = _source_change(layout, source) if source is not None else None
+    if changed is not None:
+        checks.append(("source-tables", lambda run: run.fail("source-tables", changed, LAYOUT_JSON)))
+    elif source is not None:
         checks += [("source-tables", check_source_tables), ("source-videos", check_source_videos)]
         try:
             source = as_resharded(source, remote)
@@ -214,6 +224,19 @@ def verify(
         passed=tuple(passed),
         violations=tuple(run.violations),
         videos=tuple(run.videos),
+    )
+
+
+def _source_change(layout: Layout, source: Source) -> str | None:
+    """Where the output records the fingerprint of the source it was made from and `source` has another,
+    the violation saying so (its checks would only find the consequences: other lengths, other rows)."""
+    recorded = SourceFingerprint.from_json(layout.layout.get("source", {}).get("fingerprint"))
+    if recorded is None or source.fingerprint is None or recorded == source.fingerprint:
+        return None
+    return (
+        f"{redact(layout.url)} was resharded from another version of {redact(source.url)}: "
+        f"{describe_change(recorded, source.fingerprint)}. Expected the source it was resharded from, whose "
+        "metadata fingerprint meta/lrs/layout.json records."
     )
 
 

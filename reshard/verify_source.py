@@ -3,7 +3,8 @@
 The last two check classes of `reshard.verify`:
 
 6. `source-tables`: schema, metadata, tasks, stats and every row equal the source's (NaN equal to NaN);
-7. `source-videos`: decoded frames identical (copied) or above a PSNR floor (re-encoded); depth codes
+7. `source-videos`: decoded frames identical (copied) or above a PSNR floor (re-encoded), and each
+   camera's re-encoded colours where the source's are (fitted gain and offset, `ColourFit`); depth codes
    identical whatever the mode.
 
 Where the output left episodes out (`meta/lrs/dropped.json`), the source is compared as the output saw
@@ -28,7 +29,7 @@ from reshard.meta import stats_json
 from reshard.selection import DROPPED_JSON, Selection, select
 from reshard.source import Source
 from reshard.tables import EpisodeRows
-from reshard.video.compare import compare_episode_video
+from reshard.video.compare import MAX_GAIN_ERROR, MAX_OFFSET, ColourFit, compare_episode_video
 
 if TYPE_CHECKING:
     from reshard.verify import _Run
@@ -39,7 +40,7 @@ _POINTER_PREFIXES = ("data/", "videos/", "dataset_from_index", "dataset_to_index
 
 @dataclass(frozen=True)
 class VideoQuality:
-    """How one episode video compares with its source."""
+    """How one episode video compares with its source (`gain`, `offset`: its `ColourFit`)."""
 
     episode: int
     key: str
@@ -47,6 +48,8 @@ class VideoQuality:
     identical: bool
     psnr_min_db: float
     psnr_mean_db: float
+    gain: float = 1.0
+    offset: float = 0.0
 
 
 def as_resharded(source: Source, remote: Remote) -> Source:
@@ -168,6 +171,7 @@ def check_source_videos(run: _Run) -> None:
         # A depth map's 12-bit codes must come back bit for bit (copied, or re-encoded losslessly): equal
         # codes are equal depth; an 8-bit view's PSNR would hide a destroyed depth stream.
         depth = is_depth(src.info.features[key])
+        colour = ColourFit()
         for rel, episodes in src.episodes_by_video_file(key).items():
             with run.local(src.remote, rel) as src_path:
                 for episode in episodes:
@@ -184,12 +188,34 @@ def check_source_videos(run: _Run) -> None:
                             camera=key,
                         )
                     was_reencoded = (not copy_mode or (ep, key) in reencoded) and not depth
+                    fit = result.colour
                     run.videos.append(
                         VideoQuality(
-                            ep, key, was_reencoded, result.identical, result.psnr_min_db, result.psnr_mean_db
+                            ep,
+                            key,
+                            was_reencoded,
+                            result.identical,
+                            result.psnr_min_db,
+                            result.psnr_mean_db,
+                            fit.gain,
+                            fit.offset,
                         )
                     )
                     _judge(run, video.path, ep, result, was_reencoded, depth=depth)
+                    colour += fit if was_reencoded else ColourFit()
+        _judge_colour(run, key, colour)
+
+
+def _judge_colour(run: _Run, key: str, fit: ColourFit) -> None:
+    """A camera's re-encoded frames keep the source's colours: a contrast stretch or a shift (a range or
+    matrix lost on the way) can keep every frame above the PSNR floor."""
+    if fit.moved():
+        run.fail(
+            "source-videos",
+            f"Invalid colours of {key} (decoded output = {fit.gain:.3f} x source {fit.offset:+.4f}, RGB in "
+            f"[0, 1]). Expected gain 1 +- {MAX_GAIN_ERROR:g} and offset within +-{MAX_OFFSET:g}: the "
+            "re-encode lost the source's colour range or matrix.",
+        )
 
 
 def _judge(run: _Run, rel: str, ep: int, result: Any, reencoded: bool, *, depth: bool = False) -> None:

@@ -9,6 +9,7 @@ check that fails), never a traceback or wrong samples.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -67,8 +68,6 @@ def remove(rel: str) -> Callable[[Path], None]:
     def mutate(root: Path) -> None:
         path = root / rel
         if path.is_dir():
-            import shutil
-
             shutil.rmtree(path)
         else:
             path.unlink()
@@ -118,7 +117,6 @@ SOURCE_CASES: dict[str, tuple[Callable[[Path], None], str | None]] = {
     "info-not-an-object": (write_bytes(INFO, b"[1, 2, 3]"), r"meta/info\.json"),
     "info-missing-fps": (drop_info("fps"), r"meta/info\.json.*fps"),
     "info-missing-features": (drop_info("features"), r"meta/info\.json.*features"),
-    "info-missing-data-path": (drop_info("data_path"), r"meta/info\.json.*data_path"),
     "info-fps-string": (set_info(fps="30"), r"meta/info\.json.*fps"),
     "info-fps-zero": (set_info(fps=0), r"meta/info\.json.*fps"),
     "info-fps-negative": (set_info(fps=-30), r"meta/info\.json.*fps"),
@@ -145,7 +143,6 @@ SOURCE_CASES: dict[str, tuple[Callable[[Path], None], str | None]] = {
         set_info(video_path="/tmp/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"),
         r"video_path.*Expected a relative path inside the dataset root",
     ),
-    "episodes-missing-length": (edit_table(EPISODES, lambda t: t.drop(["length"])), r"meta/episodes.*length"),
     "episodes-missing-data-pointer": (
         edit_table(EPISODES, lambda t: t.drop(["data/file_index"])),
         r"meta/episodes.*data/file_index",
@@ -184,6 +181,38 @@ SOURCE_CASES: dict[str, tuple[Callable[[Path], None], str | None]] = {
 }
 
 
+def stale(root: Path) -> None:
+    from tests.reshard.defects import make_stale
+
+    make_stale(root)
+
+
+# name -> mutation of a v3 source that lerobot reads, and lrs too: reshard and verify --against pass
+READABLE_CASES: dict[str, Callable[[Path], None]] = {
+    "info-missing-data-path": drop_info("data_path"),
+    "episodes-missing-length": edit_table(EPISODES, lambda t: t.drop(["length"])),
+    "episodes-missing-tasks": edit_table(EPISODES, lambda t: t.drop(["tasks"])),
+    "episodes-stale-data-pointers": stale,
+}
+
+
+def readable_case(mutation: Callable[[Path], None]) -> Callable[[Ctx, Case], Verdict]:
+    def run(ctx: Ctx, case: Case) -> Verdict:
+        src = ctx.copy(ctx.sample, case.dir / "src")
+        mutation(src)
+        case.watch(case.dir)
+        out = str(case.dir / "out")
+        done = case.lrs("reshard", str(src), "--out", out, "-q")
+        checked = case.lrs("verify", out, "--against", str(src), "-q") if done.rc == 0 else done
+        shutil.rmtree(out, ignore_errors=True)  # the output is the result, not a leftover
+        return Verdict(
+            done.rc == checked.rc == 0,
+            f"reshard exit {done.rc}, verify --against exit {checked.rc}: {checked.first_line or 'ok'}",
+        )
+
+    return run
+
+
 def source_case(mutation: Callable[[Path], None], match: str | None) -> Callable[[Ctx, Case], Verdict]:
     def run(ctx: Ctx, case: Case) -> Verdict:
         src = ctx.copy(ctx.sample, case.dir / "src")
@@ -220,6 +249,58 @@ def truncated_video_loop(ctx: Ctx, case: Case) -> Verdict:
         f"{outcome}; {verdict.outcome}",
         verdict.note if bad == 0 else f"{bad} runs did not exit 3",
         {"truncated_mp4_runs": runs, "truncated_mp4_non_3_exits": bad},
+    )
+
+
+# -- datasets written the way third-party writers do (reshard.demo.sample.THIRD_PARTY) -----------------
+
+# name -> (THIRD_PARTY kind, --video, regex of the one-line refusal or None where it must reshard and verify)
+THIRD_PARTY_CASES: dict[str, tuple[str, str, str | None]] = {
+    "full-range-h264-to-hevc": ("full-range-h264", "hevc", None),
+    "full-range-h264-to-h264": ("full-range-h264", "h264", None),
+    "odd-size-yuv444p-to-hevc": ("odd-size-yuv444p", "hevc", None),
+    "odd-size-yuv444p-to-h264": (
+        "odd-size-yuv444p",
+        "h264",
+        r"camera 'observation\.images\.cam0': Invalid frame size \(101x75\) for --video h264",
+    ),
+    "audio-track-copy": ("audio-track", "copy", None),
+}
+
+
+def third_party_case(kind: str, video: str, refusal: str | None) -> Callable[[Ctx, Case], Verdict]:
+    def run(ctx: Ctx, case: Case) -> Verdict:
+        from reshard.demo.sample import THIRD_PARTY, write_sample
+
+        shared = ctx.once(kind, lambda: write_sample(ctx.base / "shared" / kind, **THIRD_PARTY[kind]))
+        src, out = ctx.copy(shared, case.dir / "src"), case.dir / "out"
+        case.watch(case.dir)
+        proc = case.lrs("reshard", str(src), "--out", str(out), "-q", "--video", video)
+        if refusal is not None:
+            return error_verdict(proc, match=refusal)
+        case.allow(r"out(/.*)?")
+        if proc.rc != 0:
+            return Verdict(False, f"reshard exit {proc.rc}: {proc.first_line}", "expected exit 0")
+        return _verified(case.lrs("verify", str(out), "--against", str(src), "--json"))
+
+    return run
+
+
+def _verified(proc: Any) -> Verdict:
+    """`verify --against` passed; the outcome gives the re-encodes' worst PSNR and colour fit."""
+    if proc.rc != 0:
+        return Verdict(False, f"verify exit {proc.rc}", "expected verify --against to pass")
+    videos = json.loads(proc.stdout)["videos"]
+    reencoded = [v for v in videos if v["reencoded"]]
+    if not reencoded:
+        return Verdict(True, f"reshard exit 0, verify exit 0: {len(videos)} episode videos identical")
+    gains, offsets = [v["gain"] for v in reencoded], [v["offset"] for v in reencoded]
+    worst = min(v["psnr_min_db"] for v in reencoded)
+    return Verdict(
+        True,
+        f"reshard exit 0, verify exit 0: {len(reencoded)} re-encoded, worst frame {worst:.1f} dB, colour "
+        f"gain {min(gains):.3f} to {max(gains):.3f}, offset {min(offsets):+.4f} to {max(offsets):+.4f}",
+        figures={"gain_min": min(gains), "gain_max": max(gains), "psnr_min_db": worst},
     )
 
 
@@ -292,7 +373,11 @@ register_many(
         for QUICK in [("info-fps-zero", "template-data-parent", "video-empty")]
     ]
 )
+register_many([(name, "metadata", readable_case(fn), False) for name, fn in READABLE_CASES.items()])
 register_many([("video-truncated-x30", "input", truncated_video_loop, True)])
+register_many(
+    [(name, "third-party", third_party_case(*spec), False) for name, spec in THIRD_PARTY_CASES.items()]
+)
 register_many(
     [
         (name, "index", index_case(*spec), name == "index-byte-range-shifted")

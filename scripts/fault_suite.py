@@ -5,10 +5,11 @@
 For each case: the outcome (a clear error, with its exit code and the first line of its message, or a
 correct result), whether a Python traceback appeared in any child's stdout or stderr, and the files
 left behind (partial outputs, work directories, temp files), found by listing directories before and
-after. The cases live in `scripts/fault_input.py` (malformed metadata, bad videos, corrupt indexes)
-and `scripts/fault_runtime.py` (node-cache corruption, a full disk, SIGKILL then rerun, a shared cache
-under a small budget, epochs under 5xx faults, planted secrets). Exit status: 0 when every case
-behaved, 1 otherwise.
+after. The cases live in `scripts/fault_input.py` (malformed metadata, bad videos, corrupt indexes),
+`scripts/fault_runtime.py` (node-cache corruption, a full disk, SIGKILL then rerun, a shared cache
+under a small budget, epochs under 5xx faults, planted secrets) and `scripts/fault_trust.py` (a source
+changed under a reshard, two reshards into one output, URLs as local directories, the demo's
+directory). Exit status: 0 when every case behaved, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import fault_exits  # noqa: E402, F401 - registers its cases
 import fault_input  # noqa: E402, F401 - registers its cases
 import fault_runtime  # noqa: E402, F401 - registers its cases
+import fault_trust  # noqa: E402, F401 - registers its cases
 from fault_harness import REGISTRY, Case, Ctx, Registered, Verdict  # noqa: E402
 
 

@@ -17,7 +17,17 @@ from reshard.cli import EXIT_CHECK_FAILED, cli
 from reshard.demo import pipeline as demo_module
 from reshard.demo.checks import check_exactly_once, check_frames_shown, check_prewarm_served, check_resume
 from reshard.demo.config import DemoCheckError, DemoConfig
-from reshard.demo.pipeline import SUBDIRS, DemoResult, render_table, run_demo
+from reshard.demo.pipeline import (
+    MARKER,
+    SUBDIRS,
+    DemoResult,
+    DemoWorkdirError,
+    claim_workdir,
+    cleanup_workdir,
+    prepare_workdir,
+    render_table,
+    run_demo,
+)
 from reshard.demo.stream import Sample, StreamRun, open_stream
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +62,7 @@ def flow(tmp_path_factory: pytest.TempPathFactory) -> tuple[DemoResult, list[str
 def test_every_step_runs_and_prints_one_line(flow: tuple[DemoResult, list[str], Path]) -> None:
     _, lines, workdir = flow
     assert [line.split()[0] for line in lines] == list(STEPS)
-    assert sorted(p.name for p in workdir.iterdir()) == sorted(SUBDIRS)
+    assert sorted(p.name for p in workdir.iterdir()) == sorted([*SUBDIRS, MARKER])
 
 
 def test_the_output_verifies_and_lands_in_the_bucket(flow: tuple[DemoResult, list[str], Path]) -> None:
@@ -212,16 +222,51 @@ def test_the_demo_stream_is_one_process_whatever_the_environment_says(
 # --- the command line ---------------------------------------------------------------------------------
 
 
-def test_lrs_demo_prints_the_table_and_cleans_up(tmp_path: Path) -> None:
+def test_lrs_demo_prints_the_table_and_cleans_up_only_its_own_files(tmp_path: Path) -> None:
+    """A --workdir that holds the user's files (named as the demo's subdirectories): the demo works in a
+    new folder of it and removes that alone."""
+    mine = {"source/notes.txt": b"notes", "cache/model.bin": b"weights"}
+    for rel, data in mine.items():
+        (tmp_path / rel).parent.mkdir()
+        (tmp_path / rel).write_bytes(data)
     result = CliRunner().invoke(cli, ["demo", "--workdir", str(tmp_path), "--num-episodes", "3"])
     assert result.exit_code == 0, result.output
-    assert result.output.startswith(f"lrs demo in {tmp_path}\n")
+    assert result.output.startswith(f"lrs demo in {tmp_path}/lrs-demo-")
+    assert f"({tmp_path} holds files of yours: the demo uses a new folder)\n" in result.output
     for step in STEPS:
         assert f"\n{step} " in result.output
     for row in TABLE_ROWS:
         assert f"\n{row} " in result.output
     assert "lrs demo: 3 episodes x 2 cameras 96x128, batch 8, 2 workers" in result.output
-    assert list(tmp_path.iterdir()) == []
+    assert {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == mine
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "source"]
+
+
+def test_the_demo_claims_a_new_empty_or_its_own_directory_and_removes_only_what_it_made(
+    tmp_path: Path,
+) -> None:
+    new = claim_workdir(tmp_path / "new")
+    assert new == tmp_path / "new" and (new / MARKER).is_file()
+    paths = prepare_workdir(new)
+    for path in paths.values():
+        path.mkdir()
+    assert claim_workdir(new) == new  # a rerun finds its own directory
+    cleanup_workdir(new)
+    assert not new.exists()  # the demo made it
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert claim_workdir(empty) == empty
+    cleanup_workdir(empty)
+    assert empty.is_dir() and list(empty.iterdir()) == []  # the user made it: kept
+    (empty / "source").mkdir()
+    (empty / "source" / "notes.txt").write_text("mine")
+    with pytest.raises(DemoWorkdirError, match=r"Invalid demo directory \(.*\): no \.lrs-demo file\."):
+        prepare_workdir(empty)
+    sub = claim_workdir(empty)
+    assert sub.parent == empty and sub.name.startswith("lrs-demo-")
+    prepare_workdir(sub)
+    cleanup_workdir(sub)
+    assert [str(p.relative_to(empty)) for p in empty.rglob("*")] == ["source", "source/notes.txt"]
 
 
 def test_lrs_demo_exits_1_when_the_resume_check_fails(
@@ -243,7 +288,7 @@ def test_lrs_demo_exits_1_when_the_resume_check_fails(
     assert "check failed: Invalid resumed stream (batch " in result.output
     assert "lrs demo: " not in result.output  # no table after a failed check
     assert f"files kept in {tmp_path}" in result.output
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SUBDIRS)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*SUBDIRS, MARKER])
 
 
 def test_lrs_demo_exits_1_when_verify_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,6 +10,7 @@ sha256) or from `meta/info.json` and `meta/episodes/` (v3), so any change of con
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
@@ -22,6 +23,13 @@ from cache.remote import Reads, Remote, resolve
 from reader.errors import DatasetError
 from reader.format.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON, EpisodeIndex, FileIndex
 from reader.format.layout import Layout
+from reader.format.locate import (
+    candidate_files,
+    describe_moved,
+    list_data_files,
+    locate,
+    read_file_rows,
+)
 from reader.format.parquet import parse_parquet, release_memory
 from reader.format.v3 import (
     EPISODES_DIR,
@@ -32,12 +40,16 @@ from reader.format.v3 import (
     OpenedDataset,
     concat_episode_tables,
     episode_columns,
+    missing_optional_columns,
+    optional_columns_warning,
     parse_episodes,
     parse_tasks,
     read_episode_files,
 )
 
 LayoutKind = Literal["lrs/1", "v3"]
+
+log = logging.getLogger(__name__)
 
 
 # The metadata files `Catalog.open` reads at once: what an lrs/1 dataset needs, and a v3 one's info and tasks.
@@ -304,7 +316,14 @@ def _open_v3(remote: Remote, reads: Reads) -> Catalog:
         digest.update(data)
         tables.append(table.select([c for c in episode_columns(info.video_keys) if c in table.column_names]))
     table = concat_episode_tables(tables, file=remote.display(EPISODES_DIR))
-    infos = parse_episodes(table, info.video_keys, file=remote.display(EPISODES_DIR))
+    infos = parse_episodes(table, info.video_keys, fps=info.fps, file=remote.display(EPISODES_DIR))
+    missing = missing_optional_columns(table.column_names, info.video_keys)
+    if missing:
+        log.warning("%s", optional_columns_warning(missing, file=remote.display(EPISODES_DIR)))
+    files = read_file_rows(remote, candidate_files(info, infos, list_data_files(remote)))
+    infos, moved = locate(info, infos, files)
+    if moved:
+        log.warning("%s", describe_moved(moved))
     return Catalog(
         remote=remote,
         info=info,
@@ -317,7 +336,8 @@ def _open_v3(remote: Remote, reads: Reads) -> Catalog:
 
 def _v3_refs(info: Info, infos: list[EpisodeInfo]) -> tuple[EpisodeRef, ...]:
     paths = [info.data_file(e.data_chunk_index, e.data_file_index) for e in infos]
-    # v3 data files hold whole episodes in `index` order, so a file's first row is its lowest index.
+    # v3 data files hold whole episodes in `index` order, so a file's first row is its lowest index
+    # (the pointers are true: `locate` made them so).
     file_start: dict[str, int] = {}
     for rel, e in zip(paths, infos, strict=True):
         file_start[rel] = min(file_start.get(rel, e.dataset_from_index), e.dataset_from_index)

@@ -117,13 +117,21 @@ class Info:
             if isinstance(version, str) and version.startswith("v2"):
                 hint = (
                     " Convert it first with lerobot's converter: "
-                    "`python -m lerobot.datasets.v30.convert_dataset_v21_to_v30 --repo-id=<owner>/<name>`."
+                    "`python -m lerobot.scripts.convert_dataset_v21_to_v30 --repo-id=<owner>/<name> "
+                    "--root=<dataset directory> --push-to-hub=false` (lerobot 0.6)."
                 )
             raise DatasetError(
                 f"Invalid codebase_version ({version!r}). Expected {CODEBASE_VERSION!r}.{hint}",
                 file=file,
                 field="codebase_version",
             )
+        # lerobot's `DatasetInfo` fills these in where they are absent (not where they are null).
+        raw.setdefault("data_path", DEFAULT_DATA_PATH)
+        features = raw.get("features")
+        if isinstance(features, dict) and any(
+            isinstance(f, dict) and f.get("dtype") == "video" for f in features.values()
+        ):
+            raw.setdefault("video_path", DEFAULT_VIDEO_PATH)
         for key, kind in (("fps", (int, float)), ("features", dict), ("data_path", str)):
             if not isinstance(raw.get(key), kind):
                 raise DatasetError(f"missing or malformed ({raw.get(key)!r})", file=file, field=key)
@@ -250,7 +258,8 @@ def parse_tasks(table: pa.Table, *, file: str = TASKS_PATH) -> list[str]:
 
 
 def episode_columns(video_keys: list[str]) -> list[str]:
-    """The `meta/episodes` columns lrs reads (stats are left on disk)."""
+    """The `meta/episodes` columns lrs reads (stats are left on disk); `OPTIONAL_EPISODE_COLUMNS` may be
+    missing."""
     cols = [
         "episode_index",
         "tasks",
@@ -265,6 +274,29 @@ def episode_columns(video_keys: list[str]) -> list[str]:
     return cols
 
 
+# What lerobot 0.6.1's reader does without, and lrs too: the episode's task list (the rows' `task_index`
+# gives each frame its task), its length (dataset_to_index - dataset_from_index) and a video's
+# `to_timestamp` (from_timestamp + length / fps).
+OPTIONAL_EPISODE_COLUMNS = ("tasks", "length")
+OPTIONAL_VIDEO_COLUMNS = ("to_timestamp",)
+
+
+def missing_optional_columns(names: Sequence[str], video_keys: list[str]) -> list[str]:
+    """The optional `meta/episodes` columns a table of `names` lacks."""
+    optional = [*OPTIONAL_EPISODE_COLUMNS]
+    optional += [f"videos/{k}/{c}" for k in video_keys for c in OPTIONAL_VIDEO_COLUMNS]
+    return [c for c in optional if c not in names]
+
+
+def optional_columns_warning(missing: Sequence[str], *, file: str) -> str:
+    """The one-line warning for optional `meta/episodes` columns that are missing."""
+    return (
+        f"{file}: no {', '.join(repr(c) for c in missing)} column{'s' if len(missing) != 1 else ''}; "
+        "lerobot's reader does without, and so does lrs (tasks come from the rows' task_index, lengths "
+        "and video end times from the row ranges)"
+    )
+
+
 def concat_episode_tables(tables: list[pa.Table], *, file: str = EPISODES_DIR) -> pa.Table:
     """The `meta/episodes/` files' tables as one (schemas promoted where they differ compatibly).
 
@@ -277,42 +309,28 @@ def concat_episode_tables(tables: list[pa.Table], *, file: str = EPISODES_DIR) -
         raise DatasetError(f"files disagree on their schema ({exc})", file=file) from exc
 
 
-def parse_episodes(table: pa.Table, video_keys: list[str], *, file: str = EPISODES_DIR) -> list[EpisodeInfo]:
+def parse_episodes(
+    table: pa.Table, video_keys: list[str], *, fps: float, file: str = EPISODES_DIR
+) -> list[EpisodeInfo]:
     """Records from the concatenated `meta/episodes` tables, sorted by episode index.
 
+    `missing_optional_columns` may be missing: an episode's tasks are then empty, its length its row
+    range, and a video's `to_timestamp` its `from_timestamp + length / fps`.
+
     Raises:
-        DatasetError: a column is missing, a value is null or inconsistent, or indices repeat or skip.
+        DatasetError: a required column is missing, a value is null or inconsistent, or indices repeat or
+            skip.
     """
-    missing = [c for c in episode_columns(video_keys) if c not in table.column_names]
+    optional = missing_optional_columns(table.column_names, video_keys)
+    missing = [c for c in episode_columns(video_keys) if c not in table.column_names and c not in optional]
     if missing:
         raise DatasetError(f"missing columns {missing}", file=file, field=missing[0])
-    cols = {c: table.column(c).to_pylist() for c in episode_columns(video_keys)}
+    cols = {c: table.column(c).to_pylist() for c in episode_columns(video_keys) if c not in optional}
     episodes = []
     for row in range(table.num_rows):
         ep = cols["episode_index"][row]
         try:
-            videos = tuple(
-                VideoSegment(
-                    key=key,
-                    chunk_index=int(cols[f"videos/{key}/chunk_index"][row]),
-                    file_index=int(cols[f"videos/{key}/file_index"][row]),
-                    from_timestamp=float(cols[f"videos/{key}/from_timestamp"][row]),
-                    to_timestamp=float(cols[f"videos/{key}/to_timestamp"][row]),
-                )
-                for key in video_keys
-            )
-            episodes.append(
-                EpisodeInfo(
-                    episode_index=int(ep),
-                    length=int(cols["length"][row]),
-                    dataset_from_index=int(cols["dataset_from_index"][row]),
-                    dataset_to_index=int(cols["dataset_to_index"][row]),
-                    data_chunk_index=int(cols["data/chunk_index"][row]),
-                    data_file_index=int(cols["data/file_index"][row]),
-                    tasks=tuple(cols["tasks"][row] or ()),
-                    videos=videos,
-                )
-            )
+            episodes.append(_episode(cols, row, video_keys, fps))
         except (TypeError, ValueError) as exc:
             raise DatasetError(str(exc), file=file, episode=ep) from exc
     episodes.sort(key=lambda e: e.episode_index)
@@ -326,6 +344,34 @@ def parse_episodes(table: pa.Table, video_keys: list[str], *, file: str = EPISOD
                 field="episode_index",
             )
     return episodes
+
+
+def _episode(cols: dict[str, list[Any]], row: int, video_keys: list[str], fps: float) -> EpisodeInfo:
+    start, end = int(cols["dataset_from_index"][row]), int(cols["dataset_to_index"][row])
+    length = int(cols["length"][row]) if "length" in cols else end - start
+    videos = []
+    for key in video_keys:
+        begin = float(cols[f"videos/{key}/from_timestamp"][row])
+        stop = cols.get(f"videos/{key}/to_timestamp")
+        videos.append(
+            VideoSegment(
+                key=key,
+                chunk_index=int(cols[f"videos/{key}/chunk_index"][row]),
+                file_index=int(cols[f"videos/{key}/file_index"][row]),
+                from_timestamp=begin,
+                to_timestamp=float(stop[row]) if stop is not None else begin + length / float(fps),
+            )
+        )
+    return EpisodeInfo(
+        episode_index=int(cols["episode_index"][row]),
+        length=length,
+        dataset_from_index=start,
+        dataset_to_index=end,
+        data_chunk_index=int(cols["data/chunk_index"][row]),
+        data_file_index=int(cols["data/file_index"][row]),
+        tasks=tuple(cols["tasks"][row] or ()) if "tasks" in cols else (),
+        videos=tuple(videos),
+    )
 
 
 def check_tiling(episodes: Sequence[Any], *, file: str, error: type[DatasetError] = DatasetError) -> int:

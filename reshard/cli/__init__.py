@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from cache.exits import EXIT_SIGINT, EXIT_SIGTERM, Terminated, raise_on_sigterm
 from reshard.cli.base import (
     EXIT_CHECK_FAILED,
     EXIT_ERROR,
@@ -41,7 +42,12 @@ for _command in (
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    Ctrl-C (SIGINT) and SIGTERM unwind the command, so temporaries are removed and a reshard, push or
+    prewarm is left resumable, then exit 130 and 143 (128 + the signal), as a shell reports them.
+    """
+    raise_on_sigterm()
     try:
         code = cli.main(args=hoist_global_flags(sys.argv[1:]), prog_name="lrs", standalone_mode=False)
     except click.UsageError as exc:
@@ -52,7 +58,10 @@ def main() -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except click.Abort:
-        click.echo("Aborted.", err=True)
-        sys.exit(1)
+    except click.Abort:  # click's form of KeyboardInterrupt
+        click.echo("Interrupted (SIGINT); rerun the same command to resume.", err=True)
+        sys.exit(EXIT_SIGINT)
+    except Terminated:
+        click.echo("Terminated (SIGTERM); rerun the same command to resume.", err=True)
+        sys.exit(EXIT_SIGTERM)
     sys.exit(code if isinstance(code, int) else 0)

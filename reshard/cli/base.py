@@ -9,11 +9,14 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
+from cache.checks import local_dir
 from cache.errors import LrsError
 from cache.remote import redact
 from reshard import DISTRIBUTION
@@ -30,7 +33,8 @@ class LrsClickError(click.ClickException):
 
 
 def handle_errors(fn: F) -> F:
-    """Turn an `LrsError` into a one-line message and exit code 3 (a traceback only with --debug)."""
+    """Turn an `LrsError` into a one-line message and exit code 3; `--debug` prints the traceback before
+    that line and changes nothing else (the exit code stays 3)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -38,10 +42,35 @@ def handle_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except LrsError as exc:
             if click.get_current_context().find_root().params.get("debug"):
-                raise
+                click.echo(redact(traceback.format_exc()).rstrip(), err=True)
             raise LrsClickError(redact(str(exc))) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+class LocalDir(click.Path):
+    """A local directory, never a URL: `file:///abs/dir` is the directory it names; `s3://...`, `hf://...`
+    and every other URL are a usage error saying what to do instead (`hint`), so that no URL becomes a
+    local folder named after its scheme."""
+
+    def __init__(self, *, hint: str, exists: bool = False) -> None:
+        super().__init__(exists=exists, file_okay=False, path_type=Path)
+        self.hint = hint
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str):
+            name = "directory" if param is None else param.human_readable_name
+            if isinstance(param, click.Option):
+                name = param.opts[0]
+            try:
+                value = local_dir(value, name, hint=self.hint)
+            except ValueError as exc:
+                self.fail(str(exc), param, ctx)
+        return super().convert(value, param, ctx)
+
+
+# What to do instead of a URL where a command writes a local directory.
+PUSH_HINT = "write it locally, then upload it with `lrs push DIR URL` (or `lrs reshard --push-bucket URL`)"
 
 
 def quiet_requested(local: bool = False) -> bool:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cache.checks import index_range
-from reshard.cli.base import dry_run_option, handle_errors, quiet_option, quiet_requested
+from reshard.cli.base import LocalDir, dry_run_option, handle_errors, quiet_option, quiet_requested
 
 if TYPE_CHECKING:
     from reader.prewarm import Plan
@@ -117,6 +117,8 @@ def node_ranks(
     """
     if nnodes is not None and nproc_per_node is None and world_size is None:
         nproc_per_node = 1  # torchrun's default: --nnodes 2 alone is 2 processes
+    if nproc_per_node is not None and nnodes is None and world_size is None:
+        nnodes = 1  # torchrun's default: --nproc-per-node 4 alone is one node of 4 processes
     if nnodes is not None and nproc_per_node is not None:
         if world_size is not None and world_size != nnodes * nproc_per_node:
             raise click.UsageError(
@@ -169,7 +171,7 @@ def _node_block(
 @click.option(
     "--cache-dir",
     required=True,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=LocalDir(hint="a node cache is a local directory; the dataset to read is the URL argument"),
     help="The node cache directory; train with EpisodeStream(..., cache_dir=DIR).",
 )
 @click.option(
@@ -296,6 +298,10 @@ def prewarm_command(
     from reshard.prewarm import prewarm
 
     topology = node_ranks(world_size, ranks, node_rank, nnodes, nproc_per_node)
+    state = _read_state(resume_state)
+    recorded = state.get("episode_pool_size") if isinstance(state, dict) else None
+    if pool_size is None and batch_size is None and isinstance(recorded, int) and recorded >= 1:
+        pool_size = recorded  # the pool the state was saved with is the one training will load it into
     pool = default_pool_size(batch_size) if pool_size is None else pool_size
     if len(urls) > 1 and episode_indices is not None:
         raise click.UsageError("Invalid --episodes with several URLs. Expected it for one dataset only.")
@@ -320,7 +326,7 @@ def prewarm_command(
             shuffle=shuffle,
             weights=weights,
             samples_per_epoch=samples_per_epoch,
-            resume_state=_read_state(resume_state),
+            resume_state=state,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
@@ -369,15 +375,37 @@ def _ranges(values: list[int]) -> str:
 
 
 def _read_state(path: Path | None) -> dict[str, Any] | None:
-    """The resume state in a JSON file; a state inside a trainer checkpoint's JSON under "data" too."""
+    """The resume state in a JSON file or a `torch.save` checkpoint (the README's training loop saves
+    `{"model": ..., "data": loader.state_dict()}`); a state under "data" is taken from there."""
     if path is None:
         return None
     try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise click.BadParameter(
-            f"Invalid resume state file ({exc}). Expected JSON.", param_hint="--resume-state"
-        ) from None
+        data = path.read_bytes()
+    except OSError as exc:
+        raise click.BadParameter(f"Invalid resume state file ({exc}).", param_hint="--resume-state") from None
+    try:
+        state = json.loads(data)
+    except ValueError:
+        state = _torch_state(path)
+        if state is None:
+            raise click.BadParameter(
+                f"Invalid resume state file ({path}). Expected JSON or a torch.save checkpoint.",
+                param_hint="--resume-state",
+            ) from None
     if isinstance(state, dict) and isinstance(state.get("data"), dict) and "batches_consumed" not in state:
         state = state["data"]
     return state
+
+
+def _torch_state(path: Path) -> Any:
+    """A `torch.save` file's content, loaded as plain data (`weights_only`: no code runs); None if it is
+    not one."""
+    import pickle
+    import zipfile
+
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError, OSError):
+        return None

@@ -7,12 +7,16 @@ from pathlib import Path
 
 import click
 
-from reshard.cli.base import dry_run_option, handle_errors, quiet_option, quiet_requested
+from reshard.cli.base import LocalDir, dry_run_option, handle_errors, quiet_option, quiet_requested
 from reshard.push.publish import push
 
 
 @click.command("push")
-@click.argument("local_dir", metavar="DIR", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument(
+    "local_dir",
+    metavar="DIR",
+    type=LocalDir(exists=True, hint="DIR is the local dataset to upload; the target URL comes second"),
+)
 @click.argument("url")
 @click.option(
     "--create",
@@ -45,8 +49,9 @@ def push_command(
     """Upload a resharded dataset to a bucket, resumably, its index last.
 
     URL is hf://buckets/<owner>/<name>[/prefix], s3://bucket/prefix, a local path, or another writable
-    fsspec URL. Files already there with the same size (and hash, where the store has one) are skipped,
-    so rerunning an interrupted push uploads only the rest.
+    fsspec URL outside DIR. A file already there is skipped only on proof of the same content (the
+    store's hash, a local file's sha256, or the sha256 the published index lists), so rerunning an
+    interrupted push uploads only the rest, and a push of another version replaces every changed file.
     """
     _one_line_per_hub_warning()
     summary = push(

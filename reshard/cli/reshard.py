@@ -7,8 +7,15 @@ from pathlib import Path
 
 import click
 
-from reshard.checks import episode_ranges
-from reshard.cli.base import EXIT_CHECK_FAILED, handle_errors, json_option, quiet_option, quiet_requested
+from cache.checks import format_index_list
+from reshard.cli.base import (
+    EXIT_CHECK_FAILED,
+    LocalDir,
+    handle_errors,
+    json_option,
+    quiet_option,
+    quiet_requested,
+)
 from reshard.execute import ReshardOptions
 from reshard.inspect import inspect_dataset, render
 from reshard.run import reshard, slurm_part
@@ -41,7 +48,12 @@ class PartType(click.ParamType):
 @click.command(name="reshard")
 @click.argument("src")
 @click.option(
-    "--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output directory."
+    "--out",
+    required=True,
+    type=LocalDir(
+        hint="reshard into a local --out and add --push-bucket URL (or run `lrs push OUT URL` after)"
+    ),
+    help="Output directory (local).",
 )
 @click.option(
     "--video",
@@ -75,7 +87,7 @@ class PartType(click.ParamType):
 @click.option("--finalize", is_flag=True, help="Only write meta and publish, once every part is done.")
 @click.option(
     "--work-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=LocalDir(hint="the work directory is local, on the filesystem of --out"),
     help="Work directory (same filesystem as --out) [default: <out parent>/.<out name>.lrs-work].",
 )
 @click.option(
@@ -159,7 +171,7 @@ def reshard_cmd(
         click.echo(f"resharded {result.episodes} episodes into {out} in {result.seconds:.1f} s.")
     if result.dropped and result.part is None:
         click.echo(
-            f"left out {len(result.dropped)} source episodes ({episode_ranges([d.episode for d in result.dropped])}) "
+            f"left out {len(result.dropped)} source episodes ({format_index_list([d.episode for d in result.dropped])}) "
             f"and renumbered the rest; {out / DROPPED_JSON} says why."
         )
     if result.finalized and video != "copy":

@@ -11,8 +11,16 @@ import click
 
 from cache.progress import progress_bar
 from reshard.checks import validate
-from reshard.cli.base import EXIT_CHECK_FAILED, F, handle_errors, json_option, quiet_option, quiet_requested
-from reshard.demo.sample import ENCODERS, SampleSpec, write_sample
+from reshard.cli.base import (
+    EXIT_CHECK_FAILED,
+    F,
+    LocalDir,
+    handle_errors,
+    json_option,
+    quiet_option,
+    quiet_requested,
+)
+from reshard.demo.sample import ENCODERS, PIX_FMTS, SampleSpec, write_sample
 from reshard.source import describe, open_source
 
 # `lrs sample`'s options for SampleSpec fields: (flag, field, type, help); each defaults to the field's.
@@ -33,12 +41,19 @@ _SPEC_OPTIONS: list[tuple[str, str, click.ParamType, str]] = [
         click.IntRange(0),
         "Number of depth cameras, written as lerobot does: 12-bit log-quantized depth, lossless HEVC gray12le.",
     ),
-    ("--height", "height", click.IntRange(48), "Frame height in pixels (even)."),
-    ("--width", "width", click.IntRange(64), "Frame width in pixels (even)."),
+    ("--height", "height", click.IntRange(48), "Frame height in pixels (even, odd only in yuv444p)."),
+    ("--width", "width", click.IntRange(64), "Frame width in pixels (even, odd only in yuv444p)."),
     ("--fps", "fps", click.IntRange(1), "Frames per second."),
     ("--tasks", "tasks", click.IntRange(1), "Number of distinct task strings."),
     ("--codec", "codec", click.Choice(sorted(ENCODERS)), "Video codec (lerobot's default is AV1)."),
     ("--gop", "gop", click.IntRange(1), "Keyframe interval."),
+    (
+        "--pix-fmt",
+        "pix_fmt",
+        click.Choice(PIX_FMTS),
+        "Cameras' pixel format: lerobot's yuv420p, or as third-party writers do, full-range yuvj420p or "
+        "yuv444p (odd sizes allowed); the last two with --codec h264 or hevc.",
+    ),
     (
         "--episodes-per-data-file",
         "episodes_per_data_file",
@@ -63,7 +78,7 @@ def _spec_options(fn: F) -> F:
 
 
 @click.command()
-@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("directory", type=LocalDir(hint="write it locally, then upload it with `lrs push DIR URL`"))
 @_spec_options
 @click.option(
     "--converted",
@@ -74,6 +89,9 @@ def _spec_options(fn: F) -> F:
     "--unaligned",
     is_flag=True,
     help="Encode each video file as one stream, so episode starts are not keyframe aligned.",
+)
+@click.option(
+    "--audio", is_flag=True, help="Give the camera videos an AAC audio track, as some recorders do."
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
 @quiet_option
@@ -149,9 +167,10 @@ def render_description(summary: dict[str, object]) -> str:
 @click.command()
 @click.option(
     "--workdir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=LocalDir(hint="the demo writes locally (its bucket is a local file:// one)"),
     default=None,
-    help="Where the demo's files go (its subdirectories there are replaced) [default: a temporary directory].",
+    help="Where the demo's files go: DIR when new, empty or an earlier demo's (whose files it replaces), "
+    "else a new folder in DIR; nothing else of DIR is touched [default: a temporary directory].",
 )
 @click.option(
     "--num-episodes",
@@ -170,10 +189,14 @@ def demo(workdir: Path | None, episodes: int, keep: bool) -> None:
     with 2 DataLoader workers (every frame exactly once) -> resume mid-epoch (the same continuation).
     Exits 1 when a check fails, keeping the files for a look.
     """
-    from reshard.demo.pipeline import DemoCheckError, DemoConfig, render_table, run_demo
+    from reshard.demo.pipeline import DemoCheckError, DemoConfig, claim_workdir, render_table, run_demo
 
-    root = Path(tempfile.mkdtemp(prefix="lrs-demo-")) if workdir is None else workdir
-    click.echo(f"lrs demo in {root}")
+    own = workdir is None
+    root = claim_workdir(Path(tempfile.mkdtemp(prefix="lrs-demo-")) if workdir is None else workdir)
+    beside = (
+        "" if own or root == workdir else f" ({workdir} holds files of yours: the demo uses a new folder)"
+    )
+    click.echo(f"lrs demo in {root}{beside}")
     try:
         result = run_demo(root, DemoConfig(episodes=episodes), echo=click.echo)
     except DemoCheckError as exc:
@@ -187,11 +210,12 @@ def demo(workdir: Path | None, episodes: int, keep: bool) -> None:
     if keep:
         click.echo(f"files kept in {root}")
     else:
-        _remove(root, own=workdir is None)
+        _remove(root, own=own)
 
 
 def _remove(root: Path, *, own: bool) -> None:
-    """Remove the demo's files: the whole directory when the demo made it, else only its subdirectories."""
+    """Remove the demo's files: the whole temporary directory when the demo made one, else only what it
+    wrote (and the directory, where the demo made it)."""
     from reshard.demo.pipeline import cleanup_workdir
 
     if own:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterator
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import av
@@ -29,8 +30,10 @@ def encode_frames(
     width: int,
     preset: str | int | None = None,
     bframes: int = 0,
+    pix_fmt: str = "yuv420p",
 ) -> int:
-    """Encode RGB frames into an MP4 (path or buffer); returns the number of frames written."""
+    """Encode RGB frames into an MP4 (path or buffer) in `pix_fmt` (`yuvj420p`: full range, as x264
+    writes an MJPEG webcam's frames); returns the number of frames written."""
     with av.open(out, mode="w", format="mp4") as container:
         preset = SAMPLE_PRESETS.get(codec) if preset is None else preset
         stream = add_video_stream(
@@ -43,6 +46,7 @@ def encode_frames(
             crf=crf,
             preset=preset,
             bframes=bframes,
+            pix_fmt=pix_fmt,
         )
         return _encode_all(container, stream, frames, pix_fmt="rgb24", fps=fps)
 
@@ -99,3 +103,25 @@ def concat_remux(parts: list[bytes], out_path: str) -> list[float]:
                     out.mux(packet)
                 offset = end
     return starts
+
+
+def add_audio(path: Path, *, rate: int = 16_000) -> None:
+    """Give an MP4 a second stream, an AAC tone as long as its video, as recorders with a microphone do."""
+    tmp = path.with_name(f".{path.name}.audio.mp4")
+    with av.open(str(path)) as src, av.open(str(tmp), mode="w", format="mp4") as out:
+        video = src.streams.video[0]
+        out_video = out.add_stream_from_template(video, opaque=True)
+        out_video.time_base = video.time_base
+        audio = out.add_stream("aac", rate=rate, layout="mono")
+        seconds = float(src.duration or 0) / av.time_base
+        for packet in src.demux(video):
+            if packet.dts is not None:
+                packet.stream = out_video
+                out.mux(packet)
+        t = np.arange(int(seconds * rate)) / rate
+        tone = (0.2 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)[None]
+        frame = av.AudioFrame.from_ndarray(tone, format="flt", layout="mono")
+        frame.sample_rate, frame.pts = rate, 0
+        out.mux(audio.encode(frame))
+        out.mux(audio.encode(None))
+    tmp.replace(path)

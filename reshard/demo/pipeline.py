@@ -17,7 +17,10 @@ copies its files into the node cache and the reader then finds them there, exact
 
 from __future__ import annotations
 
+import contextlib
+import json
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,6 +31,7 @@ from reshard.demo.checks import check_exactly_once, check_frames_shown, check_pr
 from reshard.demo.config import DemoCheckError, DemoConfig
 from reshard.demo.sample import write_sample
 from reshard.demo.stream import StreamRun, stream_epoch
+from reshard.errors import LrsError
 from reshard.execute import ReshardOptions
 from reshard.prewarm import PrewarmSummary, prewarm
 from reshard.push.publish import push
@@ -38,6 +42,13 @@ from reshard.verify import verify
 Echo = Callable[[str], None]
 # The demo's own subdirectories of the work directory: removed before a run, and after it unless kept.
 SUBDIRS = ("source", "lrs1", "bucket", "cache")
+# The file that marks a directory as the demo's: only there does the demo remove anything.
+MARKER = ".lrs-demo"
+_WORK = ".lrs1.lrs-work"
+
+
+class DemoWorkdirError(LrsError):
+    """The demo was asked to clear a directory it did not make."""
 
 
 @dataclass(frozen=True)
@@ -164,10 +175,11 @@ def expected_frames(src: Path) -> dict[int, int]:
 
 
 def run_demo(workdir: Path, config: DemoConfig | None = None, *, echo: Echo | None = None) -> DemoResult:
-    """Run every step in `workdir` (its `SUBDIRS` are replaced), printing a line per step.
+    """Run every step in `workdir` (see `claim_workdir`), printing a line per step.
 
     Args:
-        workdir: where the sample, the output, the bucket and the cache go.
+        workdir: where the sample, the output, the bucket and the cache go: `workdir` itself when it is
+            new, empty or the demo's, else a new subdirectory of it.
         config: sizes and stream settings.
         echo: called with each progress line (default: print nothing).
 
@@ -181,7 +193,7 @@ def run_demo(workdir: Path, config: DemoConfig | None = None, *, echo: Echo | No
     config = config or DemoConfig()
     say = echo or (lambda line: None)
     began = time.perf_counter()
-    paths = prepare_workdir(workdir)
+    paths = prepare_workdir(claim_workdir(workdir))
     bucket_url = paths["bucket"].absolute().as_uri()
     source = make_sample(paths["source"], config)
     lengths = expected_frames(paths["source"])
@@ -244,20 +256,54 @@ def stream_and_check(
     return epoch, resumed
 
 
-def prepare_workdir(workdir: Path) -> dict[str, Path]:
-    """The demo's directories under `workdir`, each removed if a previous run left it."""
+def claim_workdir(workdir: Path) -> Path:
+    """The directory the demo writes into, marked as the demo's (`MARKER`), so that it never removes a
+    file of the user's: `workdir` when it is new, empty or marked by an earlier demo; else (a directory
+    that holds other files) a new subdirectory `lrs-demo-*` of it."""
+    if (workdir / MARKER).is_file():
+        return workdir
+    made = not workdir.exists()
     workdir.mkdir(parents=True, exist_ok=True)
-    paths = {name: workdir / name for name in SUBDIRS}
-    for path in [*paths.values(), workdir / ".lrs1.lrs-work"]:
+    root = workdir
+    if any(workdir.iterdir()):
+        root, made = Path(tempfile.mkdtemp(prefix="lrs-demo-", dir=workdir)), True
+    (root / MARKER).write_text(json.dumps({"made_by": "lrs demo", "made_dir": made}) + "\n")
+    return root
+
+
+def prepare_workdir(root: Path) -> dict[str, Path]:
+    """The demo's directories under `root` (a `claim_workdir` directory), each removed if a previous run
+    left it."""
+    _check_marked(root)
+    paths = {name: root / name for name in SUBDIRS}
+    for path in [*paths.values(), root / _WORK]:
         if path.exists():
             shutil.rmtree(path)
     return paths
 
 
-def cleanup_workdir(workdir: Path) -> None:
-    """Remove what the demo wrote under `workdir` (nothing else)."""
-    for name in (*SUBDIRS, ".lrs1.lrs-work"):
-        shutil.rmtree(workdir / name, ignore_errors=True)
+def cleanup_workdir(root: Path) -> None:
+    """Remove what the demo wrote under `root` (a `claim_workdir` directory), and `root` itself where the
+    demo made it and nothing else is left in it."""
+    _check_marked(root)
+    try:
+        made = bool(json.loads((root / MARKER).read_text()).get("made_dir"))
+    except ValueError:
+        made = False
+    for name in (*SUBDIRS, _WORK):
+        shutil.rmtree(root / name, ignore_errors=True)
+    (root / MARKER).unlink()
+    if made:
+        with contextlib.suppress(OSError):
+            root.rmdir()
+
+
+def _check_marked(root: Path) -> None:
+    if not (root / MARKER).is_file():
+        raise DemoWorkdirError(
+            f"Invalid demo directory ({root}): no {MARKER} file. Expected a directory the demo made "
+            "(claim_workdir), so that it removes nothing of yours."
+        )
 
 
 def render_table(result: DemoResult) -> str:

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from reader.depth import Quantizer
 from reader.format.v3 import CODEBASE_VERSION, DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH
-from reshard.demo.encode import concat_remux, encode_depth, encode_frames
+from reshard.demo.encode import add_audio, concat_remux, encode_depth, encode_frames
 from reshard.demo.frames import depth_frame, draw_frame
 from reshard.demo.schema import episode_table, hf_metadata, info_features, tasks_table
 from reshard.demo.stats import aggregate_stats, depth_stats, feature_stats, image_stats
@@ -40,6 +40,17 @@ from reshard.plan import chunk_file
 from reshard.video.encode import ENCODERS
 
 Codec = Literal["av1", "hevc", "h264"]
+# Source pixel formats: lerobot's yuv420p, and what third-party writers use: full-range yuvj420p (an MJPEG
+# webcam through FFmpeg) and yuv444p (which holds odd frame sizes). x264 and x265 only for the last two.
+PIX_FMTS = ("yuv420p", "yuvj420p", "yuv444p")
+# v3 datasets written by hand, the way third-party converters and recorders write them (issue 27), as
+# `write_sample` overrides: `write_sample(root, **THIRD_PARTY["full-range-h264"])`. `scripts/third_party.py`
+# writes them all; the tests use them at a smaller size.
+THIRD_PARTY: dict[str, dict[str, Any]] = {
+    "full-range-h264": {"codec": "h264", "pix_fmt": "yuvj420p"},
+    "odd-size-yuv444p": {"codec": "h264", "pix_fmt": "yuv444p", "height": 75, "width": 101},
+    "audio-track": {"codec": "h264", "audio": True},
+}
 
 
 @dataclass(frozen=True)
@@ -53,7 +64,7 @@ class SampleSpec:
         depth_cameras: number of depth cameras (`observation.images.depth0`, ...), 12-bit HEVC.
         image_cameras: number of cameras stored as images (`observation.images.image0`, ...,
             `dtype: image`): PNG bytes in the data files, as lerobot writes them when not recording video.
-        height, width: frame size in pixels (width >= 64, height >= 48, both even).
+        height, width: frame size in pixels (width >= 64, height >= 48, both even but in yuv444p).
         fps: frames per second.
         tasks: number of distinct task strings (episode e does task e % tasks).
         codec: video codec of the source files.
@@ -65,6 +76,8 @@ class SampleSpec:
         converted: write data row groups that span many episodes, as v2.1-converted datasets have.
         keyframe_aligned: encode each episode on its own so it starts on a keyframe (lerobot's way);
             False encodes each video file as one stream, so episode starts fall anywhere in the GOP.
+        pix_fmt: the cameras' pixel format, one of `PIX_FMTS` (not the depth cameras').
+        audio: the camera video files also hold an AAC audio track, as some recorders write.
         seed: the seed of every random choice.
     """
 
@@ -86,16 +99,29 @@ class SampleSpec:
     chunks_size: int = 1000
     converted: bool = False
     keyframe_aligned: bool = True
+    pix_fmt: str = "yuv420p"
+    audio: bool = False
     seed: int = 0
 
     def __post_init__(self) -> None:
+        odd = self.pix_fmt == "yuv444p"  # the only format here that holds an odd size
         checks = [
             (self.episodes >= 0, "episodes", ">= 0"),
             (1 <= self.min_length <= self.max_length, "min_length/max_length", "1 <= min <= max"),
             (self.cameras >= 0, "cameras", ">= 0"),
             (self.depth_cameras >= 0, "depth_cameras", ">= 0"),
-            (self.width >= 64 and self.width % 2 == 0, "width", "even and >= 64"),
-            (self.height >= 48 and self.height % 2 == 0, "height", "even and >= 48"),
+            (
+                self.width >= 64 and (odd or self.width % 2 == 0),
+                "width",
+                "even (odd only in yuv444p) and >= 64",
+            ),
+            (
+                self.height >= 48 and (odd or self.height % 2 == 0),
+                "height",
+                "even (odd only in yuv444p) and >= 48",
+            ),
+            (self.pix_fmt in PIX_FMTS, "pix_fmt", f"one of {PIX_FMTS}"),
+            (self.pix_fmt == "yuv420p" or self.codec != "av1", "pix_fmt/codec", "yuv420p for av1"),
             (self.fps > 0, "fps", "> 0"),
             (self.tasks >= 1, "tasks", ">= 1"),
             (self.codec in ENCODERS, "codec", f"one of {sorted(ENCODERS)}"),
@@ -284,18 +310,25 @@ def _write_video_file(
         if depth:
             encode_depth(frames, out, fps=spec.fps, gop=spec.gop, **size)
         else:
-            encode_frames(frames, out, codec=spec.codec, fps=spec.fps, gop=spec.gop, crf=spec.crf, **size)
+            encode_frames(
+                frames, out, codec=spec.codec, fps=spec.fps, gop=spec.gop, crf=spec.crf,
+                pix_fmt=spec.pix_fmt, **size,
+            )  # fmt: skip
 
     if not spec.keyframe_aligned:
         encode((f for ep in group for f in frames(ep)), str(path))
         offsets = np.concatenate([[0], np.cumsum([lengths[e] for e in group])])[:-1]
-        return [float(o) / spec.fps for o in offsets]
-    parts = []
-    for ep in group:
-        buf = io.BytesIO()
-        encode(frames(ep), buf)
-        parts.append(buf.getvalue())
-    return concat_remux(parts, str(path))
+        starts = [float(o) / spec.fps for o in offsets]
+    else:
+        parts = []
+        for ep in group:
+            buf = io.BytesIO()
+            encode(frames(ep), buf)
+            parts.append(buf.getvalue())
+        starts = concat_remux(parts, str(path))
+    if spec.audio and not depth:
+        add_audio(path)
+    return starts
 
 
 _IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])

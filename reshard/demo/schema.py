@@ -68,7 +68,16 @@ def info_features(spec: SampleSpec) -> dict[str, Any]:
             "dtype": "video",
             "shape": [spec.height, spec.width, 3],
             "names": ["height", "width", "channels"],
-            "info": video_info(spec.codec, spec.height, spec.width, spec.fps, gop=spec.gop, crf=spec.crf),
+            "info": video_info(
+                spec.codec,
+                spec.height,
+                spec.width,
+                spec.fps,
+                gop=spec.gop,
+                crf=spec.crf,
+                pix_fmt=spec.pix_fmt,
+                audio=spec.audio,
+            ),
         }
     for key in spec.depth_keys:
         info = video_info(
@@ -115,6 +124,7 @@ def video_info(
     gop: int | None,
     crf: int | None,
     pix_fmt: str = "yuv420p",
+    audio: bool = False,
 ) -> dict[str, Any]:
     """The `info` block lerobot writes under a video feature."""
     info: dict[str, Any] = {
@@ -124,7 +134,7 @@ def video_info(
         "video.pix_fmt": pix_fmt,
         "video.fps": fps,
         "video.channels": 3,
-        "has_audio": False,
+        "has_audio": audio,
         "is_depth_map": False,
     }
     if gop is not None:

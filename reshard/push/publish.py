@@ -232,14 +232,18 @@ def open_target(url: str, *, endpoint_url: str | None = None, source: Path | Non
         remote = resolve(
             text if "://" in text else os.path.abspath(text), storage_options=_options(endpoint_url)
         )
-    except (ValueError, ImportError) as exc:
+    except ValueError as exc:  # a missing filesystem package is `resolve`'s one-line MissingBackend
         raise PushError(scrub(str(exc))) from None
     if remote.is_local and endpoint_url:
         raise PushError(f"Invalid --endpoint-url ({endpoint_url}). Expected no endpoint for a local target.")
-    if remote.is_local and source is not None and os.path.realpath(remote.root) == os.path.realpath(source):
-        raise PushError(
-            f"Invalid push target ({remote.url}). Expected a place other than the source directory."
-        )
+    if remote.is_local and source is not None:
+        target, here = os.path.realpath(remote.root), os.path.realpath(source)
+        if target == here or target.startswith(here.rstrip(os.sep) + os.sep):
+            # Inside it, the copy would become files of the dataset (verify lists them as unknown).
+            raise PushError(
+                f"Invalid push target ({remote.url}). Expected a place outside the source directory "
+                f"({source})."
+            )
     return FsspecTarget(remote)
 
 

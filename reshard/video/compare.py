@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 
 import av
 import numpy as np
@@ -32,6 +32,60 @@ from reshard.video.frames import (
 
 # What verify asks of a re-encode by default: every frame at least this close to its source frame.
 DEFAULT_MIN_PSNR_DB = 30.0
+# ... and colours that stay put: the fitted `output = gain * source + offset` (RGB in [0, 1]) within these.
+MAX_GAIN_ERROR, MAX_OFFSET = 0.03, 0.01
+# The fit is over the means of 8x8 blocks: a lossy encode loses fine detail, not block means, so a good
+# re-encode fits gain 1 whatever its texture. Below this spread of the source's block means (about 5 code
+# values) a gain is not measurable, and the fit is the mean shift alone (gain 1).
+_BLOCK, _MIN_SPREAD = 8, 0.02
+
+
+@dataclass(frozen=True)
+class ColourFit:
+    """The least-squares line `output = gain * source + offset` through RGB block means in [0, 1].
+
+    Kept as sums, so that the fits of several episodes add up to the fit of a camera.
+    """
+
+    n: int = 0
+    sx: float = 0.0
+    sy: float = 0.0
+    sxx: float = 0.0
+    sxy: float = 0.0
+
+    @classmethod
+    def of(cls, source: np.ndarray, output: np.ndarray) -> ColourFit:
+        """The fit of one frame pair (HxWx3 uint8 RGB)."""
+        x, y = _block_means(source), _block_means(output)
+        return cls(x.size, float(x.sum()), float(y.sum()), float((x * x).sum()), float((x * y).sum()))
+
+    def __add__(self, other: ColourFit) -> ColourFit:
+        return ColourFit(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+    @property
+    def gain(self) -> float:
+        if not self.n:
+            return 1.0
+        variance = self.sxx / self.n - (self.sx / self.n) ** 2
+        if variance < _MIN_SPREAD**2:
+            return 1.0
+        return (self.sxy / self.n - self.sx * self.sy / self.n**2) / variance
+
+    @property
+    def offset(self) -> float:
+        return (self.sy - self.gain * self.sx) / self.n if self.n else 0.0
+
+    def moved(self) -> bool:
+        """The colours moved: gain off 1 by more than `MAX_GAIN_ERROR`, or offset beyond `MAX_OFFSET`."""
+        return abs(self.gain - 1.0) > MAX_GAIN_ERROR or abs(self.offset) > MAX_OFFSET
+
+
+def _block_means(rgb: np.ndarray) -> np.ndarray:
+    """Per-channel means of the 8x8 blocks of an HxWx3 frame (the whole frame if smaller), in [0, 1]."""
+    bh, bw = min(_BLOCK, rgb.shape[0]), min(_BLOCK, rgb.shape[1])
+    h, w = rgb.shape[0] // bh * bh, rgb.shape[1] // bw * bw
+    blocks = rgb[:h, :w].reshape(h // bh, bh, w // bw, bw, 3)
+    return blocks.mean(axis=(1, 3), dtype=np.float64) / 255.0
 
 
 @dataclass(frozen=True)
@@ -123,6 +177,7 @@ class VideoComparison:
         psnr_mean_db: PSNR of the mean squared error over all compared frames; inf when identical.
         problems: what is wrong with the output besides pixel differences (frame count, timestamps,
             first frame not a keyframe, frame size), one line each.
+        colour: the fitted gain and offset of the frames that differ (gain 1, offset 0 when none does).
     """
 
     frames: int
@@ -130,6 +185,7 @@ class VideoComparison:
     psnr_min_db: float
     psnr_mean_db: float
     problems: tuple[str, ...] = ()
+    colour: ColourFit = field(default=ColourFit(), repr=False)
 
     def passes(self, min_psnr_db: float | None = None) -> bool:
         """No problem, and identical (`min_psnr_db` None) or every frame at least `min_psnr_db`."""
@@ -194,6 +250,7 @@ class _Tally:
     segment: Segment
     problems: list[str] = field(default_factory=list)
     squared_errors: list[float] = field(default_factory=list)
+    colour: ColourFit = field(default_factory=ColourFit)
     identical: bool = True
     late: int = 0  # output frames off their time
     first_late: tuple[int, float] | None = None
@@ -213,7 +270,13 @@ class _Tally:
             return
         same = _same_planes(src, out)
         self.identical = self.identical and same
-        self.squared_errors.append(0.0 if same else _mse_rgb(src, out))
+        if same:
+            self.squared_errors.append(0.0)
+            return
+        a, b = _rgb(src), _rgb(out)
+        diff = a.astype(np.int32) - b.astype(np.int32)
+        self.squared_errors.append(float(np.mean(diff * diff)))
+        self.colour += ColourFit.of(a, b)
 
     def result(self) -> VideoComparison:
         problems = list(self.problems)
@@ -230,6 +293,7 @@ class _Tally:
             psnr_min_db=_psnr(max(errors)) if errors else 0.0,
             psnr_mean_db=_psnr(sum(errors) / len(errors)) if errors else 0.0,
             problems=tuple(problems),
+            colour=self.colour,
         )
 
 
@@ -242,8 +306,13 @@ def _same_planes(a: av.VideoFrame, b: av.VideoFrame) -> bool:
         return _mse_rgb(a, b) == 0.0
 
 
+def _rgb(frame: av.VideoFrame) -> np.ndarray:
+    """The frame as RGB, as lerobot sees it (swscale honours the range and matrix, as torchcodec does)."""
+    return frame.to_ndarray(format="rgb24")
+
+
 def _mse_rgb(a: av.VideoFrame, b: av.VideoFrame) -> float:
-    diff = a.to_ndarray(format="rgb24").astype(np.int32) - b.to_ndarray(format="rgb24").astype(np.int32)
+    diff = _rgb(a).astype(np.int32) - _rgb(b).astype(np.int32)
     return float(np.mean(diff * diff))
 
 

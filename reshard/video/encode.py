@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
 import av
+from av.video.reformatter import ColorRange
 
 from reshard.video.frames import VideoStream, frame_rate
 
@@ -31,6 +33,8 @@ DEFAULT_GOP = 2
 # frames of this second generation to 27-31 dB (below verify's 30 dB floor) in more bytes.
 DEFAULT_CRF: dict[str, int] = {"av1": 30, "hevc": 21, "h264": 18}
 DEFAULT_PRESET: dict[str, str] = {"av1": "8", "hevc": "fast", "h264": "fast"}
+# The crf each encoder accepts (8-bit x264/x265: 0-51; SVT-AV1: 0-63), checked before any work.
+CRF_RANGE: dict[str, tuple[int, int]] = {"av1": (0, 63), "hevc": (0, 51), "h264": (0, 51)}
 X26X_PRESETS = (
     "ultrafast",
     "superfast",
@@ -44,6 +48,71 @@ X26X_PRESETS = (
 )
 # moov in front: a reader can start on the first bytes of a whole-file fetch.
 MUX_OPTIONS: dict[str, str] = {"movflags": "faststart"}
+# What NVDEC decodes (NVIDIA's NVDEC application note): H.264 4:2:0 only (4:4:4 on no GPU), HEVC 4:2:0
+# from Pascal on and HEVC 4:4:4 from Turing on. A size that 4:2:0 cannot hold (odd width or height) is
+# encoded 4:4:4 in HEVC and refused in H.264.
+PIX_FMT_420, PIX_FMT_444 = "yuv420p", "yuv444p"
+
+
+def target_pix_fmt(codec: str, width: int, height: int) -> str | None:
+    """The pixel format of an `hevc` / `h264` re-encode of `width` x `height` frames: 4:2:0 where the size
+    allows it, else HEVC 4:4:4; None for an odd size in H.264 (no NVDEC decodes H.264 4:4:4)."""
+    if width % 2 == 0 and height % 2 == 0:
+        return PIX_FMT_420
+    return PIX_FMT_444 if codec == "hevc" else None
+
+
+def size_refusal(codec: str, width: int, height: int) -> str:
+    """Why `target_pix_fmt` refuses a size, and what to do instead."""
+    return (
+        f"Invalid frame size ({width}x{height}) for --video {codec}. Expected an even width and height "
+        "(4:2:0); NVDEC decodes no H.264 4:4:4: reshard with --video hevc (4:4:4 at odd sizes) or copy."
+    )
+
+
+# --- colour ------------------------------------------------------------------------------------------
+
+
+# AVCOL_SPC_RGB, and the UNSPECIFIED of AVColorSpace, AVColorPrimaries and AVColorTransferCharacteristic
+# (PyAV's `Colorspace` enum holds swscale's matrices, not these codes).
+_SPC_RGB, _UNSPECIFIED = 0, 2
+
+
+@dataclass(frozen=True)
+class Colour:
+    """How a stream's YUV codes map to colours (FFmpeg's AVCOL_* codes): range, matrix, primaries, transfer.
+
+    A re-encode keeps the source's: its YUV codes are encoded as they are (never converted to another
+    range or matrix) and tagged with the source's values, so every decoder maps them to the same RGB.
+    Full range (`yuvj420p`, `color_range=pc`) stays full range.
+    """
+
+    range: int = ColorRange.UNSPECIFIED
+    space: int = _UNSPECIFIED
+    primaries: int = _UNSPECIFIED
+    trc: int = _UNSPECIFIED
+
+    @classmethod
+    def of(cls, stream: VideoStream) -> Colour:
+        """The colour of a decoding stream (FFmpeg's `yuvj*` formats are full range whatever the tag)."""
+        cc = stream.codec_context
+        full = cc.color_range == ColorRange.JPEG or (cc.pix_fmt or "").startswith("yuvj")
+        # An RGB source is converted to YUV here with swscale's default matrix, not tagged RGB.
+        space = _UNSPECIFIED if cc.colorspace == _SPC_RGB else cc.colorspace
+        return cls(ColorRange.JPEG if full else cc.color_range, space, cc.color_primaries, cc.color_trc)
+
+    def tag(self, stream: VideoStream) -> None:
+        """Tag an encoding stream (FFmpeg's libx264/libx265 write these into the VUI)."""
+        cc = stream.codec_context
+        cc.color_range, cc.colorspace = self.range, self.space
+        cc.color_primaries, cc.color_trc = self.primaries, self.trc
+
+    def convert(self, frame: av.VideoFrame, pix_fmt: str) -> av.VideoFrame:
+        """`frame` in `pix_fmt`, its codes in this range (a yuvj420p frame becomes yuv420p, codes unchanged)."""
+        if frame.format.name == pix_fmt:
+            return frame
+        return frame.reformat(format=pix_fmt, src_color_range=self.range, dst_color_range=self.range)
+
 
 # --- encoder settings --------------------------------------------------------------------------------
 
@@ -104,8 +173,9 @@ def add_video_stream(
     preset: str | int | None = None,
     bframes: int = 0,
     threads: int | None = None,
-    pix_fmt: str = "yuv420p",
+    pix_fmt: str = PIX_FMT_420,
     lossless: bool = False,
+    colour: Colour | None = None,
 ) -> VideoStream:
     """Add an encoding video stream to an output container, time base `1 / fps`.
 
@@ -116,6 +186,7 @@ def add_video_stream(
         width, height: frame size in pixels.
         pix_fmt: the pixel format to encode.
         lossless: as `encoder_options`.
+        colour: the range, matrix, primaries and transfer to tag (default: untagged, limited range).
     """
     rate = frame_rate(fps)
     options = encoder_options(
@@ -131,4 +202,6 @@ def add_video_stream(
         stream.codec_tag = "hvc1"  # parameter sets out of band; what Apple players and most tools expect
     if threads is not None:
         stream.codec_context.thread_count = threads
+    if colour is not None:
+        colour.tag(stream)
     return stream

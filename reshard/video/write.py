@@ -8,7 +8,11 @@ A v3 video file holds many episodes back to back; lrs/1 wants one MP4 per (episo
   decode order (`reshard.video.cut`); otherwise that one episode is re-encoded with the source codec and
   the result says why.
 - `hevc` / `h264` decode the episode and re-encode it with x265 / x264: yuv420p, 8 bit, short closed GOP,
-  no B-frames unless asked, because the reader decodes at random frames and NVDEC has no AV1 decoder.
+  no B-frames unless asked, because the reader decodes at random frames and NVDEC has no AV1 decoder. A
+  size 4:2:0 cannot hold (odd width or height) is encoded yuv444p in HEVC and refused in H.264.
+
+Every re-encode keeps the source's colour range, matrix, primaries and transfer (`Colour`): the decoded
+YUV codes are encoded as they are and tagged as the source's, so full range stays full range.
 
 Source frames are picked the way lerobot picks them: for output frame `i`, the source frame nearest to
 `from_timestamp + i / fps`. Outputs are written to a temp file beside the target, then `os.replace`d.
@@ -19,6 +23,7 @@ file and prove an output matches its source.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import tempfile
@@ -45,9 +50,12 @@ from reshard.video.encode import (
     MUX_OPTIONS,
     VIDEO_MODES,
     X26X_PRESETS,
+    Colour,
     VideoMode,
     add_video_stream,
     encoder_options,
+    size_refusal,
+    target_pix_fmt,
 )
 from reshard.video.frames import (
     Segment,
@@ -158,7 +166,8 @@ def write_episode_video(
     Raises:
         ValueError: an argument is out of range.
         DatasetError: the source is missing, corrupt or truncated, or lacks frames of the episode.
-        ReshardError: a `copy` needs a re-encode but the source codec has no encoder here.
+        ReshardError: a `copy` needs a re-encode but the source codec has no encoder here; an `h264`
+            re-encode of an odd frame size; an encoder that refuses the size or pixel format.
     """
     _check_args(
         from_timestamp=from_timestamp,
@@ -180,7 +189,7 @@ def write_episode_video(
         )
     encode = _Encode(
         codec=mode,
-        pix_fmt="yuv420p",
+        pix_fmt=None,  # 4:2:0, or 4:4:4 where the source's size needs it
         gop=DEFAULT_GOP if gop is None else gop,
         crf=DEFAULT_CRF[mode] if crf is None else crf,
         preset=preset,
@@ -250,7 +259,7 @@ class _Encode:
     """How one episode is re-encoded: `add_video_stream`'s settings but the frame rate and size."""
 
     codec: str
-    pix_fmt: str
+    pix_fmt: str | None  # None: `target_pix_fmt` for the source's size
     gop: int
     crf: int
     preset: str | None
@@ -265,12 +274,16 @@ def _reencode(
     tb = 1 / segment.rate
     with open_video(ref, encode.threads) as (container, stream):
         width, height = stream.codec_context.width, stream.codec_context.height
+        colour = Colour.of(stream)
+        pix_fmt = encode.pix_fmt or target_pix_fmt(encode.codec, width, height)
+        if pix_fmt is None:
+            raise ReshardError(str(ref.error(size_refusal(encode.codec, width, height))))
+        encode = dataclasses.replace(encode, pix_fmt=pix_fmt)
         frames = nearest(frames_from(container, stream, segment.from_timestamp, ref), segment, ref)
         with atomic_path(out_path) as tmp, av.open(tmp, mode="w", format="mp4", options=MUX_OPTIONS) as out:
-            ostream = add_video_stream(out, fps=segment.rate, width=width, height=height, **asdict(encode))
+            ostream = _open_encoder(out, ref, segment, width, height, encode, colour)
             for i, frame in frames:
-                if frame.format.name != encode.pix_fmt:
-                    frame = frame.reformat(format=encode.pix_fmt)
+                frame = colour.convert(frame, pix_fmt)
                 frame.pts, frame.time_base = i, tb
                 # A decoded keyframe would otherwise force a keyframe here and break the GOP pattern.
                 frame.pict_type = PictureType.NONE
@@ -281,7 +294,7 @@ def _reencode(
         bytes=os.path.getsize(out_path),
         frames=segment.length,
         codec=encode.codec,
-        pix_fmt=encode.pix_fmt,
+        pix_fmt=_decoded_pix_fmt(out_path, ref),
         width=width,
         height=height,
         gop=encode.gop,
@@ -289,6 +302,36 @@ def _reencode(
         reencoded=True,
         reason=reason,
     )
+
+
+def _open_encoder(
+    out: av.container.OutputContainer,
+    ref: VideoRef,
+    segment: Segment,
+    width: int,
+    height: int,
+    encode: _Encode,
+    colour: Colour,
+) -> VideoStream:
+    """The output stream, its encoder opened now, so that a refusal names the camera and the size."""
+    ostream = add_video_stream(
+        out, fps=segment.rate, width=width, height=height, colour=colour, **asdict(encode)
+    )
+    try:
+        ostream.codec_context.open()
+    except av.FFmpegError as exc:
+        problem = (
+            f"Invalid video for {ENCODERS[encode.codec]} ({width}x{height} {encode.pix_fmt}: {exc}). "
+            "Expected a size and pixel format it encodes."
+        )
+        raise ReshardError(str(ref.error(problem))) from exc
+    return ostream
+
+
+def _decoded_pix_fmt(path: str, ref: VideoRef) -> str:
+    """The pixel format a decoder reports for a written file (full-range 4:2:0 HEVC reads as yuvj420p)."""
+    with open_video(VideoRef(path, ref.episode, ref.camera), threads=None) as (_, stream):
+        return stream.codec_context.pix_fmt
 
 
 def _copy_episode(

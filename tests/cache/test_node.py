@@ -412,6 +412,19 @@ def test_invalid_options_raise(source, cache_dir, options, message):
         NodeCache(cache_dir, resolve(str(root)), **{"fingerprint": FINGERPRINT, **options})
 
 
+def test_a_url_is_no_cache_dir_and_a_file_url_is_its_path(source, tmp_path, monkeypatch):
+    root, _files = source
+    monkeypatch.chdir(tmp_path)
+    for url in ("s3://bucket/cache", "hf://buckets/me/cache", "file://host/cache"):
+        with pytest.raises(
+            ValueError, match=r"Invalid cache_dir \(.*\): a URL\. Expected a local directory; "
+        ):
+            NodeCache(url, resolve(str(root)), fingerprint=FINGERPRINT)
+    assert os.listdir(tmp_path) == []
+    with NodeCache((tmp_path / "my cache").as_uri(), resolve(str(root)), fingerprint=FINGERPRINT) as cache:
+        assert cache.cache_dir == str(tmp_path / "my cache")
+
+
 @pytest.mark.parametrize(
     ("rel", "kwargs", "message"),
     [

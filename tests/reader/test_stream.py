@@ -287,6 +287,11 @@ def test_rows_that_disagree_with_meta_are_a_dataset_error(small: tuple[Path, Pat
         ({"episodes": []}, ValueError, r"Invalid episodes \(\[\]\)"),
         ({"rank": 2, "world_size": 2}, ValueError, r"Invalid rank \(2\)\. Expected < world_size \(2\)\."),
         (
+            {"world_size": 100_000},
+            ValueError,
+            r"Invalid world_size \(100000\)\. Expected at most the \d+ frames of an epoch",
+        ),
+        (
             {"episode_pool_size": 0},
             ValueError,
             r"Invalid episode_pool_size \(0\)\. Expected an integer >= 1\.",
@@ -311,6 +316,7 @@ def test_rows_that_disagree_with_meta_are_a_dataset_error(small: tuple[Path, Pat
         "duplicate",
         "empty",
         "rank",
+        "ranks-over-frames",
         "pool",
         "prefetch",
         "seed",

@@ -9,15 +9,23 @@ Made from the 8-episode sample (3 episodes per data file and per video file, 2 c
 - an orphan parquet file and an orphan video that no episode references.
 
 Episode 6 is the one without a defect.
+
+Two other writers' quirks that are not defects, each made from a sample (`stale_pointers`,
+`without_columns`): lerobot 0.4.x's converter's stale data pointers, and `meta/episodes` without its
+optional columns.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import av
+import pyarrow as pa
 import pyarrow.parquet as pq
+
+from reader.format.parquet import replace_columns
 
 CAM0, CAM1 = "observation.images.cam0", "observation.images.cam1"
 
@@ -54,4 +62,40 @@ def make_defective(sample_ds: Path, root: Path) -> Path:
     table = pq.read_table(data)
     pq.write_table(table.slice(0, table.num_rows - 1), data)
     video(root, CAM1, 0).unlink()  # episodes 0, 1, 2 of cam1: missing
+    return root
+
+
+def _rewrite_episodes(root: Path, change: Callable[[pa.Table], pa.Table]) -> None:
+    for path in sorted((root / "meta/episodes").rglob("*.parquet")):
+        pq.write_table(change(pq.read_table(path)), path)
+
+
+def stale_pointers(sample: Path, root: Path) -> Path:
+    """A copy of `sample` at `root` with `make_stale` data pointers."""
+    shutil.copytree(sample, root)
+    make_stale(root)
+    return root
+
+
+def make_stale(root: Path) -> None:
+    """Make the `meta/episodes` data pointers of the dataset at `root` stale as lerobot 0.4.x's v2.1 ->
+    v3.0 converter writes them: the first episode of each data file after the first names the file
+    before (`convert_data` records the file it was filling before the episode made it overflow)."""
+    names = ("data/chunk_index", "data/file_index")
+    tables = {p: pq.read_table(p) for p in sorted((root / "meta/episodes").rglob("*.parquet"))}
+    every = pa.concat_tables(tables.values()).sort_by("episode_index")
+    true = list(zip(*(every.column(n).to_pylist() for n in names), strict=True))
+    stale = {0: true[0]}
+    for episode in range(1, len(true)):
+        stale[episode] = true[episode - 1] if true[episode] != true[episode - 1] else true[episode]
+    for path, table in tables.items():
+        episodes = table.column("episode_index").to_pylist()
+        columns = {n: [stale[e][i] for e in episodes] for i, n in enumerate(names)}
+        pq.write_table(replace_columns(table, columns), path)
+
+
+def without_columns(sample: Path, root: Path, columns: Sequence[str]) -> Path:
+    """A copy of `sample` whose `meta/episodes` lacks `columns`."""
+    shutil.copytree(sample, root)
+    _rewrite_episodes(root, lambda table: table.drop_columns(list(columns)))
     return root

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from reshard.cli import cli
 from reshard.errors import ReshardError
-from reshard.run import slurm_part
+from reshard.run import reshard, slurm_part
 
 
 def lrs(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -35,7 +35,7 @@ def test_sample_refuses_a_directory_that_holds_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--height", "49"], "Error: Invalid height (49). Expected even and >= 48."),
+        (["--height", "49"], "Error: Invalid height (49). Expected even (odd only in yuv444p) and >= 48."),
         (
             ["--min-length", "50", "--max-length", "10"],
             "Error: Invalid min_length/max_length (50/10). Expected 1 <= min <= max.",
@@ -108,3 +108,38 @@ def test_an_out_inside_or_around_the_source_is_refused(sample_ds: Path, tmp_path
         assert code == 3 and line.startswith(f"Error: Invalid --out ({out}): {word} the source dataset"), line
     assert sorted(p.relative_to(src) for p in src.rglob("*")) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
+@pytest.mark.parametrize(
+    ("args", "name", "url"),
+    [
+        (["reshard", "SRC", "--out", "s3://my-bucket/direct"], "--out", "s3://my-bucket/direct"),
+        (["reshard", "SRC", "--out", "hf://buckets/me/x"], "--out", "hf://buckets/me/x"),
+        (["reshard", "SRC", "--out", "o", "--work-dir", "gs://b/work"], "--work-dir", "gs://b/work"),
+        (["prewarm", "SRC", "--cache-dir", "s3://x/cache"], "--cache-dir", "s3://x/cache"),
+        (["sample", "s3://x/ds", "-q"], "DIRECTORY", "s3://x/ds"),
+        (["demo", "--workdir", "hf://buckets/me/demo"], "--workdir", "hf://buckets/me/demo"),
+        (["push", "s3://x/ds", "file:///nowhere/bucket"], "DIR", "s3://x/ds"),
+        (["reshard", "SRC", "--out", "s3://key:secret@b/x"], "--out", "s3://<redacted>@b/x"),
+    ],
+    ids=["reshard-s3", "reshard-hf", "work-dir-gs", "prewarm-cache", "sample", "demo", "push-dir", "secret"],
+)
+def test_a_url_where_a_local_directory_goes_is_refused_and_makes_no_folder(
+    args: list[str], name: str, url: str, sample_ds: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, line = lrs(*[str(sample_ds) if a == "SRC" else a for a in args])
+    assert code == 2
+    assert f"Invalid {name} ({url}): a URL. Expected a local directory; " in line, line
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_file_url_is_the_local_directory_it_names(sample_ds: Path, tmp_path: Path) -> None:
+    out = tmp_path / "my out"
+    code, line = lrs("reshard", str(sample_ds), "--out", out.as_uri(), "-q")
+    assert code == 0 and line.startswith(f"resharded 8 episodes into {out} in ")
+    assert (out / "meta/lrs/layout.json").exists()
+    with pytest.raises(
+        ReshardError, match=r"Invalid --out \(s3://b/x\): a URL\. Expected a local directory; "
+    ):
+        reshard(str(sample_ds), "s3://b/x", quiet=True)

@@ -69,7 +69,9 @@ def test_debug_and_quiet_work_anywhere_on_the_line(tmp_path: Path) -> None:
     assert plain.returncode == 3 and "Traceback" not in plain.stderr
     for args in (["verify", missing, "--debug"], ["--debug", "verify", missing]):
         run = _lrs(*args)
-        assert run.returncode == 1 and "Traceback" in run.stderr, (args, run.stderr)
+        # --debug adds the traceback and changes nothing else: the same exit code and last line.
+        assert run.returncode == 3 and "Traceback" in run.stderr, (args, run.stderr)
+        assert run.stderr.strip().splitlines()[-1] == plain.stderr.strip(), run.stderr
     quiet = _lrs("sample", str(tmp_path / "v3"), "--num-episodes", "2", "-q")
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
     after = _lrs("reshard", str(tmp_path / "v3"), "--out", str(tmp_path / "o"), "--debug", "-q")

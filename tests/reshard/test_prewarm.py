@@ -289,6 +289,7 @@ def test_cli_topology_options(
         (8, (0, 5), None, None, None, NodeRanks(8, (0, 5))),
         (4, None, None, None, 4, NodeRanks(4, (0, 1, 2, 3))),
         (None, None, 1, 2, None, NodeRanks(2, (1,))),
+        (None, None, None, None, 4, NodeRanks(4, (0, 1, 2, 3))),
     ],
     ids=[
         "default",
@@ -298,6 +299,7 @@ def test_cli_topology_options(
         "ranks",
         "single-node",
         "torchrun-nnodes-alone",
+        "torchrun-nproc-alone",
     ],
 )
 def test_node_ranks(world_size, ranks, node_rank, nnodes, nproc, expected) -> None:
@@ -475,3 +477,25 @@ def test_a_run_resumed_on_a_new_topology_after_prewarm_downloads_nothing(
         "--dry-run",
     )
     assert result.exit_code == 3 and "Invalid state shuffle (False)" in result.output, result.output
+
+
+def test_a_torch_checkpoint_is_a_resume_state_and_its_pool_is_planned(
+    sample_resharded_ds: Path, tmp_path: Path
+) -> None:
+    import torch
+
+    # The README's training loop: torch.save({"model": ..., "data": loader.state_dict()}); pool 5 (not
+    # the default 16) is what the state records, and what training loads it into.
+    stream = EpisodeStream(sample_resharded_ds, cache_dir=tmp_path / "c", episode_pool_size=5)
+    saved = stream.state_dict(batches_consumed=2, batch_size=4, num_workers=0)
+    torch.save({"model": {"w": torch.zeros(2)}, "data": saved}, tmp_path / "ckpt.pt")
+    result = lrs("prewarm", str(sample_resharded_ds), "--cache-dir", str(tmp_path / "c"), "--dry-run",
+                 "--resume-state", str(tmp_path / "ckpt.pt"))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].endswith("episode pool 5"), result.output
+    (tmp_path / "junk.pt").write_bytes(b"\x00garbage")
+    result = lrs("prewarm", str(sample_resharded_ds), "--cache-dir", str(tmp_path / "c"), "--dry-run",
+                 "--resume-state", str(tmp_path / "junk.pt"))  # fmt: skip
+    assert result.exit_code == 2 and "Expected JSON or a torch.save checkpoint" in result.output, (
+        result.output
+    )

@@ -217,21 +217,38 @@ def test_a_file_changed_after_reshard_is_refused_and_nothing_published(
             r"Invalid push target \(hf://datasets/me/ds\)\. Expected hf://buckets/",
         ),
         ("hf://buckets/only-owner", None, r"Invalid bucket URL \(hf://buckets/only-owner\)\. Expected hf://"),
-        ("SOURCE", None, r"Invalid push target \(.*\)\. Expected a place other than the source directory"),
+        ("SOURCE", None, r"Invalid push target \(.*\)\. Expected a place outside the source directory"),
+        (
+            "INSIDE",
+            None,
+            r"Invalid push target \(file://.*/sub\)\. Expected a place outside the source directory",
+        ),
         (
             "OUT",
             "http://127.0.0.1:1",
             r"Invalid --endpoint-url \(http://127\.0\.0\.1:1\)\. Expected no endpoint",
         ),
     ],
-    ids=["http", "hf-dataset-repo", "hf-bucket-no-name", "onto-source", "endpoint-for-local"],
+    ids=[
+        "http",
+        "hf-dataset-repo",
+        "hf-bucket-no-name",
+        "onto-source",
+        "inside-source",
+        "endpoint-for-local",
+    ],
 )
 def test_invalid_targets(
     push_dataset: Path, tmp_path: Path, url: str, endpoint: str | None, match: str
 ) -> None:
-    url = {"SOURCE": str(push_dataset), "OUT": str(tmp_path / "out")}.get(url, url)
+    url = {
+        "SOURCE": str(push_dataset),
+        "INSIDE": f"file://{push_dataset}/sub",
+        "OUT": str(tmp_path / "out"),
+    }.get(url, url)
     with pytest.raises(PushError, match=match):
         push(push_dataset, url, endpoint_url=endpoint, quiet=True)
+    assert not (push_dataset / "sub").exists()
 
 
 def test_bare_path_that_looks_like_a_repo_id_is_a_directory(

@@ -185,6 +185,10 @@ def test_hevc_reencode_is_described_in_info(sample_ds: Path, tmp_path: Path) -> 
         3,
         DEFAULT_CRF["hevc"],
     )
+    assert cam["video.preset"] == "fast"  # x265's, not the source's SVT-AV1 preset
+    from reshard.inspect import inspect_dataset, render
+
+    assert "video=hevc, gop=3, crf=21, preset=fast" in render(inspect_dataset(str(tmp_path / "out")))
     report = verify(str(tmp_path / "out"), against=str(sample_ds), min_psnr=30)
     assert report.ok, report.describe()
     assert all(v.reencoded and v.psnr_min_db >= 30 for v in report.videos)

@@ -133,7 +133,14 @@ def test_missing_video_names_camera(ds: Path) -> None:
 
 def test_pointer_to_nonexistent_file(ds: Path) -> None:
     _edit_episodes(ds, lambda t: _set_column(t, "data/file_index", 2, 7))
-    with pytest.raises(DatasetError, match=r"file-007.parquet, episode 2.*missing file"):
+    source = open_source(str(ds))  # episode 2's rows are whole in file 0: read there, with a warning
+    assert source.data_file(source.episodes[2]) == "data/chunk-000/file-000.parquet"
+    assert (
+        "1 episode (2) at the wrong data file (episode 2: data/chunk-000/file-007.parquet"
+        in source.warnings[0]
+    )
+    (ds / "data/chunk-000/file-000.parquet").unlink()  # now its rows are nowhere: episodes 0-2 defective
+    with pytest.raises(DatasetError, match=r"file-000.parquet, episode 0.*missing file.*in episodes 0-2"):
         open_source(str(ds))
 
 

@@ -14,7 +14,7 @@ import re
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 import torch
 from av.video.frame import PictureType
+from av.video.reformatter import ColorRange
 from torchcodec.decoders import VideoDecoder
 
 from reader.errors import DatasetError
@@ -33,6 +34,8 @@ from reshard.demo.sample import write_sample
 from reshard.errors import ReshardError
 from reshard.source import open_source
 from reshard.video import write as videos
+from reshard.video.compare import ColourFit
+from reshard.video.encode import Colour, add_video_stream
 from reshard.video.write import (
     DEFAULT_CRF,
     EpisodeVideo,
@@ -510,6 +513,89 @@ def test_compare_tells_a_reencode_from_another_episode(packed: Path, mid_case: C
     length = min(other.length, mid_case.length)
     bad = compare_episode_video(other.src, other.from_timestamp, out, length=length, fps=FPS)
     assert bad.psnr_min_db < 20 and not bad.passes(min_psnr_db=30)
+
+
+# --- colour and frame size (third-party sources) -------------------------------------------------------
+
+
+def torchcodec_fit(src: str, out: str, length: int) -> tuple[float, float]:
+    """`output = gain * source + offset` over every RGB value in [0, 1] of episode 0 (frames 0..length-1),
+    both decoded by torchcodec as lerobot decodes them: the oracle, independent of `ColourFit`."""
+    a = VideoDecoder(src)[:length].numpy().astype(np.float64).ravel() / 255
+    b = VideoDecoder(out)[:length].numpy().astype(np.float64).ravel() / 255
+    gain, offset = np.polyfit(a, b, 1)
+    return float(gain), float(offset)
+
+
+def color_range(path: str) -> int:
+    with av.open(path) as container:
+        return container.streams.video[0].codec_context.color_range
+
+
+@pytest.mark.parametrize("mode", ["hevc", "h264"])
+def test_full_range_reencode_keeps_colours(
+    third_party: Callable[[str], Path], mode: str, tmp_path: Path
+) -> None:
+    case = cases(third_party("full-range-h264"))[0]
+    assert color_range(case.src) == ColorRange.JPEG
+    out = case.write(tmp_path, mode=mode).path
+    gain, offset = torchcodec_fit(case.src, out, case.length)
+    assert abs(gain - 1) < 0.03 and abs(offset) < 0.01, (gain, offset)  # was 1.15 and -0.069
+    assert color_range(out) == ColorRange.JPEG
+    result = compare_episode_video(case.src, case.from_timestamp, out, length=case.length, fps=FPS)
+    assert result.passes(min_psnr_db=35) and not result.colour.moved()
+    assert result.colour.gain == pytest.approx(gain, abs=0.01)
+
+
+def test_reencode_keeps_the_matrix_primaries_and_transfer(tmp_path: Path) -> None:
+    src, bt709 = str(tmp_path / "bt709.mp4"), Colour(ColorRange.MPEG, 1, 1, 1)  # AVCOL_*_BT709
+    with av.open(src, mode="w", format="mp4") as container:
+        stream = add_video_stream(
+            container, "h264", fps=FPS, width=WIDTH, height=HEIGHT, gop=2, crf=18, colour=bt709
+        )
+        for i in range(4):
+            frame = av.VideoFrame.from_ndarray(draw_frame(0, i, 0, height=HEIGHT, width=WIDTH), "rgb24")
+            frame.pts, frame.time_base = i, Fraction(1, FPS)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    out = str(tmp_path / "out.mp4")
+    write_episode_video(src, out, from_timestamp=0, length=4, fps=FPS, mode="hevc")
+    with av.open(out) as container:
+        assert Colour.of(container.streams.video[0]) == bt709
+
+
+def test_odd_size_reencodes_to_hevc_444(third_party: Callable[[str], Path], tmp_path: Path) -> None:
+    case = cases(third_party("odd-size-yuv444p"))[1]
+    written = case.write(tmp_path, mode="hevc")
+    assert (written.pix_fmt, written.width, written.height) == ("yuv444p", 101, 75)
+    assert probe_video(written.path).profile == "Rext"  # HEVC 4:4:4: NVDEC from Turing on
+    assert_ids(case, written.path)
+    result = compare_episode_video(case.src, case.from_timestamp, written.path, length=case.length, fps=FPS)
+    assert result.passes(min_psnr_db=30)
+
+
+def test_odd_size_is_refused_for_h264(third_party: Callable[[str], Path], tmp_path: Path) -> None:
+    case = cases(third_party("odd-size-yuv444p"))[0]
+    message = (
+        r"camera 'observation.images.cam0': Invalid frame size \(101x75\) for --video h264\. Expected an even"
+    )
+    with pytest.raises(ReshardError, match=message):
+        case.write(tmp_path, mode="h264")
+    assert list(tmp_path.iterdir()) == [], "neither the output nor a temp file"
+
+
+def test_colour_fit_finds_a_stretch_and_a_shift() -> None:
+    rng = np.random.default_rng(0)
+    src = rng.integers(20, 230, size=(32, 48, 3)).repeat(8, axis=0).repeat(8, axis=1).astype(np.uint8)
+    stretched = np.clip(np.round(src * 1.14 - 0.065 * 255), 0, 255).astype(np.uint8)
+    fit = ColourFit.of(src, stretched)
+    assert fit.gain == pytest.approx(1.14, abs=0.002) and fit.offset == pytest.approx(-0.065, abs=0.002)
+    assert fit.moved() and not ColourFit.of(src, src).moved()
+    flat = np.full((16, 16, 3), 100, np.uint8)
+    shifted = ColourFit.of(flat, flat + 5)  # no spread to fit a gain on: the mean shift alone
+    assert (shifted.gain, shifted.offset) == (1.0, pytest.approx(5 / 255)) and shifted.moved()
+    halves = ColourFit.of(src[:128], stretched[:128]) + ColourFit.of(src[128:], stretched[128:])
+    assert halves.gain == pytest.approx(fit.gain) and halves.offset == pytest.approx(fit.offset)
 
 
 # --- errors and atomicity ------------------------------------------------------------------------------
