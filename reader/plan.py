@@ -14,7 +14,9 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
+
+import numpy as np
 
 from cache import LrsError, Remote
 from cache.checks import check_int
@@ -47,7 +49,7 @@ class PlannedSource:
     leave out (a mixture keeps the features every source has)."""
 
     catalog: Catalog
-    episodes: list[int]
+    episodes: Sequence[int]
     drop: frozenset[str] = frozenset()
 
 
@@ -124,7 +126,9 @@ class ReadPlan:
     @property
     def lengths(self) -> list[int]:
         """Frames of each selected episode, in selection order (a mixture's sources one after another)."""
-        return [s.catalog.episodes[e].length for s in self.sources for e in s.episodes]
+        return [
+            int(n) for s in self.sources for n in s.catalog.lengths[np.asarray(s.episodes, dtype=np.int64)]
+        ]
 
     def schedule(self, seed: int, num_workers: int) -> Schedule:
         """The order of a run with this seed and `num_workers` DataLoader workers per rank (0: the main
@@ -149,19 +153,16 @@ class ReadPlan:
         epoch: int,
         parts: Sequence[Any] | None = None,
         schedule: Schedule | None = None,
-    ) -> list[tuple[Any, EpisodeRef]]:
+    ) -> Sequence[tuple[Any, EpisodeRef]]:
         """The source and episode of each entry of `epoch` (`Piece.episode` indexes it): with `parts`,
         each source's `parts[i]`, else the source's index. `schedule`: one already built for `seed`
-        (its entries do not depend on the workers)."""
-        by_position = [
-            (i if parts is None else parts[i], s.catalog.episodes[e])
-            for i, s in enumerate(self.sources)
-            for e in s.episodes
-        ]
-        if self.weights is None:
-            return by_position
-        schedule = self.schedule(seed, 0) if schedule is None else schedule
-        return [by_position[p] for p in schedule.entries(epoch).positions.tolist()]
+        (its entries do not depend on the workers). Each pair is made when it is asked for."""
+        positions = None
+        if self.weights is not None:
+            schedule = self.schedule(seed, 0) if schedule is None else schedule
+            positions = schedule.entries(epoch).positions
+        owners = [i if parts is None else parts[i] for i in range(len(self.sources))]
+        return EntryRefs(owners, [(s.catalog, s.episodes) for s in self.sources], positions)
 
     @property
     def identity(self) -> Identity:
@@ -182,6 +183,44 @@ class ReadPlan:
             world_size=self.world_size,
             shuffle=self.shuffle,
         )
+
+
+class EntryRefs(Sequence[tuple[Any, EpisodeRef]]):
+    """The (owner, episode) of each entry of an epoch, made from the catalogs when asked for, so that a
+    consumer holds no object per episode of the dataset.
+
+    Args:
+        owners: what each source's pairs carry first (its index, or its `Part`).
+        selected: per source, its catalog and selected episodes (ascending).
+        positions: a weighted mixture's entries, as positions in the sources' selections laid end to end.
+    """
+
+    def __init__(
+        self,
+        owners: Sequence[Any],
+        selected: Sequence[tuple[Catalog, Sequence[int]]],
+        positions: np.ndarray | None = None,
+    ) -> None:
+        self._owners, self._selected, self._positions = owners, selected, positions
+        self._starts = np.cumsum([0] + [len(episodes) for _, episodes in selected])
+
+    def __len__(self) -> int:
+        return int(self._starts[-1]) if self._positions is None else len(self._positions)
+
+    @overload
+    def __getitem__(self, entry: int) -> tuple[Any, EpisodeRef]: ...
+    @overload
+    def __getitem__(self, entry: slice) -> list[tuple[Any, EpisodeRef]]: ...
+    def __getitem__(self, entry: int | slice) -> tuple[Any, EpisodeRef] | list[tuple[Any, EpisodeRef]]:
+        if isinstance(entry, slice):
+            return [self[i] for i in range(*entry.indices(len(self)))]
+        if not -len(self) <= entry < len(self):
+            raise IndexError(f"Invalid entry ({entry}). Expected < {len(self)}.")
+        entry %= len(self)
+        position = entry if self._positions is None else int(self._positions[entry])
+        source = int(np.searchsorted(self._starts, position, side="right")) - 1
+        catalog, episodes = self._selected[source]
+        return self._owners[source], catalog.episodes[episodes[position - int(self._starts[source])]]
 
 
 def _sources_given(source: Any) -> tuple[list[Any], bool]:
@@ -209,7 +248,7 @@ def _open_source(source: Any, index: int, mixture: bool, storage_options: dict[s
         raise DatasetError(f"Invalid source {index} of the mixture ({url}): {exc}") from exc
 
 
-def _selections(episodes: Any, catalogs: list[Catalog], mixture: bool) -> list[list[int]]:
+def _selections(episodes: Any, catalogs: list[Catalog], mixture: bool) -> list[Sequence[int]]:
     if not mixture:
         return [_selection(episodes, len(catalogs[0].episodes))]
     if episodes is None:
@@ -269,9 +308,9 @@ def _mixture_fingerprint(
     return "mix-" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _selection(episodes: Sequence[int] | None, total: int) -> list[int]:
+def _selection(episodes: Sequence[int] | None, total: int) -> Sequence[int]:
     if episodes is None:
-        return list(range(total))
+        return range(total)  # every episode: pickles in a few bytes, whatever the dataset's size
     chosen = sorted(episodes)
     for e in chosen:
         check_int("episode index", e, 0)

@@ -262,6 +262,22 @@ def _video_errors(part: Part, ref: EpisodeRef, video: VideoRef) -> Iterator[None
         ) from exc
 
 
+class _PieceRefs(Sequence[tuple[Part, EpisodeRef]]):
+    """The source and episode of each piece of one consumer, looked up when asked for (no list of the
+    consumer's episodes is made: its refs come from the columnar index one at a time)."""
+
+    def __init__(self, refs: Sequence[tuple[Part, EpisodeRef]], pieces: Sequence[Any]) -> None:
+        self._refs, self._pieces = refs, pieces
+
+    def __len__(self) -> int:
+        return len(self._pieces)
+
+    def __getitem__(self, piece: Any) -> Any:
+        if isinstance(piece, slice):
+            return [self[i] for i in range(*piece.indices(len(self)))]
+        return self._refs[self._pieces[piece].episode]
+
+
 class Consumer:
     """Iterates one consumer's samples from step `start` of its emission plan.
 
@@ -285,7 +301,7 @@ class Consumer:
     ) -> None:
         self.emission, self.start = emission, start
         self.position = start
-        self._refs = [refs[p.episode] for p in emission.pieces]
+        self._refs = _PieceRefs(refs, emission.pieces)
         self._decoders = decoders
         self._options, self._counters = options, counters
         counters.add(skipped=start)

@@ -1,7 +1,9 @@
 """An episode's tabular rows: read with ranged reads through the cache, held as tensors, sliced per sample.
 
 On lrs/1 an episode is one row group whose byte range the index gives, so admission costs one ranged
-read (plus the data file's footer, read once per process and kept). On plain v3 the episode's rows are
+read (plus the data file's footer, read once per process and kept while it is among the most recently
+used footers that fit `FOOTER_CACHE_BYTES`: a parsed footer takes about 6 KB per row group, so keeping
+every one would grow a worker by that much per episode). On plain v3 the episode's rows are
 found from the footer's row counts and the episode's position in its file, the covering row groups are
 read (the last few decoded row groups are kept, so neighbours in a big converted row group cost one read)
 and filtered by the `index` column.
@@ -29,6 +31,7 @@ import torch
 
 from reader.errors import DatasetError, LayoutError, RowGroupMismatch
 from reader.format.catalog import EpisodeRef
+from reader.format.footer import FooterCuts, cut_footer
 from reader.format.parquet import row_group_span
 from reader.windows import Windows
 
@@ -37,6 +40,15 @@ T = TypeVar("T")
 _FOOTER_GUESS = 64 * 1024
 _MAGIC = b"PAR1"
 _KEPT_ROW_GROUPS = 4
+# The parsed footers a RowGroupReader keeps (least recently used go first). Measured: a parsed footer
+# takes about 8x its serialized size in memory (500 row groups x 7 columns: 406 KB on disk, 3.1 MB
+# parsed, 6 ms to parse), so 16 MiB keeps about five such files.
+FOOTER_CACHE_BYTES = 16 * 1024 * 1024
+_FOOTER_MEMORY_FACTOR = 8
+_FOOTER_LOCKS = 16
+# A cut file's serialized footer is kept (so an admission is one ranged read) up to this size, about
+# 1,200 row groups of 7 columns; a bigger one is not, and each admission also reads its row group's cut.
+_RAW_FOOTER_MAX = 1024 * 1024
 
 log = logging.getLogger(__name__)
 
@@ -248,29 +260,78 @@ class RowGroupReader:
         files: serves byte ranges (the node cache).
         size_of: the size of a data file in bytes (from the index, or one HEAD request).
         display: turns a dataset-relative path into a name for messages.
+        footer_bytes: the memory the footers kept may take: parsed footers (estimated at 8x their
+            serialized size) and, for cut files, serialized ones; least recently used go first, and the
+            most recently used parsed footer is kept whatever its size.
+        row_groups: lrs/1: the `(byte offset, byte count)` of each row group of a data file, from the
+            index (`Catalog.row_group_ranges`). A file's footer is then read once to find where each
+            row group's part of it is (`reader.format.footer`), and each read parses only that part:
+            8 bytes per row group are kept instead of the parsed footer, plus the serialized footer
+            when it is at most 1 MiB and while it fits `footer_bytes` (else each read fetches its part:
+            one more small ranged read).
     """
 
     def __init__(
-        self, files: RangeReader, size_of: Callable[[str], int], display: Callable[[str], str]
+        self,
+        files: RangeReader,
+        size_of: Callable[[str], int],
+        display: Callable[[str], str],
+        *,
+        footer_bytes: int = FOOTER_CACHE_BYTES,
+        row_groups: Callable[[str], np.ndarray | None] | None = None,
     ) -> None:
         self._files, self._size_of, self._display = files, size_of, display
+        self._row_groups = row_groups
+        self._cuts: dict[str, FooterCuts | None] = {}
         self._lock = threading.Lock()
-        self._footers: dict[str, pq.FileMetaData] = {}
-        self._footer_locks: dict[str, threading.Lock] = {}
+        # ("parsed", rel) -> FileMetaData; ("raw", rel) -> the serialized footer of a cut file.
+        self._footers: OrderedDict[tuple[str, str], tuple[Any, int]] = OrderedDict()
+        self._footer_bytes, self._footers_held = footer_bytes, 0
+        # One read per file however many threads admit its episodes at once; a fixed set of locks, so
+        # that nothing per file outlives its footer.
+        self._footer_locks = tuple(threading.Lock() for _ in range(_FOOTER_LOCKS))
         self._sizes: dict[str, int] = {}
         self._kept: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
         self.range_reads = 0
         self.bytes_read = 0
+        self.footer_reads = 0
 
     def metadata(self, rel: str) -> pq.FileMetaData:
-        """The footer of `rel`, read once (one ranged read, two when the footer exceeds 64 KiB)."""
-        with self._lock:
-            cached = self._footers.get(rel)
-            file_lock = self._footer_locks.setdefault(rel, threading.Lock())
+        """The footer of `rel`: one ranged read (two when the footer exceeds 64 KiB) when it is not among
+        the footers kept."""
+        cached = self._kept_footer(("parsed", rel))
         if cached is not None:
             return cached
-        with file_lock:  # one read per file, however many threads admit its episodes at once
-            return self._memo(self._footers, rel, self._read_metadata)
+        with self._footer_locks[hash(rel) % _FOOTER_LOCKS]:
+            cached = self._kept_footer(("parsed", rel))  # another thread may have read it meanwhile
+            if cached is not None:
+                return cached
+            metadata = self._read_metadata(rel)
+            self._keep_footer(("parsed", rel), metadata, metadata.serialized_size * _FOOTER_MEMORY_FACTOR)
+            return metadata
+
+    @property
+    def footers_kept(self) -> tuple[int, int]:
+        """(footers kept, their estimated bytes)."""
+        with self._lock:
+            return len(self._footers), self._footers_held
+
+    def _kept_footer(self, key: tuple[str, str]) -> Any:
+        with self._lock:
+            found = self._footers.get(key)
+            if found is None:
+                return None
+            self._footers.move_to_end(key)
+            return found[0]
+
+    def _keep_footer(self, key: tuple[str, str], footer: Any, cost: int) -> None:
+        with self._lock:
+            self.footer_reads += 1
+            self._footers[key] = (footer, cost)
+            self._footers_held += cost
+            while self._footers_held > self._footer_bytes and len(self._footers) > 1:
+                _, (_, freed) = self._footers.popitem(last=False)
+                self._footers_held -= freed
 
     def _read_metadata(self, rel: str) -> pq.FileMetaData:
         size = self._size(rel)
@@ -296,13 +357,8 @@ class RowGroupReader:
             DatasetError: the file is not readable parquet.
             RowGroupMismatch: the bytes do not have `crc32` (another version of the file).
         """
-        metadata = self.metadata(rel)
-        if not 0 <= row_group < metadata.num_row_groups:
-            raise LayoutError(
-                f"Invalid row group ({row_group}). Expected < {metadata.num_row_groups}.",
-                file=self._display(rel),
-            )
-        needed = row_group_span(metadata, row_group)
+        metadata, group = self._group_metadata(rel, row_group)
+        needed = row_group_span(metadata, group)
         start, end = span if span is not None else needed
         if not start <= needed[0] <= needed[1] <= end:
             raise LayoutError(
@@ -321,9 +377,73 @@ class RowGroupReader:
                 )
         source = _SparseFile(self._display(rel), self._size(rel), start, data)
         try:
-            return pq.ParquetFile(source, metadata=metadata, pre_buffer=False).read_row_group(row_group)
+            return pq.ParquetFile(source, metadata=metadata, pre_buffer=False).read_row_group(group)
         except (pa.ArrowInvalid, OSError) as exc:
             raise DatasetError(f"unreadable row group {row_group} ({exc})", file=self._display(rel)) from exc
+
+    def _group_metadata(self, rel: str, row_group: int) -> tuple[pq.FileMetaData, int]:
+        """A footer holding `row_group`, and its number there: the row group's own cut of the footer
+        where the file has cuts, else the whole footer."""
+        cuts = self._file_cuts(rel)
+        if cuts is not None and 0 <= row_group < cuts.ends.size:
+            start, end = cuts.span(row_group)
+            raw = self._kept_footer(("raw", rel))
+            struct = (
+                self._read(rel, start, end)
+                if raw is None
+                else raw[start - cuts.footer_start : end - cuts.footer_start]
+            )
+            try:
+                metadata = cuts.metadata(struct)
+            except (pa.ArrowInvalid, OSError):
+                metadata = None
+            if metadata is not None and metadata.num_row_groups == 1:
+                return metadata, 0
+            with self._lock:
+                self._cuts[rel] = None  # not as the scan found it: read this file with its whole footer
+        metadata = self.metadata(rel)
+        if not 0 <= row_group < metadata.num_row_groups:
+            raise LayoutError(
+                f"Invalid row group ({row_group}). Expected < {metadata.num_row_groups}.",
+                file=self._display(rel),
+            )
+        return metadata, row_group
+
+    def _file_cuts(self, rel: str) -> FooterCuts | None:
+        if self._row_groups is None:
+            return None
+        with self._lock:
+            if rel in self._cuts:
+                return self._cuts[rel]
+        with self._footer_locks[hash(rel) % _FOOTER_LOCKS]:
+            with self._lock:
+                if rel in self._cuts:
+                    return self._cuts[rel]
+            groups = self._row_groups(rel)
+            cuts = None
+            if groups is not None:
+                cuts = self._cut(rel, groups)
+                if cuts is None:
+                    log.info("%s: footer not cut by row group; reading it whole", self._display(rel))
+            with self._lock:
+                self._cuts[rel] = cuts
+            return cuts
+
+    def _cut(self, rel: str, groups: np.ndarray) -> FooterCuts | None:
+        """Cut the footer of `rel`: read whole (and kept) when it fits the footer budget, else scanned in
+        windows and each row group's part read when it is needed."""
+        size = self._size(rel)
+        tail = self._read(rel, max(0, size - _FOOTER_GUESS), size)
+        length = int.from_bytes(tail[-8:-4], "little") if len(tail) >= 8 else size
+        if length + 8 > min(size, self._footer_bytes, _RAW_FOOTER_MAX):
+            return cut_footer(lambda start, end: self._read(rel, start, end), size, groups, tail=tail)
+        if length + 8 > len(tail):
+            tail = self._read(rel, size - length - 8, size)
+        footer, start = tail[len(tail) - length - 8 : len(tail) - 8], size - length - 8
+        cuts = cut_footer(lambda a, b: footer[a - start : b - start], size, groups, tail=tail)
+        if cuts is not None:
+            self._keep_footer(("raw", rel), footer, len(footer))
+        return cuts
 
     def read_rows(self, rel: str, first_row: int, count: int) -> pa.Table:
         """Rows `[first_row, first_row + count)` of a file: its covering row groups, concatenated and sliced.

@@ -25,7 +25,7 @@ class Source:
     catalog: Catalog
     cache: NodeCache
     options: Options
-    episodes: list[int]
+    episodes: Sequence[int]
     drop: frozenset[str]
 
 

@@ -239,7 +239,7 @@ class EpisodeStream(IterableDataset):
     @property
     def episodes(self) -> list[int]:
         """The selected episode indices (a mixture has one list per source: `sources[i].episodes`)."""
-        return self._only("episodes").episodes
+        return list(self._only("episodes").episodes)
 
     @property
     def options(self) -> Options:
@@ -290,7 +290,7 @@ class EpisodeStream(IterableDataset):
         """The order of this run for a DataLoader with `num_workers` workers (0: the main process)."""
         return self.plan.schedule(self.seed, num_workers)
 
-    def entry_refs(self, epoch: int, parts: Sequence[Part] | None = None) -> list[tuple[Any, EpisodeRef]]:
+    def entry_refs(self, epoch: int, parts: Sequence[Part] | None = None) -> Sequence[tuple[Any, EpisodeRef]]:
         """The source and episode of each entry of `epoch` (`Piece.episode` indexes it): with `parts`,
         each source's `Part`, else the source's index."""
         return self.plan.entry_refs(self.seed, epoch, parts)
@@ -486,7 +486,12 @@ class EpisodeStream(IterableDataset):
                 Part(
                     s.catalog,
                     s.cache,
-                    RowGroupReader(s.cache, functools.partial(data_file_size, s), s.catalog.remote.display),
+                    RowGroupReader(
+                        s.cache,
+                        functools.partial(data_file_size, s),
+                        s.catalog.remote.display,
+                        row_groups=s.catalog.row_group_ranges,
+                    ),
                     s.options,
                     index=i if self.mixture else None,
                     drop=s.drop,

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cache.remote import Reads, Remote, resolve
 from reader.errors import DatasetError
-from reader.format.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON
+from reader.format.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON, EpisodeIndex, FileIndex
 from reader.format.layout import Layout
 from reader.format.locate import (
     candidate_files,
@@ -28,7 +30,7 @@ from reader.format.locate import (
     locate,
     read_file_rows,
 )
-from reader.format.parquet import parse_parquet
+from reader.format.parquet import parse_parquet, release_memory
 from reader.format.v3 import (
     EPISODES_DIR,
     INFO_PATH,
@@ -103,22 +105,54 @@ class Catalog(OpenedDataset):
         remote: where the files are.
         info: `meta/info.json`.
         kind: "lrs/1" when the dataset carries the lrs index, else "v3".
-        episodes: every episode, by episode index.
+        episodes: every episode, by episode index (lrs/1: made from the columnar index when asked for).
         tasks: task strings by task index.
         fingerprint: content identity (see the module docstring).
         file_sizes: sizes of the files the index lists (lrs/1; empty for v3).
+
+    An lrs/1 catalog pickles as its location and fingerprint alone, and the process that unpickles it
+    reads the index again (refusing another version), so what a DataLoader worker receives does not
+    grow with the dataset.
     """
 
     remote: Remote
     info: Info = field(repr=False)
     kind: LayoutKind
-    episodes: tuple[EpisodeRef, ...] = field(repr=False)
+    episodes: Sequence[EpisodeRef] = field(repr=False)
     tasks: tuple[str, ...] = field(repr=False)
     fingerprint: str
     file_sizes: Mapping[str, int] = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
         return f"Catalog({self.remote.url!r}, {self.kind}, episodes={len(self.episodes)})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.kind != "lrs/1":
+            return super().__reduce__()
+        return (_reopen, (self.remote, self.fingerprint))
+
+    def row_group_ranges(self, rel: str) -> np.ndarray | None:
+        """lrs/1: the `(byte offset, byte count)` of every row group of data file `rel`, in row-group
+        order, from the index (None for v3, or when the index does not describe each row group once)."""
+        if not isinstance(self.episodes, _IndexRefs):
+            return None
+        index = self.episodes.index
+        mask = pc.equal(index.table.column("data_path"), rel).to_numpy(zero_copy_only=False)
+        groups = index.column("row_group")[mask]
+        order = np.argsort(groups, kind="stable")
+        if not np.array_equal(groups[order], np.arange(groups.size)):
+            return None
+        ranges = np.stack(
+            [index.column("row_group_offset")[mask], index.column("row_group_bytes")[mask]], axis=1
+        )
+        return ranges[order]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Frames of every episode, by episode index."""
+        if isinstance(self.episodes, _IndexRefs):
+            return self.episodes.index.column("length")
+        return np.array([e.length for e in self.episodes], dtype=np.int64)
 
     @classmethod
     def open(cls, source: str | Remote, *, storage_options: dict[str, Any] | None = None) -> Catalog:
@@ -165,10 +199,29 @@ def _tasks(remote: Remote, reads: Reads) -> tuple[str, ...]:
     return tuple(parse_tasks(table, file=remote.display(TASKS_PATH)))
 
 
-def _open_lrs(remote: Remote, reads: Reads) -> Catalog:
-    layout = Layout.load(remote, prefetched=reads)
-    episodes = tuple(
-        EpisodeRef(
+class _IndexRefs(Sequence[EpisodeRef]):
+    """An lrs/1 dataset's episodes as `EpisodeRef`s, each made from the columnar index when asked for."""
+
+    def __init__(self, index: EpisodeIndex, files: FileIndex) -> None:
+        self.index, self._files = index, files
+        # Per camera, the files-index row of each episode's video (its sha256), found once by arrays.
+        self._video_rows = tuple(
+            files.positions(index.table.column(f"videos/{key}/path").combine_chunks())
+            for key in index.video_keys
+        )
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @overload
+    def __getitem__(self, position: int) -> EpisodeRef: ...
+    @overload
+    def __getitem__(self, position: slice) -> list[EpisodeRef]: ...
+    def __getitem__(self, position: int | slice) -> EpisodeRef | list[EpisodeRef]:
+        if isinstance(position, slice):
+            return [self[i] for i in range(*position.indices(len(self)))]
+        e = self.index[position]
+        return EpisodeRef(
             episode_index=e.episode_index,
             length=e.length,
             dataset_from_index=e.dataset_from_index,
@@ -178,25 +231,77 @@ def _open_lrs(remote: Remote, reads: Reads) -> Catalog:
             byte_range=(e.row_group_offset, e.row_group_offset + e.row_group_bytes),
             crc32=e.row_group_crc32,
             videos=tuple(
-                VideoRef(v.key, v.path, v.from_timestamp, v.bytes, layout.files[v.path].sha256)
-                for v in e.videos
+                VideoRef(v.key, v.path, v.from_timestamp, v.bytes, self._files.sha256(int(rows[position])))
+                for v, rows in zip(e.videos, self._video_rows, strict=True)
             ),
         )
-        for e in layout.episodes
-    )
-    digest = hashlib.sha256()
-    for path in sorted(layout.files):
-        entry = layout.files[path]
-        digest.update(f"{entry.path}\0{entry.bytes}\0{entry.sha256}\n".encode())
+
+
+class _Sizes(Mapping[str, int]):
+    """path -> size of every file the index lists, looked up in the columnar files index."""
+
+    def __init__(self, files: FileIndex) -> None:
+        self._files = files
+
+    def __getitem__(self, path: str) -> int:
+        row = self._files.position(path)
+        if row < 0:
+            raise KeyError(path)
+        return self._files.size(row)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._files)
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+
+def _open_lrs(remote: Remote, reads: Reads) -> Catalog:
+    layout = Layout.load(remote, prefetched=reads)
+    refs = _IndexRefs(layout.episodes, layout.files)
+    fingerprint = f"lrs1-{_files_digest(layout.files.table)[:20]}"
+    release_memory()
     return Catalog(
         remote=remote,
         info=layout.info,
         kind="lrs/1",
-        episodes=episodes,
+        episodes=refs,
         tasks=_tasks(remote, reads),
-        fingerprint=f"lrs1-{digest.hexdigest()[:20]}",
-        file_sizes={path: entry.bytes for path, entry in layout.files.items()},
+        fingerprint=fingerprint,
+        file_sizes=_Sizes(layout.files),
     )
+
+
+def _files_digest(files: pa.Table) -> str:
+    """sha256 of `f"{path}\\0{bytes}\\0{sha256}\\n"` over the files index sorted by path: each line built
+    by Arrow and hashed from its buffer, so no Python string per file is made."""
+    digest = hashlib.sha256()
+    for batch in files.to_batches(max_chunksize=65536):
+        sizes = pc.cast(batch.column("bytes"), pa.string())
+        ends = pc.binary_join_element_wise(batch.column("sha256"), pa.scalar("\n"), "")
+        lines = pc.binary_join_element_wise(batch.column("path"), sizes, ends, "\0")
+        offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)[
+            lines.offset : lines.offset + len(lines) + 1
+        ]
+        if len(lines):
+            digest.update(memoryview(lines.buffers()[2])[int(offsets[0]) : int(offsets[-1])])
+    return digest.hexdigest()
+
+
+def _reopen(remote: Remote, fingerprint: str) -> Catalog:
+    """An unpickled lrs/1 catalog: its index read again, which must be the version that was pickled.
+
+    Raises:
+        DatasetError: the dataset changed since (another fingerprint).
+    """
+    catalog = Catalog.open(remote)
+    if catalog.fingerprint != fingerprint:
+        raise DatasetError(
+            f"Invalid dataset: {remote.url} changed since this stream opened it (index {fingerprint}, now "
+            f"{catalog.fingerprint}), likely re-published while training read it. Expected one version: "
+            "restart the job to read the new one, and publish new versions under a new prefix."
+        )
+    return catalog
 
 
 def _open_v3(remote: Remote, reads: Reads) -> Catalog:

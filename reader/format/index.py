@@ -8,10 +8,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from reader.errors import LayoutError
 
@@ -118,29 +121,115 @@ def episodes_to_table(entries: list[EpisodeEntry], video_keys: list[str]) -> pa.
     return pa.table(cols, schema=schema)
 
 
+class EpisodeIndex(Sequence[EpisodeEntry]):
+    """The episodes index held as columns (numpy for numbers, Arrow for paths), in episode order; an
+    `EpisodeEntry` is made only when one is asked for, so memory is a few dozen bytes per episode and no
+    Python object per episode lives on.
+
+    Build it with `episodes_from_table`. It pickles as its Arrow table (compact, no per-episode objects).
+    """
+
+    def __init__(self, table: pa.Table, video_keys: Sequence[str]) -> None:
+        self.video_keys = tuple(video_keys)
+        self._table = table.combine_chunks()
+        self._numbers = {
+            name: _numpy(self._table.column(name))
+            for name in ("episode_index", "length", "dataset_from_index", "row_group")
+            + ("row_group_offset", "row_group_bytes")
+        }
+        crc = self._table.column(ROW_GROUP_CRC32.name) if ROW_GROUP_CRC32.name in table.column_names else None
+        self._crc = None if crc is None else crc.chunk(0) if crc.num_chunks == 1 else crc.combine_chunks()
+        self._data_paths = _strings(self._table.column("data_path"))
+        self._videos = tuple(
+            (
+                _strings(self._table.column(f"videos/{key}/path")),
+                _numpy(self._table.column(f"videos/{key}/bytes")),
+                _numpy(self._table.column(f"videos/{key}/from_timestamp")),
+                _numpy(self._table.column(f"videos/{key}/to_timestamp")),
+            )
+            for key in self.video_keys
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (EpisodeIndex, (self._table, self.video_keys))
+
+    def __len__(self) -> int:
+        return self._table.num_rows
+
+    @overload
+    def __getitem__(self, position: int) -> EpisodeEntry: ...
+    @overload
+    def __getitem__(self, position: slice) -> list[EpisodeEntry]: ...
+    def __getitem__(self, position: int | slice) -> EpisodeEntry | list[EpisodeEntry]:
+        if isinstance(position, slice):
+            return [self[i] for i in range(*position.indices(len(self)))]
+        count = len(self)
+        if not -count <= position < count:
+            raise IndexError(f"Invalid position ({position}). Expected < {count}.")
+        i = position % count
+        n = self._numbers
+        crc = None if self._crc is None else self._crc[i].as_py()
+        return EpisodeEntry(
+            int(n["episode_index"][i]),
+            int(n["length"][i]),
+            int(n["dataset_from_index"][i]),
+            self._data_paths[i].as_py(),
+            int(n["row_group"][i]),
+            int(n["row_group_offset"][i]),
+            int(n["row_group_bytes"][i]),
+            videos=tuple(
+                VideoFile(key, paths[i].as_py(), int(sizes[i]), float(starts[i]), float(ends[i]))
+                for key, (paths, sizes, starts, ends) in zip(self.video_keys, self._videos, strict=True)
+            ),
+            row_group_crc32=crc,
+        )
+
+    def column(self, name: str) -> np.ndarray:
+        """A numeric column (`length`, `dataset_from_index`, `videos/<key>/bytes`, ...) as a read-only array,
+        in episode order."""
+        found = self._numbers.get(name)
+        return found if found is not None else _numpy(self._table.column(name))
+
+    @property
+    def table(self) -> pa.Table:
+        """The index as an Arrow table, in episode order."""
+        return self._table
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the columns hold."""
+        return self._table.nbytes
+
+
+def _numpy(column: pa.ChunkedArray) -> np.ndarray:
+    return column.to_numpy()
+
+
+def _strings(column: pa.ChunkedArray) -> pa.Array:
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
 def episodes_from_table(
     table: pa.Table, video_keys: list[str], *, file: str = EPISODES_INDEX
-) -> list[EpisodeEntry]:
-    """Parse the episodes index; raises LayoutError when it does not match the schema."""
+) -> EpisodeIndex:
+    """Parse the episodes index (columnar, sorted by episode); raises LayoutError when it does not
+    match the schema."""
     expected = episodes_schema(video_keys)
     missing = [n for n in expected.names if n not in table.column_names and n != ROW_GROUP_CRC32.name]
     if missing:
         raise LayoutError(f"missing columns {missing}", file=file)
-    cols = {n: table.column(n).to_pylist() for n in expected.names if n in table.column_names}
-    crcs = cols.get(ROW_GROUP_CRC32.name, [None] * table.num_rows)
-    entries = []
-    for row in range(table.num_rows):
-        videos = tuple(
-            VideoFile(key, *(cols[f"videos/{key}/{name}"][row] for name, _ in _VIDEO_FIELDS))
-            for key in video_keys
-        )
-        entries.append(
-            EpisodeEntry(
-                *(cols[f.name][row] for f in _EPISODE_FIELDS), videos=videos, row_group_crc32=crcs[row]
-            )
-        )
-    entries.sort(key=lambda e: e.episode_index)
-    return entries
+    table = table.select([n for n in expected.names if n in table.column_names])
+    nulls = [n for n in table.column_names if n != ROW_GROUP_CRC32.name and table.column(n).null_count]
+    if nulls:
+        raise LayoutError(f"Invalid nulls in columns {nulls}. Expected none.", file=file)
+    try:
+        table = table.cast(pa.schema([expected.field(n) for n in table.column_names]))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise LayoutError(f"Invalid column types ({exc}). Expected {expected}.", file=file) from exc
+    order = pc.sort_indices(table.column("episode_index"))
+    if not np.array_equal(order.to_numpy(), np.arange(table.num_rows)):
+        table = table.take(order)
+    return EpisodeIndex(table, video_keys)
 
 
 def files_to_table(entries: list[FileEntry]) -> pa.Table:
@@ -157,13 +246,105 @@ def files_to_table(entries: list[FileEntry]) -> pa.Table:
     )
 
 
+class FileIndex(Mapping[str, FileEntry]):
+    """The files index held as columns, sorted by path: a mapping path -> `FileEntry` whose lookups
+    bisect the sorted paths, so no Python object per file lives on. Pickles as its Arrow table."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self._table = table.combine_chunks()
+        self._paths = _strings(self._table.column("path"))
+        self._bytes = _numpy(self._table.column("bytes"))
+        self._sha256 = _strings(self._table.column("sha256"))
+        self._kinds = _strings(self._table.column("kind"))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FileIndex, (self._table,))
+
+    def __len__(self) -> int:
+        return self._table.num_rows
+
+    def __iter__(self) -> Iterator[str]:
+        for path in self._paths:
+            yield path.as_py()
+
+    def __getitem__(self, path: str) -> FileEntry:
+        row = self.position(path)
+        if row < 0:
+            raise KeyError(path)
+        return self.entry(row)
+
+    def __contains__(self, path: object) -> bool:
+        return isinstance(path, str) and self.position(path) >= 0
+
+    def position(self, path: str) -> int:
+        """The row of `path`, or -1."""
+        low, high = 0, len(self)
+        while low < high:  # bisect over the Arrow strings: no list of every path is made
+            mid = (low + high) // 2
+            if self._paths[mid].as_py() < path:
+                low = mid + 1
+            else:
+                high = mid
+        return low if low < len(self) and self._paths[low].as_py() == path else -1
+
+    def positions(self, paths: pa.Array) -> np.ndarray:
+        """The row of each of `paths` (-1 where not listed), vectorized."""
+        found = pc.index_in(paths, value_set=self._paths)
+        return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def entry(self, row: int) -> FileEntry:
+        return FileEntry(
+            self._paths[row].as_py(),
+            int(self._bytes[row]),
+            self._sha256[row].as_py(),
+            self._kinds[row].as_py(),
+        )
+
+    def size(self, row: int) -> int:
+        return int(self._bytes[row])
+
+    def sha256(self, row: int) -> str:
+        return self._sha256[row].as_py()
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """Every file's size, by row."""
+        return self._bytes
+
+    @property
+    def table(self) -> pa.Table:
+        return self._table
+
+
 def files_from_table(table: pa.Table, *, file: str = FILES_INDEX) -> list[FileEntry]:
-    """Parse the files index; raises LayoutError when it does not match the schema."""
+    """Parse the files index into records, in its row order; raises LayoutError when it does not match
+    the schema."""
     missing = [n for n in FILES_SCHEMA.names if n not in table.column_names]
     if missing:
         raise LayoutError(f"missing columns {missing}", file=file)
     cols = [table.column(n).to_pylist() for n in FILES_SCHEMA.names]
     return [FileEntry(*row) for row in zip(*cols, strict=True)]
+
+
+def file_index(table: pa.Table, *, file: str = FILES_INDEX) -> FileIndex:
+    """Parse the files index as columns, sorted by path (what a reader keeps); raises LayoutError when
+    it does not match the schema."""
+    missing = [n for n in FILES_SCHEMA.names if n not in table.column_names]
+    if missing:
+        raise LayoutError(f"missing columns {missing}", file=file)
+    table = table.select(FILES_SCHEMA.names)
+    nulls = [n for n in FILES_SCHEMA.names if table.column(n).null_count]
+    if nulls:
+        raise LayoutError(f"Invalid nulls in columns {nulls}. Expected none.", file=file)
+    try:
+        table = table.cast(FILES_SCHEMA)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise LayoutError(f"Invalid column types ({exc}). Expected {FILES_SCHEMA}.", file=file) from exc
+    # Arrow sorts strings by their UTF-8 bytes, which is Python's code point order: bisect agrees.
+    order = pc.sort_indices(table.column("path"))
+    if not np.array_equal(order.to_numpy(), np.arange(table.num_rows)):
+        table = table.take(order)
+    return FileIndex(table)
 
 
 def parse_layout_json(data: bytes | str, *, file: str = LAYOUT_JSON) -> dict[str, Any]:

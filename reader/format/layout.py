@@ -11,7 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cache.remote import Reads, Remote, resolve
 from reader.errors import DatasetError, LayoutError
@@ -20,12 +22,13 @@ from reader.format.index import (
     FILES_INDEX,
     LAYOUT_JSON,
     EpisodeEntry,
-    FileEntry,
+    EpisodeIndex,
+    FileIndex,
     episodes_from_table,
-    files_from_table,
+    file_index,
     parse_layout_json,
 )
-from reader.format.parquet import parse_parquet
+from reader.format.parquet import parse_parquet, release_memory
 from reader.format.v3 import INFO_PATH, Info, OpenedDataset, check_tiling
 
 
@@ -37,15 +40,15 @@ class Layout(OpenedDataset):
         remote: where the dataset lives.
         info: `meta/info.json`.
         layout: `meta/lrs/layout.json` (layout version, source, parameters, tool).
-        episodes: one entry per episode, by episode index.
-        files: every file but `files.parquet`, by path.
+        episodes: one entry per episode, by episode index (held as columns, see `EpisodeIndex`).
+        files: every file but `files.parquet`, by path (held as columns, see `FileIndex`).
     """
 
     remote: Remote
     info: Info
     layout: dict[str, Any] = field(repr=False)
-    episodes: tuple[EpisodeEntry, ...] = field(repr=False)
-    files: dict[str, FileEntry] = field(repr=False)
+    episodes: EpisodeIndex = field(repr=False)
+    files: FileIndex = field(repr=False)
 
     def __repr__(self) -> str:
         return f"Layout({self.remote.url!r}, episodes={len(self.episodes)}, files={len(self.files)})"
@@ -82,9 +85,10 @@ class Layout(OpenedDataset):
         episodes = episodes_from_table(
             _read_table(cat, remote, EPISODES_INDEX), info.video_keys, file=remote.display(EPISODES_INDEX)
         )
-        files = {f.path: f for f in files_from_table(_read_table(cat, remote, FILES_INDEX))}
-        result = cls(remote=remote, info=info, layout=layout, episodes=tuple(episodes), files=files)
+        files = file_index(_read_table(cat, remote, FILES_INDEX), file=remote.display(FILES_INDEX))
+        result = cls(remote=remote, info=info, layout=layout, episodes=episodes, files=files)
         result.check()
+        release_memory()
         return result
 
     @property
@@ -94,7 +98,7 @@ class Layout(OpenedDataset):
 
     @property
     def total_frames(self) -> int:
-        return sum(e.length for e in self.episodes)
+        return int(self.episodes.column("length").sum())
 
     def episode(self, episode_index: int) -> EpisodeEntry:
         """The index entry of one episode."""
@@ -106,7 +110,7 @@ class Layout(OpenedDataset):
 
     def data_files(self) -> list[str]:
         """Every data file the episodes point at, sorted, each once."""
-        return sorted({e.data_path for e in self.episodes})
+        return sorted(pc.unique(self.episodes.table.column("data_path")).to_pylist())
 
     def check(self) -> None:
         """Cross-check the index with itself and with `meta/info.json` (no data or video file is read).
@@ -114,11 +118,9 @@ class Layout(OpenedDataset):
         Raises:
             LayoutError: naming the index file and the first episode that disagrees.
         """
-        expected_from = check_tiling(
-            self.episodes, file=self.remote.display(EPISODES_INDEX), error=LayoutError
-        )
-        for entry in self.episodes:
-            self._check_files_listed(entry)
+        expected_from = self._check_tiling()
+        for position in self._unlisted():
+            self._check_files_listed(self.episodes[position])
         if self.info.total_episodes != len(self.episodes) or self.info.total_frames != expected_from:
             raise LayoutError(
                 f"Invalid totals ({self.info.total_episodes} episodes, {self.info.total_frames} frames). "
@@ -126,6 +128,29 @@ class Layout(OpenedDataset):
                 file=self.remote.display(INFO_PATH),
                 field="total_episodes",
             )
+
+    def _check_tiling(self) -> int:
+        """`check_tiling` by arrays; the record-by-record rule runs only to name what is wrong."""
+        lengths = self.episodes.column("length")
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if lengths.size else lengths
+        if (
+            np.array_equal(self.episodes.column("episode_index"), np.arange(lengths.size))
+            and np.array_equal(self.episodes.column("dataset_from_index"), starts)
+            and (lengths >= 1).all()
+        ):
+            return int(lengths.sum())
+        return check_tiling(self.episodes, file=self.remote.display(EPISODES_INDEX), error=LayoutError)
+
+    def _unlisted(self) -> list[int]:
+        """Positions of episodes whose data file is not listed, or whose videos are not listed with their
+        size (by arrays; at most the first one)."""
+        table = self.episodes.table
+        bad = self.files.positions(table.column("data_path").combine_chunks()) < 0
+        for key in self.info.video_keys:
+            rows = self.files.positions(table.column(f"videos/{key}/path").combine_chunks())
+            listed = np.append(self.files.sizes, -1)  # row -1: not listed
+            bad |= (rows < 0) | (listed[rows] != self.episodes.column(f"videos/{key}/bytes"))
+        return np.flatnonzero(bad)[:1].tolist()
 
     def _check_files_listed(self, entry: EpisodeEntry) -> None:
         where = self.remote.display(FILES_INDEX)
