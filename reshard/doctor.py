@@ -28,6 +28,7 @@ from cache.remote import redact
 from reader.errors import DatasetError
 from reshard.checks import iter_row_defects, iter_video_defects
 from reshard.source import Source, check_pointers, iter_missing_files, listed_files, open_source
+from reshard.video.extent import decoded_frame_times, frames_in_range
 
 
 @dataclass(frozen=True)
@@ -208,11 +209,11 @@ def _empty(source: Source, sizes: Mapping[str, int]) -> Iterator[DatasetError]:
 
 
 def _decoded(source: Source, videos: list[str], progress: bool) -> Iterator[DatasetError]:
-    """Decode every frame of each video and count, per episode, the frames inside its time range."""
+    """Decode every frame of each video and count, per episode, the frames inside its time range (a file
+    cut short keeps the frames decoded before the cut)."""
     import av
 
     fps = float(source.info.fps)
-    half = 0.5 / fps
     with progress_bar(total=len(videos), unit="file", desc="doctor decode", disable=not progress) as bar:
         for key in source.video_keys:
             for rel, episodes in source.episodes_by_video_file(key).items():
@@ -221,8 +222,10 @@ def _decoded(source: Source, videos: list[str], progress: bool) -> Iterator[Data
                 where = source.remote.display(rel)
                 try:
                     with source.remote.open(rel) as handle, av.open(handle) as container:
-                        times = [float(f.time) for f in container.decode(video=0) if f.time is not None]
-                except (av.error.FFmpegError, OSError) as exc:
+                        if not container.streams.video:
+                            raise ValueError("no video stream")
+                        times = decoded_frame_times(container)
+                except (av.error.FFmpegError, OSError, ValueError) as exc:
                     for episode in episodes:
                         yield DatasetError(
                             f"not a decodable video ({exc})",
@@ -234,7 +237,7 @@ def _decoded(source: Source, videos: list[str], progress: bool) -> Iterator[Data
                     continue
                 for episode in episodes:
                     seg = episode.video(key)
-                    found = sum(seg.from_timestamp - half <= t < seg.to_timestamp - half for t in times)
+                    found = frames_in_range(times, seg.from_timestamp, seg.to_timestamp, fps)
                     if found < episode.length:
                         yield DatasetError(
                             f"Invalid video: {found} frames decoded in [{seg.from_timestamp:.3f}, "
