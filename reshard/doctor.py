@@ -13,8 +13,11 @@ of raised, plus what only a whole-dataset view can see (orphans):
    store can list);
 5. `rows`: each data file's rows are exactly its episodes' (index, episode_index, frame_index), with
    finite, increasing timestamps at `frame_index / fps` and valid task indices, and its row count adds up;
-6. `videos`: each video file is non-empty and readable, and its header's duration holds every episode's
-   time range (`--decode`: every frame decoded and counted per episode instead of trusting the header).
+6. `videos`: each video file is non-empty and readable, its header's duration holds every episode's
+   time range, and its frames are all there: a file cut short (its index first, so its header still
+   promises every frame) makes exactly the episodes whose frames are missing defective
+   (`reshard.video.extent`; `--decode`: every frame decoded, up to the first damaged packet, and counted
+   per episode instead of trusting the header).
 """
 
 from __future__ import annotations
