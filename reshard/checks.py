@@ -334,8 +334,9 @@ def _video_range_problem(
     if found >= length:
         return None
     last = f", the last at {extent.times_s[-1]:.4f} s" if len(extent.times_s) else ""
+    promised = f" of {extent.frames}" if extent.frames else ""
     return f"videos/{seg.key}", (
-        f"Invalid video (truncated: {len(extent.times_s)} of {extent.frames} frames present{last}). "
+        f"Invalid video (truncated: {len(extent.times_s)}{promised} frames present{last}). "
         f"Expected the episode's {length} frames in [{seg.from_timestamp:.4f}, {seg.to_timestamp:.4f}) s; "
         f"{found} are there."
     )
