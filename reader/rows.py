@@ -377,7 +377,11 @@ class RowGroupReader:
                 )
         source = _SparseFile(self._display(rel), self._size(rel), start, data)
         try:
-            return pq.ParquetFile(source, metadata=metadata, pre_buffer=False).read_row_group(group)
+            # In this thread: Arrow's worker threads would read `source` (a Python object) under the GIL,
+            # and may free it after this returns (see `parse_parquet`).
+            return pq.ParquetFile(source, metadata=metadata, pre_buffer=False).read_row_group(
+                group, use_threads=False
+            )
         except (pa.ArrowInvalid, OSError) as exc:
             raise DatasetError(f"unreadable row group {row_group} ({exc})", file=self._display(rel)) from exc
 

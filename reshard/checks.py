@@ -18,7 +18,8 @@ from cache.checks import format_index_list
 from cache.retry import redact
 from reader.errors import DatasetError
 from reader.format.parquet import parse_parquet
-from reader.format.v3 import EpisodeInfo
+from reader.format.v3 import EpisodeInfo, VideoSegment
+from reshard.video.extent import VideoExtent, frames_in_range, video_extent
 
 if TYPE_CHECKING:
     from reshard.source import Source
@@ -250,22 +251,23 @@ def _check_task_index(source: Source, table: pa.Table, rows: np.ndarray, episode
         )
 
 
-def video_duration_s(source: Source, video_file: str) -> float:
-    """The end time of the video stream of a file, in seconds, read from its container header."""
+def read_video_extent(source: Source, video_file: str) -> VideoExtent:
+    """How much of a video file is there (`reshard.video.extent`): its header's end time and, for a file
+    cut short, the time of every frame whose packet is whole.
+
+    Raises:
+        DatasetError: the file cannot be read, or has no video stream or end time.
+    """
     import av
 
     where = source.remote.display(video_file)
     try:
         with source.remote.open(video_file) as handle, av.open(handle) as container:
-            stream = container.streams.video[0]
-            if stream.duration is not None and stream.time_base is not None:
-                start = stream.start_time or 0
-                return float((start + stream.duration) * stream.time_base)
-            if container.duration is not None:
-                return container.duration / 1_000_000
-    except (av.error.FFmpegError, IndexError, OSError) as exc:
+            return video_extent(container)
+    except (av.error.FFmpegError, OSError) as exc:  # before ValueError: PyAV's EINVAL is one too
         raise DatasetError(f"not a readable video ({exc})", file=where) from exc
-    raise DatasetError("video has no duration in its header", file=where)
+    except ValueError as exc:
+        raise DatasetError(str(exc), file=where) from exc
 
 
 def check_videos(source: Source, video_files: Iterable[str] | None = None) -> None:
@@ -283,14 +285,13 @@ def iter_video_defects(
 ) -> Iterator[DatasetError]:
     """Each video file that is unreadable (with `per_episode`, once for each of its episodes), and each
     episode whose time range its file does not hold (naming the file, the episode and the camera)."""
-    tolerance = 1.0 / source.info.fps
     wanted = set(video_files) if video_files is not None else None
     for key in source.video_keys:
         for rel, episodes in source.episodes_by_video_file(key).items():
             if wanted is not None and rel not in wanted:
                 continue
             try:
-                duration = video_duration_s(source, rel)
+                extent = read_video_extent(source, rel)
             except DatasetError as defect:
                 if not per_episode:
                     yield defect
@@ -299,15 +300,36 @@ def iter_video_defects(
                     yield DatasetError(defect.problem, file=defect.file, episode=episode.episode_index)
                 continue
             for episode in episodes:
-                seg = episode.video(key)
-                if seg.to_timestamp > duration + tolerance:
+                found = _video_range_problem(extent, episode.video(key), episode.length, source.info.fps)
+                if found:
+                    field, problem = found
                     yield DatasetError(
-                        f"Invalid to_timestamp ({seg.to_timestamp:.4f} s). Expected <= the file's duration "
-                        f"({duration:.4f} s).",
-                        file=source.remote.display(rel),
-                        episode=episode.episode_index,
-                        field=f"videos/{key}/to_timestamp",
+                        problem, file=source.remote.display(rel), episode=episode.episode_index, field=field
                     )
+
+
+def _video_range_problem(
+    extent: VideoExtent, seg: VideoSegment, length: int, fps: float
+) -> tuple[str, str] | None:
+    """What keeps an episode's frames out of its file, if anything, as (field, problem): a time range past
+    the header's end, or (in a file cut short) frames of the range whose packets are not there."""
+    if seg.to_timestamp > extent.end_s + 1.0 / fps:
+        return f"videos/{seg.key}/to_timestamp", (
+            f"Invalid to_timestamp ({seg.to_timestamp:.4f} s). Expected <= the file's duration "
+            f"({extent.end_s:.4f} s)."
+        )
+    if extent.times_s is None:
+        return None
+    found = frames_in_range(extent.times_s, seg.from_timestamp, seg.to_timestamp, fps)
+    if found >= length:
+        return None
+    last = f", the last at {extent.times_s[-1]:.4f} s" if len(extent.times_s) else ""
+    promised = f" of {extent.frames}" if extent.frames else ""
+    return f"videos/{seg.key}", (
+        f"Invalid video (truncated: {len(extent.times_s)}{promised} frames present{last}). "
+        f"Expected the episode's {length} frames in [{seg.from_timestamp:.4f}, {seg.to_timestamp:.4f}) s; "
+        f"{found} are there."
+    )
 
 
 def validate(source: Source) -> None:

@@ -13,8 +13,11 @@ of raised, plus what only a whole-dataset view can see (orphans):
    store can list);
 5. `rows`: each data file's rows are exactly its episodes' (index, episode_index, frame_index), with
    finite, increasing timestamps at `frame_index / fps` and valid task indices, and its row count adds up;
-6. `videos`: each video file is non-empty and readable, and its header's duration holds every episode's
-   time range (`--decode`: every frame decoded and counted per episode instead of trusting the header).
+6. `videos`: each video file is non-empty and readable, its header's duration holds every episode's
+   time range, and its frames are all there: a file cut short (its index first, so its header still
+   promises every frame) makes exactly the episodes whose frames are missing defective
+   (`reshard.video.extent`; `--decode`: every frame decoded, up to the first damaged packet, and counted
+   per episode instead of trusting the header).
 
 What lerobot reads although it is off is a warning, not a defect: data pointers in `meta/episodes` that
 name another file than the one holding the episode's rows (lerobot 0.4.x's converter; the rows are read
@@ -32,6 +35,7 @@ from cache.remote import redact
 from reader.errors import DatasetError
 from reshard.checks import iter_row_defects, iter_video_defects
 from reshard.source import Source, check_pointers, iter_missing_files, listed_files, open_source
+from reshard.video.extent import decoded_frame_times, frames_in_range
 
 
 @dataclass(frozen=True)
@@ -216,11 +220,11 @@ def _empty(source: Source, sizes: Mapping[str, int]) -> Iterator[DatasetError]:
 
 
 def _decoded(source: Source, videos: list[str], progress: bool) -> Iterator[DatasetError]:
-    """Decode every frame of each video and count, per episode, the frames inside its time range."""
+    """Decode every frame of each video and count, per episode, the frames inside its time range (a file
+    cut short keeps the frames decoded before the cut)."""
     import av
 
     fps = float(source.info.fps)
-    half = 0.5 / fps
     with progress_bar(total=len(videos), unit="file", desc="doctor decode", disable=not progress) as bar:
         for key in source.video_keys:
             for rel, episodes in source.episodes_by_video_file(key).items():
@@ -229,8 +233,10 @@ def _decoded(source: Source, videos: list[str], progress: bool) -> Iterator[Data
                 where = source.remote.display(rel)
                 try:
                     with source.remote.open(rel) as handle, av.open(handle) as container:
-                        times = [float(f.time) for f in container.decode(video=0) if f.time is not None]
-                except (av.error.FFmpegError, OSError) as exc:
+                        if not container.streams.video:
+                            raise ValueError("no video stream")
+                        times = decoded_frame_times(container)
+                except (av.error.FFmpegError, OSError, ValueError) as exc:
                     for episode in episodes:
                         yield DatasetError(
                             f"not a decodable video ({exc})",
@@ -242,7 +248,7 @@ def _decoded(source: Source, videos: list[str], progress: bool) -> Iterator[Data
                     continue
                 for episode in episodes:
                     seg = episode.video(key)
-                    found = sum(seg.from_timestamp - half <= t < seg.to_timestamp - half for t in times)
+                    found = frames_in_range(times, seg.from_timestamp, seg.to_timestamp, fps)
                     if found < episode.length:
                         yield DatasetError(
                             f"Invalid video: {found} frames decoded in [{seg.from_timestamp:.3f}, "

@@ -88,21 +88,21 @@ def _data_report(source: Source, tmp: Path) -> dict[str, Any]:
                 file=source.remote.display(rel),
             ) from exc
     files = _sql_list(list(footers.values()))
-    con = duckdb.connect()
-    groups = con.execute(
-        f"""
-        SELECT file_name, row_group_id, any_value(row_group_num_rows), any_value(row_group_compressed_bytes),
-               max(TRY_CAST(stats_min AS BIGINT)) FILTER (WHERE path_in_schema = 'episode_index'),
-               max(TRY_CAST(stats_max AS BIGINT)) FILTER (WHERE path_in_schema = 'episode_index'),
-               any_value(compression)
-        FROM parquet_metadata({files})
-        GROUP BY file_name, row_group_id ORDER BY file_name, row_group_id
-        """
-    ).fetchall()
-    schema = con.execute(
-        f"SELECT name, duckdb_type, num_children FROM parquet_schema({_sql_list(list(footers.values())[:1])})"
-    ).fetchall()
-    con.close()
+    # Closed on every path, an error included: closing joins duckdb's worker threads here, not at exit.
+    with duckdb.connect() as con:
+        groups = con.execute(
+            f"""
+            SELECT file_name, row_group_id, any_value(row_group_num_rows), any_value(row_group_compressed_bytes),
+                   max(TRY_CAST(stats_min AS BIGINT)) FILTER (WHERE path_in_schema = 'episode_index'),
+                   max(TRY_CAST(stats_max AS BIGINT)) FILTER (WHERE path_in_schema = 'episode_index'),
+                   any_value(compression)
+            FROM parquet_metadata({files})
+            GROUP BY file_name, row_group_id ORDER BY file_name, row_group_id
+            """
+        ).fetchall()
+        schema = con.execute(
+            f"SELECT name, duckdb_type, num_children FROM parquet_schema({_sql_list(list(footers.values())[:1])})"
+        ).fetchall()
     per_file = Counter(row[0] for row in groups)
     spans = [(row[4], row[5]) for row in groups if row[4] is not None and row[5] is not None]
     episodes_per_group = [hi - lo + 1 for lo, hi in spans]

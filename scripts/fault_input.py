@@ -304,6 +304,65 @@ def _verified(proc: Any) -> Verdict:
     )
 
 
+def video_cut_short(ctx: Ctx, case: Case) -> Verdict:
+    """A source MP4 cut inside episode 1, its index first (it opens, and its header promises every frame):
+    doctor names exactly the episodes that lost frames (1, 2; not 0, which is whole), with and without
+    --decode; reshard refuses naming them; --skip-defective leaves out exactly those; the output verifies."""
+    from tests.reshard.defects import cut_inside_episode
+
+    src = ctx.copy(ctx.sample, case.dir / "src")
+    cut_inside_episode(src, 1)
+    case.watch(case.dir)
+    case.allow(r"out(/.*)?")  # the --skip-defective output
+    doctors = [case.lrs("doctor", str(src), "--json", "-q", *flags) for flags in ((), ("--decode",))]
+    named = [json.loads(proc.stdout).get("defective_episodes") if proc.stdout else None for proc in doctors]
+    refused = error_verdict(
+        case.lrs("reshard", str(src), "--out", str(case.dir / "refused"), "-q"), match=r"in episodes 1-2\b"
+    )
+    out = case.dir / "out"
+    skip = case.lrs("reshard", str(src), "--out", str(out), "--skip-defective", "-q")
+    dropped = json.loads((out / "meta/lrs/dropped.json").read_text()) if skip.rc == 0 else {}
+    left_out = [d["episode"] for d in dropped.get("dropped", [])]
+    verify = case.lrs("verify", str(out), "--against", str(src), "-q") if skip.rc == 0 else skip
+    ok = named == [[1, 2], [1, 2]] and refused.ok and left_out == [1, 2] and verify.rc == 0
+    return Verdict(
+        ok,
+        f"doctor names episodes {named[0]} (decoded: {named[1]}); reshard refused them: {refused.ok}; "
+        f"--skip-defective exit {skip.rc}, left out {left_out}; verify --against exit {verify.rc}",
+        "" if ok else "expected episodes [1, 2] defective, left out, and the rest verified",
+    )
+
+
+def exit_134_loop(ctx: Ctx, case: Case) -> Verdict:
+    """The abort at exit (`terminate called without an active exception`, exit 134): doctor, reshard and
+    verify, N runs each, over a source whose video is cut to 3,000 bytes and one cut inside an episode."""
+    from tests.reshard.defects import cut_inside_episode
+
+    src = ctx.copy(ctx.sample, case.dir / "src")
+    cut_inside_episode(src, 1)
+    (src / CAM1_FILE1).write_bytes((src / CAM1_FILE1).read_bytes()[:3000])
+    case.watch(case.dir)
+    runs = 2 if ctx.quick else 20
+    commands = {
+        "doctor": (("doctor", str(src), "-q"), 1),
+        "reshard": (("reshard", str(src), "--out", str(case.dir / "out"), "-q"), 3),
+        "verify": (("verify", str(ctx.resharded), "--against", str(src), "-q"), 3),
+    }
+    codes: dict[str, dict[int, int]] = {name: {} for name in commands}
+    for _ in range(runs):
+        for name, (args, _) in commands.items():
+            rc = case.lrs(*args).rc
+            codes[name][rc] = codes[name].get(rc, 0) + 1
+    aborted = sum(proc.rc == 134 or "terminate called" in proc.stderr for proc in case.procs)
+    bad = sum(n for name, (_, rc) in commands.items() for code, n in codes[name].items() if code != rc)
+    return Verdict(
+        bad == 0 and aborted == 0,
+        f"{runs} runs each; exit codes {codes}; {aborted} aborts",
+        "" if bad == 0 else f"{bad} runs ended with another exit code",
+        {"exit_134_runs": runs * len(commands), "exit_134_aborts": aborted},
+    )
+
+
 # -- corrupt lrs/1 indexes and outputs: verify and the reader ------------------------------------------
 
 LAYOUT = "meta/lrs/layout.json"
@@ -374,7 +433,13 @@ register_many(
     ]
 )
 register_many([(name, "metadata", readable_case(fn), False) for name, fn in READABLE_CASES.items()])
-register_many([("video-truncated-x30", "input", truncated_video_loop, True)])
+register_many(
+    [
+        ("video-truncated-x30", "input", truncated_video_loop, True),
+        ("video-cut-short-index-first", "input", video_cut_short, False),
+        ("exit-134-doctor-reshard-verify-x20", "input", exit_134_loop, False),
+    ]
+)
 register_many(
     [(name, "third-party", third_party_case(*spec), False) for name, spec in THIRD_PARTY_CASES.items()]
 )

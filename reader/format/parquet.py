@@ -24,14 +24,21 @@ def parse_parquet(
     error: type[DatasetError] = DatasetError,
 ) -> pa.Table:
     """A parquet file's bytes as a table (`columns` only; with `missing_ok`, those of them it has), or
-    `error` naming `file`: the one way the metadata readers turn a bad parquet file into a message."""
+    `error` naming `file`: the one way the metadata readers turn a bad parquet file into a message.
+
+    The read is synchronous, in the calling thread (`ParquetFile.read` without threads or pre-buffering),
+    not `pq.read_table`: that one scans with Arrow's dataset API, whose worker threads finish after it
+    returns and may drop the last reference to `data` (a Python object: taking the GIL to free it). A
+    process that exits meanwhile aborts, `terminate called without an active exception` (exit 134): a
+    thread that asks for the GIL while Python finalizes is ended by `pthread_exit`, whose unwinding
+    through Arrow's destructors calls `std::terminate`.
+    """
     try:
+        parquet = pq.ParquetFile(pa.BufferReader(data), pre_buffer=False)
         if missing_ok and columns is not None:
-            names = set(pq.read_schema(pa.BufferReader(data)).names)
+            names = set(parquet.schema_arrow.names)
             columns = [c for c in columns if c in names]
-        # One file, in this thread: `pq.read_table` goes through the dataset scanner and its thread pools,
-        # whose allocator keeps about 4 MB per 1,000 index rows resident after the table is built.
-        return pq.ParquetFile(pa.BufferReader(data)).read(columns=columns, use_threads=False)
+        return parquet.read(columns=columns, use_threads=False)
     except (pa.ArrowInvalid, OSError) as exc:
         raise error(f"not a readable parquet file ({exc})", file=file) from exc
 

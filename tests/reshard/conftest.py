@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from reshard.demo.sample import THIRD_PARTY, write_sample
-from tests.reshard.defects import make_defective
+from tests.reshard.defects import make_defective, make_truncated
 from tests.reshard.push_fixtures import make_dataset
 
 
@@ -39,3 +39,9 @@ def third_party(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Pat
         return made[name]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def truncated(sample_ds: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample with cam0's first video file cut inside episode 1 (`defects.make_truncated`); read-only."""
+    return make_truncated(sample_ds, tmp_path_factory.mktemp("truncated") / "v3")

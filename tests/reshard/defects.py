@@ -13,6 +13,9 @@ Episode 6 is the one without a defect.
 Two other writers' quirks that are not defects, each made from a sample (`stale_pointers`,
 `without_columns`): lerobot 0.4.x's converter's stale data pointers, and `meta/episodes` without its
 optional columns.
+
+`make_truncated` is another copy: a video file cut short (its index first, so the file still opens and its
+header still promises every frame), whose first episode is whole and the others are not.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import av
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from reader.format.parquet import replace_columns
@@ -98,4 +103,48 @@ def without_columns(sample: Path, root: Path, columns: Sequence[str]) -> Path:
     """A copy of `sample` whose `meta/episodes` lacks `columns`."""
     shutil.copytree(sample, root)
     _rewrite_episodes(root, lambda table: table.drop_columns(list(columns)))
+    return root
+
+
+def faststart(path: Path) -> None:
+    """Remux a video with its index (`moov`) before the frames, as lrs's writer and `-movflags faststart` do."""
+    out = path.with_suffix(".tmp.mp4")
+    with av.open(str(path)) as src, av.open(str(out), "w", options={"movflags": "faststart"}) as dst:
+        stream = dst.add_stream_from_template(src.streams.video[0], opaque=True)
+        for packet in src.demux(src.streams.video[0]):
+            if packet.dts is not None:
+                packet.stream = stream
+                dst.mux(packet)
+    out.replace(path)
+
+
+def cut_inside(path: Path, time_s: float) -> None:
+    """Cut a video file (index first) in the middle of the packet of the frame at `time_s`."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        packets = [p for p in container.demux(stream) if p.pts is not None]
+        times = np.array([float(p.pts * stream.time_base) for p in packets])
+        packet = packets[int(np.argmin(np.abs(times - time_s)))]
+        cut = packet.pos + packet.size // 2
+    with path.open("r+b") as handle:
+        handle.truncate(cut)
+
+
+def cut_inside_episode(root: Path, episode: int, cam: str = CAM0) -> None:
+    """Rewrite `cam`'s video file of `episode` with its index first, then cut it inside that episode's
+    frames: its earlier episodes stay whole, it and the later ones of the file lose frames."""
+    table = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet")
+    row = table.filter(pc.equal(table.column("episode_index"), episode)).to_pylist()[0]
+    path = (
+        root
+        / f"videos/{cam}/chunk-{row[f'videos/{cam}/chunk_index']:03d}/file-{row[f'videos/{cam}/file_index']:03d}.mp4"
+    )
+    faststart(path)
+    cut_inside(path, (row[f"videos/{cam}/from_timestamp"] + row[f"videos/{cam}/to_timestamp"]) / 2)
+
+
+def make_truncated(sample_ds: Path, root: Path) -> Path:
+    """A copy of the sample whose cam0 file-000 (episodes 0, 1, 2) is cut in the middle of episode 1."""
+    shutil.copytree(sample_ds, root)
+    cut_inside_episode(root, 1)
     return root

@@ -9,13 +9,18 @@ sample exits 0.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from reshard.checks import read_video_extent
 from reshard.cli import cli
+from reshard.source import open_source
 from tests.reshard.defects import CAM0, CAM1, shorten, video
 
 
@@ -75,3 +80,49 @@ def test_reshard_refuses_naming_every_defective_episode(sample_ds: Path, tmp_pat
     assert "4 defects in all, in episodes 0-2,7" in result.output, result.output
     assert f"`lrs doctor {root}` lists each" in result.output
     assert not (tmp_path / "out").exists()  # nothing written where reshard refuses
+
+
+@pytest.mark.parametrize("decode", [False, True], ids=["packets", "decode"])
+def test_a_video_cut_short_makes_exactly_its_missing_episodes_defective(
+    truncated: Path, decode: bool
+) -> None:
+    # The file opens and its header promises every frame: only its packets show the cut, inside episode 1.
+    code, report = _doctor(str(truncated), *(["--decode"] if decode else []))
+    assert code == 1, report
+    assert _found(report) == {("videos", "file-000.mp4", 1), ("videos", "file-000.mp4", 2)}
+    assert {d["field"] for d in report["defects"]} == {f"videos/{CAM0}"}
+    problem = report["defects"][0]["problem"]
+    assert ("frames decoded in" if decode else "Invalid video (truncated: ") in problem, problem
+
+
+@pytest.mark.parametrize("decode", [False, True], ids=["packets", "decode"])
+def test_a_video_cut_before_its_index_makes_all_its_episodes_defective(
+    sample_ds: Path, tmp_path: Path, decode: bool
+) -> None:
+    root = tmp_path / "v3"
+    shutil.copytree(sample_ds, root)
+    path = video(root, CAM0, 1)  # episodes 3, 4, 5; the sample writes the index at the end
+    path.write_bytes(path.read_bytes()[:3000])
+    code, report = _doctor(str(root), *(["--decode"] if decode else []))
+    assert code == 1 and _found(report) == {("videos", "file-001.mp4", e) for e in (3, 4, 5)}, report
+    assert all("not a " in d["problem"] for d in report["defects"])
+
+
+def test_whole_videos_read_whole_from_their_last_gop(sample_ds: Path, sample_unaligned_ds: Path) -> None:
+    # One seek to the last keyframe proves a file whole; no file of the samples is mistaken for cut short.
+    for root in (sample_ds, sample_unaligned_ds):
+        source = open_source(str(root))
+        for rel in source.video_files():
+            extent = read_video_extent(source, rel)
+            assert not extent.truncated and extent.end_s > 0 and extent.frames > 0, (rel, extent)
+
+
+def test_doctor_exits_cleanly_every_time(truncated: Path) -> None:
+    # Exit 134 ("terminate called without an active exception") was a race at interpreter exit: run the
+    # command as users do, in its own process, a few times.
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    command = [sys.executable, "-c", "from reshard.cli import main; main()", "-q", "doctor", str(truncated)]
+    for _ in range(4):
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 1, (done.returncode, done.stderr)
+        assert "terminate called" not in done.stderr

@@ -242,3 +242,20 @@ def test_a_missing_video_drops_only_its_episodes(sample_ds: Path, tmp_path: Path
     dropped = Selection.from_json((tmp_path / "out" / DROPPED_JSON).read_bytes(), file="x")
     assert [d.episode for d in dropped.dropped] == [3, 4, 5]
     assert verify(str(tmp_path / "out"), against=str(root)).ok
+
+
+def test_skip_defective_leaves_out_exactly_the_episodes_a_cut_video_lost(
+    truncated: Path, tmp_path: Path
+) -> None:
+    # cam0's first file is cut inside episode 1: episode 0 is whole and is kept.
+    code, output = _run("reshard", str(truncated), "--out", str(tmp_path / "refused"))
+    assert code == 3 and "in episodes 1-2" in output and "Invalid video (truncated: " in output, output
+    out = tmp_path / "out"
+    code, output = _run("reshard", str(truncated), "--out", str(out), "--skip-defective")
+    assert code == 0, output
+    assert "left out 2 source episodes (1-2)" in output, output
+    dropped = json.loads((out / DROPPED_JSON).read_text())
+    assert [d["episode"] for d in dropped["dropped"]] == [1, 2]
+    report = verify(str(out), against=str(truncated))
+    assert report.ok, report.describe()
+    assert _info(out)["total_episodes"] == 6
