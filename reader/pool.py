@@ -27,8 +27,8 @@ import torch
 from cache import CacheStats, FetchError, IntegrityError, LrsError, NodeCache
 from reader.decode import Decoders, VideoWhere, decode_frames
 from reader.depth import DepthUnit, Quantizer
-from reader.errors import DatasetError, DecodeError
-from reader.format.catalog import Catalog, EpisodeRef, VideoRef
+from reader.errors import DecodeError
+from reader.format.catalog import Catalog, EpisodeRef, VideoRef, changed_since
 from reader.images import decode_image
 from reader.rows import EpisodeRows, RowGroupReader, read_episode
 from reader.schedule import Emission, Step
@@ -456,12 +456,7 @@ def _read_rows(reader: RowGroupReader, ref: EpisodeRef, catalog: Catalog, *, fil
         except LrsError:
             raise  # the original error: the index cannot even be read again
         if now.fingerprint != catalog.fingerprint:
-            raise DatasetError(
-                f"Invalid dataset: {catalog.remote.url} changed since this stream opened it (index "
-                f"{catalog.fingerprint}, now {now.fingerprint}), likely re-published while training read "
-                "it. Expected one version: restart the job to read the new one, and publish new versions "
-                "under a new prefix.",
-                file=file,
-                episode=ref.episode_index,
+            raise changed_since(
+                catalog.remote.url, catalog.fingerprint, now.fingerprint, file=file, episode=ref.episode_index
             ) from None
         raise

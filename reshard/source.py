@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from cache.remote import Remote, resolve
 from reader.errors import DatasetError
-from reader.format.locate import candidate_files, describe_moved, locate, read_file_rows
+from reader.format.locate import find_rows
 from reader.format.parquet import parse_parquet
 from reader.format.v3 import (
     EPISODES_DIR,
@@ -205,11 +205,10 @@ def open_source(
 def true_pointers(source: Source, listed: set[str] | None) -> Source:
     """`source` with each episode's data pointer naming the file its rows are in, where `meta/episodes`
     names another (`reader.format.locate`), and a warning saying so."""
-    files = read_file_rows(source.remote, candidate_files(source.info, source.episodes, listed))
-    episodes, moved = locate(source.info, source.episodes, files)
-    if not moved:
+    episodes, warning = find_rows(source.remote, source.info, source.episodes, listed)
+    if warning is None:
         return source
-    return replace(source, episodes=episodes, warnings=(*source.warnings, describe_moved(moved)))
+    return replace(source, episodes=episodes, warnings=(*source.warnings, warning))
 
 
 def _find(remote: Remote, rel: str) -> list[str]:

@@ -23,13 +23,7 @@ from cache.remote import Reads, Remote, resolve
 from reader.errors import DatasetError
 from reader.format.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON, EpisodeIndex, FileIndex
 from reader.format.layout import Layout
-from reader.format.locate import (
-    candidate_files,
-    describe_moved,
-    list_data_files,
-    locate,
-    read_file_rows,
-)
+from reader.format.locate import find_rows, list_data_files
 from reader.format.parquet import parse_parquet, release_memory
 from reader.format.v3 import (
     EPISODES_DIR,
@@ -296,12 +290,21 @@ def _reopen(remote: Remote, fingerprint: str) -> Catalog:
     """
     catalog = Catalog.open(remote)
     if catalog.fingerprint != fingerprint:
-        raise DatasetError(
-            f"Invalid dataset: {remote.url} changed since this stream opened it (index {fingerprint}, now "
-            f"{catalog.fingerprint}), likely re-published while training read it. Expected one version: "
-            "restart the job to read the new one, and publish new versions under a new prefix."
-        )
+        raise changed_since(remote.url, fingerprint, catalog.fingerprint)
     return catalog
+
+
+def changed_since(
+    url: str, then: str, now: str, *, file: str | None = None, episode: int | None = None
+) -> DatasetError:
+    """The error for a dataset whose index fingerprint is `now` where this stream opened `then`."""
+    return DatasetError(
+        f"Invalid dataset: {url} changed since this stream opened it (index {then}, now {now}), likely "
+        "re-published while training read it. Expected one version: restart the job to read the new one, "
+        "and publish new versions under a new prefix.",
+        file=file,
+        episode=episode,
+    )
 
 
 def _open_v3(remote: Remote, reads: Reads) -> Catalog:
@@ -320,10 +323,9 @@ def _open_v3(remote: Remote, reads: Reads) -> Catalog:
     missing = missing_optional_columns(table.column_names, info.video_keys)
     if missing:
         log.warning("%s", optional_columns_warning(missing, file=remote.display(EPISODES_DIR)))
-    files = read_file_rows(remote, candidate_files(info, infos, list_data_files(remote)))
-    infos, moved = locate(info, infos, files)
-    if moved:
-        log.warning("%s", describe_moved(moved))
+    infos, warning = find_rows(remote, info, infos, list_data_files(remote))
+    if warning is not None:
+        log.warning("%s", warning)
     return Catalog(
         remote=remote,
         info=info,

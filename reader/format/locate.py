@@ -221,6 +221,16 @@ def locate(
     return out, moved
 
 
+def find_rows(
+    remote: Remote, info: Info, episodes: Sequence[EpisodeInfo], listed: Iterable[str] | None
+) -> tuple[list[EpisodeInfo], str | None]:
+    """The episodes with their data pointers made true (`locate` over the footers of the
+    `candidate_files`), and the warning that says which moved (None where none did)."""
+    files = read_file_rows(remote, candidate_files(info, episodes, listed))
+    located, moved = locate(info, episodes, files)
+    return located, describe_moved(moved) if moved else None
+
+
 def describe_moved(moved: Sequence[Moved]) -> str:
     """The warning for episodes found elsewhere than `meta/episodes` says, in one line."""
     first = moved[0]
