@@ -20,10 +20,10 @@ from reshard.cli.base import (
     hoist_global_flags,
     quiet_requested,
 )
-from reshard.cli.prewarm import prewarm_command
-from reshard.cli.push import push_command
-from reshard.cli.reshard import doctor_cmd, inspect_cmd, reshard_cmd, verify_cmd
-from reshard.cli.sample import demo, describe_cmd, sample
+from reshard.cli.prewarm_command import prewarm_command
+from reshard.cli.push_command import push_command
+from reshard.cli.reshard_command import doctor_cmd, inspect_cmd, reshard_cmd, verify_cmd
+from reshard.cli.sample_command import demo, describe_cmd, sample
 
 __all__ = ["EXIT_CHECK_FAILED", "EXIT_ERROR", "cli", "handle_errors", "main", "quiet_requested"]
 

@@ -1,6 +1,6 @@
 """The `lrs` group and what every command shares: exit codes, one-line errors, the global flags.
 
-The commands live beside it (`reshard.cli.reshard`, `.prewarm`, `.push`, `.sample`) and import this
+The commands live beside it (`reshard.cli.reshard_command`, `.prewarm`, `.push`, `.sample`) and import this
 module; `reshard.cli` adds them to the group, so nothing here imports a command.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from cache.checks import local_dir
+from cache.arguments import local_dir
 from cache.errors import LrsError
 from cache.remote import redact
 from reshard import DISTRIBUTION

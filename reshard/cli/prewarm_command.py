@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cache.checks import index_range
+from cache.arguments import index_range
 from reshard.cli.base import LocalDir, dry_run_option, handle_errors, quiet_option, quiet_requested
 
 if TYPE_CHECKING:
-    from reader.prewarm import Plan
+    from reader.fetch_plan import FetchPlan
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
@@ -294,7 +294,7 @@ def prewarm_command(
     Without --num-episodes or --max-bytes it fetches everything the node reads in one epoch, within the
     cache budget. Files already cached are skipped, so a rerun resumes an interrupted prewarm.
     """
-    from reader.plan import default_pool_size
+    from reader.read_plan import default_pool_size
     from reshard.prewarm import prewarm
 
     topology = node_ranks(world_size, ranks, node_rank, nnodes, nproc_per_node)
@@ -341,7 +341,9 @@ def prewarm_command(
     click.echo(summary.describe())
 
 
-def _echo_plan(plan: Plan, *, world_size: int, num_workers: int, pool: int, mixture: bool = False) -> None:
+def _echo_plan(
+    plan: FetchPlan, *, world_size: int, num_workers: int, pool: int, mixture: bool = False
+) -> None:
     from cache.progress import human_bytes
 
     ranks = sorted({rank for rank, _ in plan.consumers})

@@ -10,7 +10,6 @@ from pathlib import Path
 import click
 
 from cache.progress import progress_bar
-from reshard.checks import validate
 from reshard.cli.base import (
     EXIT_CHECK_FAILED,
     F,
@@ -20,8 +19,11 @@ from reshard.cli.base import (
     quiet_option,
     quiet_requested,
 )
-from reshard.demo.sample import ENCODERS, PIX_FMTS, SampleSpec, write_sample
+from reshard.demo.sample import write_sample
+from reshard.demo.sample_spec import PIX_FMTS, SampleSpec
 from reshard.source import describe, open_source
+from reshard.source_checks import validate
+from reshard.video.encode import ENCODERS
 
 # `lrs sample`'s options for SampleSpec fields: (flag, field, type, help); each defaults to the field's.
 _SPEC_OPTIONS: list[tuple[str, str, click.ParamType, str]] = [
@@ -100,7 +102,7 @@ def sample(directory: Path, quiet: bool, unaligned: bool, **options: object) -> 
     """Write a synthetic LeRobot v3.0 dataset, the way lerobot's recorder does.
 
     Frames carry their episode, frame and camera index as visible blocks, so tests and you can check
-    that a loader decoded the right frame (reshard.demo.frames.read_frame_id).
+    that a loader decoded the right frame (reshard.demo.frame_marks.read_frame_id).
     """
     try:
         spec = SampleSpec(keyframe_aligned=not unaligned, **options)  # type: ignore[arg-type]

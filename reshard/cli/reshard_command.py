@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from cache.checks import format_index_list
+from cache.arguments import format_index_list
 from reshard.cli.base import (
     EXIT_CHECK_FAILED,
     LocalDir,
@@ -16,10 +16,10 @@ from reshard.cli.base import (
     quiet_option,
     quiet_requested,
 )
+from reshard.dropped import DROPPED_JSON
 from reshard.execute import ReshardOptions
 from reshard.inspect import inspect_dataset, render
 from reshard.run import reshard, slurm_part
-from reshard.selection import DROPPED_JSON
 from reshard.verify import verify
 from reshard.video.compare import DEFAULT_MIN_PSNR_DB
 from reshard.video.write import VIDEO_MODES
