@@ -21,7 +21,8 @@ from cache.progress import human_bytes
 from reader.fetch_plan import piece_files
 from reader.stream import EpisodeStream
 from reshard.cli import cli
-from reshard.cli.prewarm_command import ByteSize, NodeRanks, node_ranks
+from reshard.cli.prewarm_command import NodeRanks, node_ranks
+from reshard.cli.types import ByteSize
 from reshard.prewarm import PrewarmSummary, prewarm
 from tests.servers import RangeServer, Request
 
