@@ -1,7 +1,7 @@
 """The `lrs` command line: a thin click layer over the library; errors become one-line messages.
 
 `reshard.cli.base` holds the group and the shared helpers; each command family is a module here
-(`reshard`: reshard, verify, inspect; `prewarm`; `push`; `sample`: sample, describe, demo). This module
+(`reshard`: reshard, verify, inspect; `prewarm`; `push`; `sample`: sample, describe, demo; `train`). This module
 adds them to the group, so the commands depend on `base` and nothing depends on a command.
 """
 
@@ -24,6 +24,7 @@ from reshard.cli.prewarm import prewarm_command
 from reshard.cli.push import push_command
 from reshard.cli.reshard import doctor_cmd, inspect_cmd, reshard_cmd, verify_cmd
 from reshard.cli.sample import demo, describe_cmd, sample
+from reshard.cli.train import train_cmd
 
 __all__ = ["EXIT_CHECK_FAILED", "EXIT_ERROR", "cli", "handle_errors", "main", "quiet_requested"]
 
@@ -37,6 +38,7 @@ for _command in (
     sample,
     describe_cmd,
     demo,
+    train_cmd,
 ):
     cli.add_command(_command)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -46,6 +47,34 @@ def handle_errors(fn: F) -> F:
             raise LrsClickError(redact(str(exc))) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
+
+
+class ByteSize(click.ParamType):
+    """A byte count with the units' true meanings: `50GB` is 50 x 1000^3 bytes, `50GiB` 50 x 1024^3;
+    a bare letter (`50G`, `500M`) is binary, as `du -h` and `ls -h` print sizes; `1048576` is bytes."""
+
+    name = "SIZE"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            count = value
+        else:
+            match = _SIZE.match(str(value))
+            count = 0
+            if match:
+                decimal = (match[3] or "").lower() == "b" and match[2] != ""
+                count = int(float(match[1]) * (1000 if decimal else 1024) ** _UNITS[match[2].lower()])
+        if count < 1:
+            self.fail(
+                f"Invalid size ({value}). Expected a positive byte count like 50GiB, 50GB, 500M or 1048576.",
+                param,
+                ctx,
+            )
+        return count
 
 
 class LocalDir(click.Path):

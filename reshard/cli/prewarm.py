@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,13 +16,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cache.checks import index_range
-from reshard.cli.base import LocalDir, dry_run_option, handle_errors, quiet_option, quiet_requested
+from reshard.cli.base import ByteSize, LocalDir, dry_run_option, handle_errors, quiet_option, quiet_requested
 
 if TYPE_CHECKING:
     from reader.prewarm import Plan
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?b)?\s*$", re.IGNORECASE)
-_UNITS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 _SHOWN_FILES = 10
 
 
@@ -69,30 +66,6 @@ class IndexList(CommaList):
         super().__init__(
             "LIST", index_range, what="list", expected="integers and ranges like 0,3,7 or 0-99,120"
         )
-
-
-class ByteSize(click.ParamType):
-    """A byte count with the units' true meanings: `50GB` is 50 x 1000^3 bytes, `50GiB` 50 x 1024^3;
-    a bare letter (`50G`, `500M`) is binary, as `du -h` and `ls -h` print sizes; `1048576` is bytes."""
-
-    name = "SIZE"
-
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            count = value
-        else:
-            match = _SIZE.match(str(value))
-            count = 0
-            if match:
-                decimal = (match[3] or "").lower() == "b" and match[2] != ""
-                count = int(float(match[1]) * (1000 if decimal else 1024) ** _UNITS[match[2].lower()])
-        if count < 1:
-            self.fail(
-                f"Invalid size ({value}). Expected a positive byte count like 50GiB, 50GB, 500M or 1048576.",
-                param,
-                ctx,
-            )
-        return count
 
 
 @dataclass(frozen=True)
