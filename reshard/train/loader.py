@@ -84,7 +84,10 @@ class TrainLoader:
             persistent_workers=persistent_workers and workers,
             multiprocessing_context=multiprocessing_context if workers else None,
         )
-        self.record = Path(record_dir) / f"rank{stream.rank}.jsonl" if record_dir is not None else None
+        self.record: Path | None = None
+        if record_dir is not None:
+            Path(record_dir).mkdir(parents=True, exist_ok=True)
+            self.record = Path(record_dir) / f"rank{stream.rank}.jsonl"
 
     @classmethod
     def like(cls, loader: DataLoader) -> TrainLoader:
