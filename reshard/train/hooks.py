@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -40,7 +41,10 @@ from reshard.train.options import StreamOptions, imagenet_stats, settings_of, st
 from reshard.train.resume import STATE_FILE, SavedStream, Topology, read_saved, resume_state, write_saved
 
 INSTALL = "pip install 'lerobot[training]==0.6.1'"
-SUPPORTED = "0.6."
+# What `run` replaces in lerobot's training module (looked up there when train() runs).
+REPLACED = ("make_train_eval_datasets", "save_checkpoint")
+
+log = logging.getLogger(__name__)
 
 
 class MissingLerobot(LrsError, ImportError):
@@ -56,12 +60,18 @@ def import_lerobot_train() -> Any:
     try:
         module = importlib.import_module("lerobot.scripts.lerobot_train")
         importlib.import_module("accelerate")
-        return module
     except ImportError as exc:
         raise MissingLerobot(
             f"lrs train needs lerobot's trainer ({exc}). Install it in this environment: {INSTALL} "
             "(Python 3.12)."
         ) from None
+    missing = [name for name in (*REPLACED, "train") if not hasattr(module, name)]
+    if missing:
+        version = getattr(importlib.import_module("lerobot"), "__version__", "?")
+        raise MissingLerobot(
+            f"Invalid lerobot ({version}: its trainer has no {', '.join(missing)}). Expected lerobot 0.6: {INSTALL}."
+        )
+    return module
 
 
 class Session:
@@ -70,7 +80,6 @@ class Session:
     def __init__(self, options: StreamOptions) -> None:
         self.options = options
         self.loader: TrainLoader | None = None
-        self.resumed: dict[str, Any] | None = None
 
     def make_datasets(self, cfg: Any) -> tuple[EpisodeStream, None]:
         """lerobot's `make_train_eval_datasets(cfg)`, with a stream for the train set and no eval set."""
@@ -122,7 +131,8 @@ class Session:
         )
         if state is not None:
             stream.load_state_dict(state)
-        self.resumed = state
+            batches = stream.pending_batches(cfg.num_workers)
+            log.info("lrs: step %d resumes the data at epoch %d, batch %d", step, stream.epoch, batches)
 
     def save_checkpoint(self, original: Any) -> Any:
         """lerobot's `save_checkpoint`, then the stream's state beside its training state."""
