@@ -13,8 +13,8 @@ On an `lrs sample` dataset resharded to lrs/1, with a small ACT (random backbone
 1. `lrs train` for `--steps` steps, checkpointing halfway and at the end;
 2. `lrs train --resume=true` from the halfway checkpoint, to the same step: its batches must be the
    uninterrupted run's second half, in order (exact resume from lerobot's checkpoint);
-3. `accelerate launch --multi_gpu --num_processes 2 lrs train --policy.device=cpu` (CPU processes over
-   gloo: accelerate's `--cpu` alone starts one process without MPI) for one epoch: the two ranks' samples together
+3. `torchrun --nproc-per-node 2 lrs train --policy.device=cpu` (two CPU processes over gloo, as
+   `accelerate launch --multi_gpu` starts them) for one epoch: the two ranks' samples together
    must be every frame once (less the fewer than 2 frames an epoch drops), the same count per rank;
 4. with `--compare`, lerobot's own `lerobot-train` on the source v3 dataset, same flags and seed, for
    seconds per step, lerobot's `data_s` per step and the loss beside `lrs train`'s.
@@ -56,6 +56,7 @@ ACT = [
     f"--num_workers={WORKERS}",
     "--log_freq=1",
 ]
+TIMEOUT_S = 900  # a run that hangs (at exit, say) fails the check instead of blocking it
 LOG = re.compile(r"step:(\d+)\S* .*?loss:([\d.]+).*?updt_s:([\d.]+) data_s:([\d.]+)")
 
 
@@ -79,7 +80,12 @@ def run(name: str, cmd: list[str], work: Path, record: Path | None = None) -> di
     log = work / f"{name}.log"
     start = time.perf_counter()
     with open(log, "w") as out:
-        done = subprocess.run(cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
+        try:
+            done = subprocess.run(
+                cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT, check=False, timeout=TIMEOUT_S
+            )
+        except subprocess.TimeoutExpired:
+            raise SystemExit(f"Error: {name} ran past {TIMEOUT_S} s (log {log}).") from None
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
@@ -171,10 +177,10 @@ def check_ranks(work: Path, lrs: str, dataset: Path) -> dict[str, Any]:
     per_epoch = len(TrainLoader(stream, batch_size=BATCH, num_workers=WORKERS))
     out = work / "ranks"
     shutil.rmtree(out, ignore_errors=True)
-    # accelerate's `--cpu` starts one process unless MPI is set up; `--multi_gpu` starts torchrun's
-    # processes, and lerobot's Accelerator(cpu=True) (from --policy.device=cpu) joins them over gloo.
-    launch = [tool("accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
-    launch += ["--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29517"]
+    # torchrun (what `accelerate launch --multi_gpu` runs); lerobot's Accelerator(cpu=True), from
+    # --policy.device=cpu, joins the two processes over gloo. (accelerate's `--cpu` alone starts one
+    # process unless MPI is set up.)
+    launch = [tool("torchrun"), "--nproc-per-node", "2", "--master-port", "29517"]
     cmd = [*launch, lrs, "train", *ACT, f"--dataset.repo_id={dataset}", f"--steps={per_epoch}"]
     result = run("ranks", [*cmd, f"--output_dir={out}", "--save_checkpoint=false"], work, work / "rec-ranks")
     ranks = [
