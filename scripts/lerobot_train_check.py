@@ -56,7 +56,7 @@ ACT = [
     f"--num_workers={WORKERS}",
     "--log_freq=1",
 ]
-TIMEOUT_S = 900  # a run that hangs (at exit, say) fails the check instead of blocking it
+TIMEOUT_S = 1800  # a run that hangs (at exit, say) fails the check instead of blocking it
 LOG = re.compile(r"step:(\d+)\S* .*?loss:([\d.]+).*?updt_s:([\d.]+) data_s:([\d.]+)")
 
 
