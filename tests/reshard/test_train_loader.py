@@ -68,6 +68,17 @@ def test_a_saved_state_resumes_at_the_exact_next_batch(sample_resharded_ds: Path
     assert before + after == whole
 
 
+def test_a_state_resumes_on_another_batch_size_and_worker_count(sample_resharded_ds: Path) -> None:
+    first = train_loader(sample_resharded_ds)
+    before = [i for batch in cycled(first, 5) for i in batch]
+    stream = stream_of(sample_resharded_ds)
+    stream.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    second = TrainLoader(stream, batch_size=3, num_workers=1, persistent_workers=True)
+    rest = [i for batch in second for i in batch["index"].tolist()]  # the rest of epoch 0
+    assert sorted(before + rest) == list(range(sum(stream.lengths)))  # every frame of the epoch once
+    assert second.state_dict()["epoch"] == 0 and "before" in second.state_dict()
+
+
 def test_the_record_is_what_the_trainer_received(
     sample_resharded_ds: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
