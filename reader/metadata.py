@@ -12,7 +12,10 @@ offers the same names with the same values:
   recorded in `info.depth_unit` to the stream's `depth_output_unit` (lerobot's `rescale_depth_stats`:
   every statistic but `count`);
 - `tasks`: lerobot's pandas DataFrame (index `task`, column `task_index`), built on first use (pandas
-  is imported then, as lerobot has it); `task_names` gives the strings by task index without pandas.
+  is imported then, as lerobot has it); `task_names` gives the strings by task index without pandas;
+- `episodes`: the columns of lerobot's episodes table that its trainer reads (`episode_index`, `length`,
+  `dataset_from_index`, `dataset_to_index`, numpy arrays by episode index; None for a mixture), and
+  `has_language_columns` (lerobot's test for its language-aware collate).
 
 Importing this module loads neither torch nor pandas.
 """
@@ -30,6 +33,22 @@ import numpy as np
 from reader.depth import MM_PER_METRE, DepthUnit, check_unit, is_depth
 from reader.errors import DatasetError
 from reader.format.v3 import STATS_PATH, Info
+
+# lerobot's `LANGUAGE_COLUMNS` (lerobot.datasets.language): the features its trainer collates as lists.
+LANGUAGE_COLUMNS = ("language_persistent", "language_events")
+
+
+def episode_columns(lengths: np.ndarray, from_indices: np.ndarray) -> dict[str, np.ndarray]:
+    """lerobot's episode columns from each episode's length and first row's `index` (by episode index):
+    episode `i` holds the rows `[dataset_from_index[i], dataset_to_index[i])`."""
+    length = np.asarray(lengths, dtype=np.int64)
+    start = np.asarray(from_indices, dtype=np.int64)
+    return {
+        "episode_index": np.arange(length.size, dtype=np.int64),
+        "length": length,
+        "dataset_from_index": start,
+        "dataset_to_index": start + length,
+    }
 
 
 def stats_to_numpy(stats: Mapping[str, Any]) -> dict[str, Any]:
@@ -144,6 +163,7 @@ class DatasetMeta:
         task_names: task strings by task index.
         depth_output_unit: the unit depth features' frames and stats are given in.
         repo_id: where the dataset is (a path or URL).
+        episodes: per-episode columns by episode index (see the module docstring), or None.
     """
 
     parsed: Info = field(repr=False)
@@ -152,6 +172,7 @@ class DatasetMeta:
     depth_output_unit: DepthUnit = "mm"
     repo_id: str = ""
     sources: tuple[DatasetMeta, ...] = field(default=(), repr=False)
+    episodes: Mapping[str, np.ndarray] | None = field(default=None, repr=False)
 
     @classmethod
     def merge(cls, metas: Sequence[DatasetMeta]) -> DatasetMeta:
@@ -198,6 +219,7 @@ class DatasetMeta:
         depth_output_unit: DepthUnit = "mm",
         repo_id: str = "",
         file: str = STATS_PATH,
+        episodes: Mapping[str, np.ndarray] | None = None,
     ) -> DatasetMeta:
         """Metadata from a parsed `info.json`, the raw `meta/stats.json` (None: no stats) and the tasks.
 
@@ -222,6 +244,7 @@ class DatasetMeta:
             task_names=tuple(task_names),
             depth_output_unit=unit,
             repo_id=repo_id,
+            episodes=episodes,
         )
 
     @classmethod
@@ -259,6 +282,7 @@ class DatasetMeta:
             depth_output_unit=depth_output_unit,
             repo_id=remote.url,
             file=remote.display(STATS_PATH),
+            episodes=episode_columns(catalog.lengths, catalog.from_indices),
         )
 
     def __repr__(self) -> str:
@@ -339,6 +363,11 @@ class DatasetMeta:
         return pd.DataFrame(
             {"task_index": range(len(self.task_names))}, index=pd.Index(list(self.task_names), name="task")
         )
+
+    @property
+    def has_language_columns(self) -> bool:
+        """Whether a feature is one of lerobot's language columns (lerobot's own test, same name)."""
+        return any(key in self.features for key in LANGUAGE_COLUMNS)
 
     def get_task_index(self, task: str) -> int | None:
         """The index of a task string, or None (lerobot's name)."""

@@ -17,6 +17,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -158,6 +159,9 @@ class EpisodeStream(IterableDataset):
             storage_options=storage_options,
         )
         self.seed, self.epoch = seed, 0
+        self.delta_timestamps = (
+            {key: list(value) for key, value in delta_timestamps.items()} if delta_timestamps else None
+        )
         base = self.schedule(0)  # validates the seed
         if base.samples_per_rank == 0:
             raise ValueError(
@@ -277,6 +281,29 @@ class EpisodeStream(IterableDataset):
     def fps(self) -> int | float:
         """The dataset's fps (a mixture's first source's; `sources[i].catalog.info.fps` for each)."""
         return self.sources[0].catalog.info.fps
+
+    @property
+    def num_frames(self) -> int:
+        """Frames of the selected episodes (lerobot's `LeRobotDataset.num_frames`; a mixture's summed)."""
+        return sum(self.lengths)
+
+    @property
+    def num_episodes(self) -> int:
+        """Selected episodes (lerobot's `LeRobotDataset.num_episodes`; a mixture's summed)."""
+        return len(self.lengths)
+
+    @property
+    def repo_id(self) -> str:
+        """Where the dataset is, as given (lerobot's name; a mixture's URLs joined by ", ")."""
+        return self.meta.repo_id
+
+    @property
+    def root(self) -> Path | None:
+        """The dataset's local directory (lerobot's `root`), or None for a remote dataset or a mixture."""
+        remote = self.sources[0].catalog.remote
+        if self.mixture or not remote.is_local:
+            return None
+        return Path(remote.root)
 
     @property
     def lengths(self) -> list[int]:

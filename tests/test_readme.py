@@ -4,7 +4,8 @@ Every ```bash block's `lrs` commands and the training ```python block are extrac
 run, with only the places changed: Hub repo ids become a local `lrs sample` dataset, buckets become
 `file://` directories, `/local/lrs-cache` a temporary directory. Skipped, and why: lines on `s3://`
 (no S3 endpoint here; `tests/reshard/test_push_s3.py` covers S3 against moto), `make` (what CI runs),
-`torchrun ... train.py` (no train.py; `tests/reader/test_start_methods.py` runs torchrun), and the
+`torchrun ... train.py` (no train.py; `tests/reader/test_start_methods.py` runs torchrun), `lrs train`
+(lerobot's trainer; `tests/test_lerobot_train.py` runs those lines in lerobot's environment), and the
 lerobot ```python block (lerobot cannot live in this environment; `scripts/lerobot_policies.py` runs
 the same calls in lerobot's own).
 """
@@ -40,7 +41,7 @@ PLACES = [
     ("/data/koch-v3", "{w}/v3"),
     ("/local/lrs-cache", "{w}/cache"),
 ]
-SKIP = ("s3://", "make ", "torchrun ")
+SKIP = ("s3://", "make ", "torchrun ", "lrs train ")
 
 
 def blocks(language: str) -> list[str]:

@@ -148,6 +148,13 @@ class Catalog(OpenedDataset):
             return self.episodes.index.column("length")
         return np.array([e.length for e in self.episodes], dtype=np.int64)
 
+    @property
+    def from_indices(self) -> np.ndarray:
+        """The `index` of every episode's first row (`dataset_from_index`), by episode index."""
+        if isinstance(self.episodes, _IndexRefs):
+            return self.episodes.index.column("dataset_from_index")
+        return np.array([e.dataset_from_index for e in self.episodes], dtype=np.int64)
+
     @classmethod
     def open(cls, source: str | Remote, *, storage_options: dict[str, Any] | None = None) -> Catalog:
         """Read the metadata of the dataset at `source` (lrs/1 when it has `meta/lrs/layout.json`).

@@ -28,6 +28,7 @@ from reshard.cli.prewarm_command import prewarm_command
 from reshard.cli.push_command import push_command
 from reshard.cli.reshard_command import reshard_cmd
 from reshard.cli.sample_command import sample
+from reshard.cli.train_command import train_cmd
 from reshard.cli.verify_command import verify_cmd
 
 __all__ = ["EXIT_CHECK_FAILED", "EXIT_ERROR", "cli", "handle_errors", "main", "quiet_requested"]
@@ -42,6 +43,7 @@ for _command in (
     sample,
     describe_cmd,
     demo,
+    train_cmd,
 ):
     cli.add_command(_command)
 

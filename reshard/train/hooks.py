@@ -1,0 +1,207 @@
+"""`lrs train`: lerobot's own `lerobot-train` with an `EpisodeStream` for its dataset.
+
+lerobot is imported here only, when the command runs. `run` calls lerobot's `train()` (its parser, policy,
+processors, optimizer, scheduler, logging, checkpoints, `--resume`) with three names replaced for the
+duration of the call, each where lerobot looks it up at call time:
+
+- `lerobot.scripts.lerobot_train.make_train_eval_datasets` builds the stream (`make_datasets`): the windows
+  from lerobot's own `resolve_delta_timestamps`, its `ImageTransforms`, `use_imagenet_stats`, uint8
+  frames, and on `--resume` the stream state of the checkpoint. It sets `cfg.dataset.streaming`, so
+  lerobot's loop takes its IterableDataset branch (no sampler) and saves that in its config.
+- `accelerate.Accelerator` (which `train()` imports when it starts) becomes a subclass whose
+  `prepare_data_loader` hands back a `TrainLoader` for a DataLoader over a stream, untouched by
+  accelerate: the stream is already this rank's share, which accelerate would otherwise dispatch from
+  rank 0 or cut to every Nth batch. Other DataLoaders go to accelerate as before. Every other argument
+  lerobot gives the Accelerator (precision, CPU, DDP settings) is its own.
+- `lerobot.scripts.lerobot_train.save_checkpoint` also writes `training_state/lrs_stream.json`
+  (`reshard.train.resume`).
+
+These are the narrowest places: lerobot 0.6.1 has no dataset registry or DataLoader hook, and building
+the Accelerator ourselves (train()'s `accelerator=` argument) would copy its precision and device rules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from reader.loader_math import batches_per_epoch
+from reader.metadata import DatasetMeta
+from reader.stream import EpisodeStream
+from reshard.errors import LrsError
+from reshard.train.options import StreamOptions, imagenet_stats, settings_of, stream_kwargs
+from reshard.train.resume import STATE_FILE, SavedStream, TrainTopology, read_saved, resume_state, write_saved
+from reshard.train.train_loader import TrainLoader
+
+INSTALL = "pip install 'lerobot[training]==0.6.1'"
+# What `run` replaces in lerobot's training module (looked up there when train() runs).
+REPLACED = ("make_train_eval_datasets", "save_checkpoint")
+
+log = logging.getLogger(__name__)
+
+
+class MissingLerobot(LrsError, ImportError):
+    """`lrs train` runs lerobot's trainer, and lerobot (or accelerate) is not installed here."""
+
+
+def import_lerobot_train() -> Any:
+    """lerobot's `lerobot.scripts.lerobot_train` module.
+
+    Raises:
+        MissingLerobot: lerobot or accelerate cannot be imported (the message names the install command).
+    """
+    try:
+        module = importlib.import_module("lerobot.scripts.lerobot_train")
+        importlib.import_module("accelerate")
+    except ImportError as exc:
+        raise MissingLerobot(
+            f"lrs train needs lerobot's trainer ({exc}). Install it in this environment: {INSTALL} "
+            "(Python 3.12)."
+        ) from None
+    missing = [name for name in (*REPLACED, "train") if not hasattr(module, name)]
+    if missing:
+        version = getattr(importlib.import_module("lerobot"), "__version__", "?")
+        raise MissingLerobot(
+            f"Invalid lerobot ({version}: its trainer has no {', '.join(missing)}). Expected lerobot 0.6: {INSTALL}."
+        )
+    return module
+
+
+class Session:
+    """The state `lrs train`'s replacements share: lrs's options, and the loader it made."""
+
+    def __init__(self, options: StreamOptions) -> None:
+        self.options = options
+        self.loader: TrainLoader | None = None
+
+    def make_datasets(self, cfg: Any) -> tuple[EpisodeStream, None]:
+        """lerobot's `make_train_eval_datasets(cfg)`, with a stream for the train set and no eval set."""
+        from lerobot.datasets.factory import resolve_delta_timestamps
+        from lerobot.transforms import ImageTransforms
+        from lerobot.utils.constants import IMAGENET_STATS
+
+        kwargs = stream_kwargs(settings_of(cfg.dataset, cfg), self.options)
+        meta = DatasetMeta.open(kwargs["source"], depth_output_unit=kwargs["depth_output_unit"])
+        transforms = cfg.dataset.image_transforms
+        stream = EpisodeStream(
+            **kwargs,
+            delta_timestamps=resolve_delta_timestamps(cfg.trainable_config, meta),
+            image_transforms=ImageTransforms(transforms) if transforms.enable else None,
+        )
+        if cfg.dataset.use_imagenet_stats:
+            imagenet = {k: torch.tensor(v, dtype=torch.float32) for k, v in IMAGENET_STATS.items()}
+            imagenet_stats(stream.meta.stats, stream.meta.camera_keys, stream.meta.depth_keys, imagenet)
+        cfg.dataset.streaming = True  # lerobot's IterableDataset branch: no sampler, no shuffle
+        if cfg.resume:
+            self._resume(cfg, stream)
+        return stream, None
+
+    def _resume(self, cfg: Any, stream: EpisodeStream) -> None:
+        from lerobot.common.train_utils import (
+            load_training_batch_size,
+            load_training_num_processes,
+            load_training_step,
+        )
+        from lerobot.utils.constants import TRAINING_STATE_DIR
+
+        checkpoint = Path(cfg.checkpoint_path)
+        state_dir = checkpoint / TRAINING_STATE_DIR
+        step = load_training_step(state_dir)
+        topology = TrainTopology(cfg.batch_size, cfg.num_workers, stream.world_size)
+        saved_topology = TrainTopology(
+            load_training_batch_size(checkpoint) or cfg.batch_size,
+            cfg.num_workers,
+            load_training_num_processes(checkpoint) or stream.world_size,
+        )
+        per_epoch = batches_per_epoch(stream.schedule(cfg.num_workers).worker_samples(), cfg.batch_size)
+        state = resume_state(
+            step,
+            read_saved(state_dir),
+            saved_topology=saved_topology,
+            topology=topology,
+            batches_per_epoch=per_epoch,
+            file=str(state_dir / STATE_FILE),
+        )
+        if state is not None:
+            stream.load_state_dict(state)
+            batches = stream.pending_batches(cfg.num_workers)
+            log.info("lrs: step %d resumes the data at epoch %d, batch %d", step, stream.epoch, batches)
+
+    def save_checkpoint(self, original: Any) -> Any:
+        """lerobot's `save_checkpoint`, then the stream's state beside its training state."""
+
+        def save(checkpoint_dir: Path, step: int, *args: Any, **kwargs: Any) -> None:
+            original(checkpoint_dir, step, *args, **kwargs)
+            if self.loader is not None:
+                from lerobot.utils.constants import TRAINING_STATE_DIR
+
+                saved = SavedStream(step=step, state=self.loader.state_dict())
+                write_saved(Path(checkpoint_dir) / TRAINING_STATE_DIR, saved)
+
+        return save
+
+    def accelerator_class(self, base: type) -> type:
+        """`base` (accelerate's Accelerator) whose `prepare_data_loader` leaves a stream's DataLoader to lrs."""
+        session = self
+
+        class StreamAccelerator(base):  # type: ignore[misc, valid-type]
+            def prepare_data_loader(self, data_loader: Any, *args: Any, **kwargs: Any) -> Any:
+                if isinstance(getattr(data_loader, "dataset", None), EpisodeStream):
+                    session.loader = TrainLoader.like(data_loader)
+                    return session.loader
+                return super().prepare_data_loader(data_loader, *args, **kwargs)
+
+        return StreamAccelerator
+
+
+@contextlib.contextmanager
+def _replaced(owner: Any, name: str, value: Any) -> Iterator[None]:
+    old = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, old)
+
+
+@contextlib.contextmanager
+def _argv(argv: list[str]) -> Iterator[None]:
+    old = sys.argv
+    sys.argv = argv
+    try:
+        yield
+    finally:
+        sys.argv = old
+
+
+def run(args: Sequence[str], options: StreamOptions) -> None:
+    """Run lerobot-train with `args` (its own flags) on an `EpisodeStream` (see the module docstring).
+
+    Raises:
+        MissingLerobot: lerobot or accelerate is not installed.
+        LrsError: the dataset cannot be read, or a setting cannot be honoured (`TrainConfigError`).
+    """
+    lerobot_train = import_lerobot_train()
+    import accelerate
+
+    session = Session(options)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_argv(["lrs train", *args]))
+        stack.enter_context(_replaced(lerobot_train, "make_train_eval_datasets", session.make_datasets))
+        stack.enter_context(
+            _replaced(
+                lerobot_train, "save_checkpoint", session.save_checkpoint(lerobot_train.save_checkpoint)
+            )
+        )
+        stack.enter_context(
+            _replaced(accelerate, "Accelerator", session.accelerator_class(accelerate.Accelerator))
+        )
+        lerobot_train.register_third_party_plugins()
+        lerobot_train.train()

@@ -1,0 +1,128 @@
+"""How `lrs train` reads lerobot's dataset settings: `--dataset.*` flags to `EpisodeStream` arguments.
+
+Pure: it takes plain values (the glue in `reshard.train.lerobot` reads them off lerobot's config), so it is
+tested without lerobot. lerobot-train's own dataset settings keep their meaning where a stream has one;
+the rest is refused in one line rather than ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from reshard.errors import LrsError
+
+# The URL schemes `EpisodeStream` reads (`cache.remote.resolve`); a repo_id without one is a path or a
+# bare Hub repo id, as `lrs reshard` takes it.
+_SCHEMES = ("hf://", "s3://", "http://", "https://", "file://", "gs://", "az://")
+
+
+class TrainConfigError(LrsError):
+    """A lerobot-train setting that `lrs train` cannot honour (the message says what to do instead)."""
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """lrs's own settings for the stream, from `lrs train`'s dashed options (None: the stream's default)."""
+
+    cache_dir: str | None = None
+    cache_max_bytes: int | None = None
+    episode_pool_size: int | None = None
+    prefetch_episodes: int | None = None
+    decode_threads: int | None = None
+
+
+@dataclass(frozen=True)
+class DatasetSettings:
+    """The part of lerobot's `TrainPipelineConfig` that says what to read (`--dataset.*`, `--seed`, ...)."""
+
+    repo_id: str
+    root: str | None = None
+    repo_type: str = "dataset"
+    revision: str | None = None
+    episodes: Sequence[int] | None = None
+    depth_output_unit: str = "mm"
+    eval_split: float = 0.0
+    seed: int | None = None
+    batch_size: int = 8
+    tolerance_s: float = 1e-4
+
+
+def source_of(settings: DatasetSettings) -> str:
+    """The URL or path to stream: `--dataset.root` when given (lerobot reads the dataset there), else
+    `--dataset.repo_id`, which may be any lrs URL; `--dataset.repo_type=bucket` with a bare `owner/name`
+    names `hf://buckets/owner/name`, as lerobot's streaming reader takes it.
+
+    Raises:
+        TrainConfigError: `--dataset.revision` is given (put it in the URL: `hf://datasets/owner/name@REV`).
+    """
+    if settings.revision is not None:
+        raise TrainConfigError(
+            f"Invalid --dataset.revision ({settings.revision}). Expected the revision in the URL: "
+            f"--dataset.repo_id=hf://datasets/<owner>/<name>@{settings.revision}."
+        )
+    if settings.root:
+        return str(settings.root)
+    repo_id = settings.repo_id
+    if settings.repo_type == "bucket" and not repo_id.startswith(_SCHEMES):
+        return f"hf://buckets/{repo_id}"
+    return repo_id
+
+
+def stream_kwargs(settings: DatasetSettings, options: StreamOptions) -> dict[str, Any]:
+    """`EpisodeStream` keyword arguments for lerobot-train's dataset (without the windows and the image
+    transforms, which need lerobot's policy config): frames as uint8, as lerobot-train's own datasets
+    give them (`return_uint8=True`), normalized by its loop after the DataLoader.
+
+    Raises:
+        TrainConfigError: a setting the stream cannot honour (`--dataset.eval_split`, `--dataset.revision`).
+    """
+    if settings.eval_split:
+        raise TrainConfigError(
+            f"Invalid --dataset.eval_split ({settings.eval_split}). Expected 0: lrs train does not hold "
+            "out episodes yet; select them with --dataset.episodes=[...] and evaluate them separately."
+        )
+    kwargs: dict[str, Any] = {
+        "source": source_of(settings),
+        "episodes": list(settings.episodes) if settings.episodes is not None else None,
+        "batch_size": settings.batch_size,
+        "seed": settings.seed if settings.seed is not None else 0,
+        "tolerance_s": settings.tolerance_s,
+        "depth_output_unit": settings.depth_output_unit,
+        "return_uint8": True,
+    }
+    for name in ("cache_dir", "cache_max_bytes", "episode_pool_size", "prefetch_episodes", "decode_threads"):
+        value = getattr(options, name)
+        if value is not None:
+            kwargs[name] = value
+    return kwargs
+
+
+def settings_of(dataset: Any, train: Any) -> DatasetSettings:
+    """`DatasetSettings` read off lerobot's `cfg.dataset` and `cfg` (any objects with those attributes)."""
+    return DatasetSettings(
+        repo_id=dataset.repo_id,
+        root=dataset.root,
+        repo_type=dataset.repo_type,
+        revision=dataset.revision,
+        episodes=dataset.episodes,
+        depth_output_unit=dataset.depth_output_unit,
+        eval_split=dataset.eval_split,
+        seed=train.seed,
+        batch_size=train.batch_size,
+        tolerance_s=train.tolerance_s,
+    )
+
+
+def imagenet_stats(
+    stats: Mapping[str, Any] | None, camera_keys: Sequence[str], depth_keys: Sequence[str], imagenet: Mapping
+) -> None:
+    """lerobot's `use_imagenet_stats`: every RGB camera's mean and std (and whatever else `imagenet` holds)
+    replaced in place by ImageNet's, depth cameras left alone; nothing without stats."""
+    if stats is None:
+        return
+    for key in camera_keys:
+        if key in depth_keys or key not in stats:
+            continue
+        stats[key] = {**stats[key], **imagenet}

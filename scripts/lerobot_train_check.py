@@ -1,0 +1,252 @@
+"""Check `lrs train` in lerobot's own environment: it trains, resumes exactly, and splits ranks right.
+
+Run with the Python of an environment holding lerobot 0.6.1 (`lerobot[training]`) and lrs (installed
+there with `pip install /path/to/lrs`, or this repository on `PYTHONPATH`); `scripts/lerobot_env.sh`
+builds one:
+
+    python scripts/lerobot_train_check.py [--workdir DIR] [--steps 20] [--compare]
+
+On an `lrs sample` dataset resharded to lrs/1, with a small ACT (random backbone, no download), batch 8,
+2 DataLoader workers, each run recording the `index` of every batch its trainer received
+(`LRS_TRAIN_RECORD`, one file per rank):
+
+1. `lrs train` for `--steps` steps, checkpointing halfway and at the end;
+2. `lrs train --resume=true` from the halfway checkpoint, to the same step: its batches must be the
+   uninterrupted run's second half, in order (exact resume from lerobot's checkpoint);
+3. `torchrun --nproc-per-node 2 lrs train --policy.device=cpu` (two CPU processes over gloo, as
+   `accelerate launch --multi_gpu` starts them) for one epoch: the two ranks' samples together
+   must be every frame once (less the fewer than 2 frames an epoch drops), the same count per rank;
+4. with `--compare`, lerobot's own `lerobot-train` on the source v3 dataset, same flags and seed, for
+   seconds per step, lerobot's `data_s` per step and the loss beside `lrs train`'s.
+
+Prints one JSON object; exits 1 if a check fails. Every run's log is kept in the work directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BATCH = 8
+WORKERS = 2
+# A small ACT so that a CPU step takes about a second: the data path is what is checked.
+ACT = [
+    "--policy.type=act",
+    "--policy.device=cpu",
+    "--policy.push_to_hub=false",
+    "--policy.pretrained_backbone_weights=null",
+    "--policy.chunk_size=10",
+    "--policy.n_action_steps=10",
+    "--policy.dim_model=64",
+    "--policy.n_heads=2",
+    "--policy.dim_feedforward=128",
+    "--policy.n_encoder_layers=1",
+    "--policy.n_decoder_layers=1",
+    "--wandb.enable=false",
+    f"--batch_size={BATCH}",
+    f"--num_workers={WORKERS}",
+    "--log_freq=1",
+]
+TIMEOUT_S = 1800  # a run that hangs (at exit, say) fails the check instead of blocking it
+LOG = re.compile(r"step:(\d+)\S* .*?loss:([\d.]+).*?updt_s:([\d.]+) data_s:([\d.]+)")
+
+
+def tool(name: str) -> str:
+    """A console script of this environment (`lrs`, `accelerate`, `lerobot-train`)."""
+    path = Path(sys.executable).with_name(name)
+    if not path.exists():
+        raise SystemExit(
+            f"Error: no {name} beside {sys.executable}. Expected lerobot[training] and lrs installed."
+        )
+    return str(path)
+
+
+def run(name: str, cmd: list[str], work: Path, record: Path | None = None) -> dict[str, Any]:
+    """Run `cmd`, its output in `work/<name>.log`; the steps lerobot logged (loss, updt_s, data_s)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env.pop("LRS_TRAIN_RECORD", None)
+    if record is not None:
+        record.mkdir(parents=True, exist_ok=True)
+        env["LRS_TRAIN_RECORD"] = str(record)
+    log = work / f"{name}.log"
+    start = time.perf_counter()
+    with open(log, "w") as out:
+        try:
+            done = subprocess.run(
+                cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT, check=False, timeout=TIMEOUT_S
+            )
+        except subprocess.TimeoutExpired:
+            raise SystemExit(f"Error: {name} ran past {TIMEOUT_S} s (log {log}).") from None
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
+        raise SystemExit(f"Error: {name} exited {done.returncode} (log {log}):\n{tail}")
+    steps = [tuple(float(x) for x in m.groups()) for m in LOG.finditer(log.read_text())]
+    return {"seconds": round(seconds, 1), "steps": steps}
+
+
+def batches(record: Path, rank: int = 0) -> list[dict[str, Any]]:
+    path = record / f"rank{rank}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def summary(steps: list[tuple[float, ...]]) -> dict[str, Any]:
+    """First and last loss, and mean seconds per step of training and of waiting for data (lerobot's
+    `updt_s` and `data_s`), the first step left out (start-up)."""
+    rest = steps[1:] or steps
+    return {
+        "loss_first": steps[0][1] if steps else None,
+        "loss_last": steps[-1][1] if steps else None,
+        "update_s": round(sum(s[2] for s in rest) / max(1, len(rest)), 3),
+        "data_s": round(sum(s[3] for s in rest) / max(1, len(rest)), 3),
+    }
+
+
+def make_dataset(work: Path, lrs: str) -> tuple[Path, Path]:
+    source, out = work / "v3", work / "lrs1"
+    if not (out / "meta" / "lrs").is_dir():
+        shutil.rmtree(source, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+        sample = [
+            lrs,
+            "-q",
+            "sample",
+            str(source),
+            "--num-episodes",
+            "6",
+            "--min-length",
+            "12",
+            "--max-length",
+            "24",
+        ]
+        subprocess.run(sample, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [lrs, "-q", "reshard", str(source), "--out", str(out)], check=True, stdout=subprocess.DEVNULL
+        )
+    return source, out
+
+
+def frames_of(dataset: Path) -> int:
+    return json.loads((dataset / "meta" / "info.json").read_text())["total_frames"]
+
+
+def check_resume(work: Path, lrs: str, dataset: Path, steps: int) -> dict[str, Any]:
+    """Steps 1 and 2: an uninterrupted run, then a resume from its halfway checkpoint."""
+    half = steps // 2
+    out = work / "single"
+    shutil.rmtree(out, ignore_errors=True)
+    common = [*ACT, f"--dataset.repo_id={dataset}", f"--save_freq={half}"]
+    whole = run(
+        "train", [lrs, "train", *common, f"--steps={steps}", f"--output_dir={out}"], work, work / "rec-train"
+    )
+    config = out / "checkpoints" / f"{half:06d}" / "pretrained_model" / "train_config.json"
+    resumed = run(
+        "resume",
+        [lrs, "train", f"--config_path={config}", "--resume=true", f"--steps={steps}"],
+        work,
+        work / "rec-resume",
+    )
+    first = [b["index"] for b in batches(work / "rec-train")]
+    second = [b["index"] for b in batches(work / "rec-resume")]
+    return {
+        "steps": steps,
+        "seconds": whole["seconds"],
+        **summary(whole["steps"]),
+        "resumed_at_step": half,
+        "resume_exact": len(first) == steps and second == first[half:],
+        "resumed_batches": len(second),
+        "resumed_seconds": resumed["seconds"],
+    }
+
+
+def check_ranks(work: Path, lrs: str, dataset: Path) -> dict[str, Any]:
+    """Step 3: two CPU processes under accelerate, one epoch, every frame once across the ranks."""
+    from reader import EpisodeStream
+    from reshard.train.train_loader import TrainLoader
+
+    stream = EpisodeStream(str(dataset), batch_size=BATCH, rank=0, world_size=2, return_uint8=True)
+    per_epoch = len(TrainLoader(stream, batch_size=BATCH, num_workers=WORKERS))
+    out = work / "ranks"
+    shutil.rmtree(out, ignore_errors=True)
+    # torchrun (what `accelerate launch --multi_gpu` runs); lerobot's Accelerator(cpu=True), from
+    # --policy.device=cpu, joins the two processes over gloo. (accelerate's `--cpu` alone starts one
+    # process unless MPI is set up.)
+    launch = [tool("torchrun"), "--nproc-per-node", "2", "--master-port", "29517"]
+    cmd = [*launch, lrs, "train", *ACT, f"--dataset.repo_id={dataset}", f"--steps={per_epoch}"]
+    result = run("ranks", [*cmd, f"--output_dir={out}", "--save_checkpoint=false"], work, work / "rec-ranks")
+    ranks = [
+        [i for b in batches(work / "rec-ranks", r) if b["epoch"] == 0 for i in b["index"]] for r in (0, 1)
+    ]
+    union = ranks[0] + ranks[1]
+    frames = frames_of(dataset)
+    return {
+        "processes": 2,
+        "steps": per_epoch,
+        "seconds": result["seconds"],
+        "samples_per_rank": [len(r) for r in ranks],
+        "frames": frames,
+        "every_frame_once": len(set(union)) == len(union)
+        and frames - len(union) < 2
+        and set(union) <= set(range(frames)),
+        "equal_ranks": len(ranks[0]) == len(ranks[1]),
+    }
+
+
+def compare(work: Path, lrs: str, source: Path, dataset: Path, steps: int) -> dict[str, Any]:
+    """Step 4: lerobot-train on the source and lrs train on its reshard, same flags, one after the other."""
+    out = {}
+    for name, cmd in (
+        (
+            "lerobot-train",
+            [tool("lerobot-train"), "--dataset.repo_id=local/sample", f"--dataset.root={source}"],
+        ),
+        ("lrs-train", [lrs, "train", f"--dataset.repo_id={dataset}"]),
+    ):
+        target = work / f"compare-{name}"
+        shutil.rmtree(target, ignore_errors=True)
+        full = [*cmd, *ACT, f"--steps={steps}", f"--output_dir={target}", "--save_checkpoint=false"]
+        result = run(name, full, work)
+        out[name] = {"seconds": result["seconds"], "steps": steps, **summary(result["steps"])}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", type=Path, help="Keep the files here (default: a temporary directory).")
+    parser.add_argument("--steps", type=int, default=20, help="Steps of the single-process run (even).")
+    parser.add_argument("--compare", action="store_true", help="Also run lerobot-train for comparison.")
+    args = parser.parse_args()
+
+    import lerobot
+
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="lrs-train-check-"))
+    work.mkdir(parents=True, exist_ok=True)
+    lrs = tool("lrs")
+    source, dataset = make_dataset(work, lrs)
+    report: dict[str, Any] = {
+        "lerobot": lerobot.__version__,
+        "workdir": str(work),
+        "python": sys.version.split()[0],
+    }
+    report["single"] = check_resume(work, lrs, dataset, args.steps)
+    report["two_ranks"] = check_ranks(work, lrs, dataset)
+    if args.compare:
+        report["compare"] = compare(work, lrs, source, dataset, args.steps)
+    ok = report["single"]["resume_exact"] and report["two_ranks"]["every_frame_once"]
+    ok = ok and report["two_ranks"]["equal_ranks"]
+    report["ok"] = bool(ok)
+    print(json.dumps(report))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""What lerobot-train iterates under `lrs train` (`reshard.train.train_loader.TrainLoader`), without lerobot:
+epochs that reach persistent workers, exact resume across an epoch's end, the per-rank record; and the
+attributes lerobot-train reads on the dataset and its `meta`."""
+
+from __future__ import annotations
+
+import json
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import pytest
+from torch.utils.data import DataLoader
+
+from reader import EpisodeStream, ResumableLoader
+from reader.format.catalog import Catalog
+from reshard.train.train_loader import RECORD_ENV, TrainLoader
+
+BATCH = 8
+
+
+def stream_of(url: Path, **kwargs: object) -> EpisodeStream:
+    return EpisodeStream(url, batch_size=BATCH, seed=3, return_uint8=True, **kwargs)  # type: ignore[arg-type]
+
+
+def train_loader(url: Path, state: dict | None = None, workers: int = 2) -> TrainLoader:
+    stream = stream_of(url)
+    if state is not None:
+        stream.load_state_dict(state)
+    return TrainLoader(stream, batch_size=BATCH, num_workers=workers, persistent_workers=workers > 0)
+
+
+def cycled(loader: TrainLoader, batches: int) -> list[list[int]]:
+    """`batches` batches as lerobot's `cycle(dataloader)` draws them (a new `iter()` at each epoch's end)."""
+
+    def forever():
+        while True:
+            yield from loader
+
+    return [b["index"].tolist() for b in islice(forever(), batches)]
+
+
+def test_persistent_workers_stream_each_epoch_in_its_own_order(sample_resharded_ds: Path) -> None:
+    loader = train_loader(sample_resharded_ds)
+    per_epoch = len(loader)
+    got = cycled(loader, 2 * per_epoch)
+    frames = sum(stream_of(sample_resharded_ds).lengths)
+    for epoch in range(2):
+        flat = [i for batch in got[epoch * per_epoch : (epoch + 1) * per_epoch] for i in batch]
+        assert sorted(flat) == list(range(frames))  # every frame once
+        reference = stream_of(sample_resharded_ds)
+        reference.set_epoch(epoch)
+        plain = ResumableLoader(DataLoader(reference, batch_size=BATCH, num_workers=2))
+        assert got[epoch * per_epoch : (epoch + 1) * per_epoch] == [b["index"].tolist() for b in plain]
+    assert got[:per_epoch] != got[per_epoch:]
+
+
+@pytest.mark.parametrize("cut", [5, "end", "end+3"], ids=["mid-epoch", "epoch-end", "next-epoch"])
+def test_a_saved_state_resumes_at_the_exact_next_batch(sample_resharded_ds: Path, cut: int | str) -> None:
+    first = train_loader(sample_resharded_ds)
+    per_epoch = len(first)
+    at = {"end": per_epoch, "end+3": per_epoch + 3}.get(cut, cut)  # type: ignore[call-overload]
+    total = per_epoch + 6
+    whole = cycled(train_loader(sample_resharded_ds), total)
+    before = cycled(first, at)
+    state = json.loads(json.dumps(first.state_dict()))  # what lrs_stream.json holds
+    after = cycled(train_loader(sample_resharded_ds, state), total - at)
+    assert before + after == whole
+
+
+def test_a_state_resumes_on_another_batch_size_and_worker_count(sample_resharded_ds: Path) -> None:
+    first = train_loader(sample_resharded_ds)
+    before = [i for batch in cycled(first, 5) for i in batch]
+    stream = stream_of(sample_resharded_ds)
+    stream.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    second = TrainLoader(stream, batch_size=3, num_workers=1, persistent_workers=True)
+    rest = [i for batch in second for i in batch["index"].tolist()]  # the rest of epoch 0
+    assert sorted(before + rest) == list(range(sum(stream.lengths)))  # every frame of the epoch once
+    assert second.state_dict()["epoch"] == 0 and "before" in second.state_dict()
+
+
+def test_the_record_is_what_the_trainer_received(
+    sample_resharded_ds: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(RECORD_ENV, str(tmp_path))
+    stream = stream_of(sample_resharded_ds)
+    loader = TrainLoader.like(
+        DataLoader(stream, batch_size=BATCH, num_workers=1, prefetch_factor=4, persistent_workers=True)
+    )
+    assert (loader.loader.prefetch_factor, loader.loader.persistent_workers) == (4, True)
+    got = cycled(loader, 3)
+    lines = [json.loads(line) for line in (tmp_path / "rank0.jsonl").read_text().splitlines()]
+    assert [line["index"] for line in lines] == got
+    assert {line["epoch"] for line in lines} == {0}
+
+
+def test_what_lerobot_train_reads_on_the_dataset(sample_ds: Path, sample_resharded_ds: Path) -> None:
+    for url in (sample_ds, sample_resharded_ds):
+        catalog = Catalog.open(str(url))
+        stream = stream_of(url, episodes=[1, 4], delta_timestamps={"action": [0.0, 0.1]})
+        assert stream.num_episodes == 2
+        assert stream.num_frames == int(catalog.lengths[1] + catalog.lengths[4])
+        assert stream.root == url and stream.repo_id == stream.meta.repo_id
+        assert stream.delta_timestamps == {"action": [0.0, 0.1]}
+        episodes = stream.meta.episodes
+        assert episodes is not None
+        lengths = np.asarray(catalog.lengths)
+        assert episodes["episode_index"].tolist() == list(range(len(lengths)))
+        assert episodes["length"].tolist() == lengths.tolist()
+        assert (
+            episodes["dataset_from_index"].tolist() == np.concatenate([[0], np.cumsum(lengths)[:-1]]).tolist()
+        )
+        assert (episodes["dataset_to_index"] - episodes["dataset_from_index"]).tolist() == lengths.tolist()
+        assert stream.meta.has_language_columns is False
+    assert stream_of(f"file://{sample_resharded_ds}").root == sample_resharded_ds  # on this machine's disk
