@@ -717,6 +717,18 @@ def ratios(case: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def comparisons(cases: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The ratios against lerobot and lerobot-lancedb, within a transport, and the labelled
+    float32-baseline ones; none without a lerobot case."""
+    if not any(c.get("settings", {}).get("kind") == "lerobot" for c in cases.values()):
+        return {}
+    return {
+        "vs_lerobot_same_transport": same_transport_ratios(cases, "lerobot"),
+        "vs_lancedb_same_transport": same_transport_ratios(cases, "lancedb"),
+        "float32_baseline_uint8_vs_lerobot_float32": float32_baseline_ratios(cases),
+    }
+
+
 def float32_baseline_ratios(cases: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The README's former baseline, labelled: uint8 cases against lerobot at its float32 class defaults
     (a ratio across transports, kept only to compare with older figures)."""
@@ -879,12 +891,14 @@ def main() -> None:
             first = cases[names[0]]["samples_per_s"]
             results = {
                 "rounds": rounds,
+                "transports": {n: c.get("transport") for n, c in cases.items()},
                 "cases": cases,
                 f"vs_{names[0]}": {n: c["samples_per_s"] / first for n, c in cases.items()},
+                **comparisons(cases),
             }
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(results, indent=2))
-            print(json.dumps({k: v for k, v in results.items() if k != "cases"}, indent=2))
+            print(json.dumps({**summary(results), f"vs_{names[0]}": results[f"vs_{names[0]}"]}, indent=2))
             return
         cases, rounds = run_cases(planned, args.repeat)
     decode = cases["decode-only"]["samples_per_s"]
@@ -923,11 +937,8 @@ def main() -> None:
         "cases": cases,
         "vs_decode_plus_loader": {n: c["samples_per_s"] / floor(n) for n, c in readers.items()},
         "mixing": mixing_table(lrs, args),
+        **comparisons(cases),
     }
-    if any(c.get("settings", {}).get("kind") == "lerobot" for c in cases.values()):
-        results["vs_lerobot_same_transport"] = same_transport_ratios(cases, "lerobot")
-        results["vs_lancedb_same_transport"] = same_transport_ratios(cases, "lancedb")
-        results["float32_baseline_uint8_vs_lerobot_float32"] = float32_baseline_ratios(cases)
     if "lrs1-hevc" in cases:
         results["hevc"] = {
             "decode_cpu_ms_per_sample_hevc_minus_av1": cases["decode-only-hevc"]["cpu_ms_per_sample"]
@@ -967,7 +978,7 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
             mode: {n: round(r["samples_per_s"], 2) for n, r in table.items()}
             for mode, table in results["float32_baseline_uint8_vs_lerobot_float32"].items()
         }
-    return {**out, **{k: results.get(k) for k in ("vs_decode_plus_loader", "mixing", "hevc")}}
+    return {**out, **{k: results[k] for k in ("vs_decode_plus_loader", "mixing", "hevc") if k in results}}
 
 
 def mixing_table(lrs: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
