@@ -24,6 +24,7 @@ prefetch depths and decode threads (how the defaults were chosen).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import multiprocessing
 import os
@@ -220,7 +221,8 @@ def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
         )
         timing = _iterate(loader, began, stream.meta.camera_keys)
         stats = [reports.get(timeout=60) for _ in range(max(1, case["workers"]))]
-        del loader  # joins the (persistent) workers, so that their CPU time is counted
+        del loader
+        join_workers()
         cpu = _cpu_seconds() - cpu
         samples = sum(s["samples"] for s in stats)
         fetched = aggregate_stats(cache_dir).bytes_fetched
@@ -250,6 +252,17 @@ class Reporting(IterableDataset):
     def __iter__(self):  # type: ignore[no-untyped-def]
         yield from self.stream
         self.reports.put(self.stream.stats().to_dict())
+
+
+def join_workers(timeout_s: float = 120.0) -> None:
+    """Wait for every DataLoader worker to be reaped, so that its CPU time is counted in this process's
+    children's times: torch terminates a worker that takes more than 5 s to exit, and leaves it unreaped."""
+    gc.collect()  # a (persistent) workers' iterator kept alive by a reference cycle shuts down now
+    for child in multiprocessing.active_children():
+        child.join(timeout_s)
+    alive = multiprocessing.active_children()
+    if alive:
+        raise RuntimeError(f"DataLoader workers still running after {timeout_s} s: {alive}")
 
 
 def _cpu_seconds() -> float:
@@ -363,6 +376,7 @@ def run_loader_only_case(case: dict[str, Any]) -> dict[str, Any]:
     )
     timing = _iterate(loader, began, stream.meta.camera_keys)
     del loader
+    join_workers()
     cpu = _cpu_seconds() - cpu
     keep = ("samples", "first_batch_s", "frame_dtypes", "samples_per_s", "batch_ms_p50", "batch_ms_p95",
             "batch_ms_p99")  # fmt: skip
@@ -383,7 +397,7 @@ def _decode_loop(root: str, job: list[tuple[list[str], int]]) -> int:
 
 
 LEROBOT_SCRIPT = r"""
-import json, os, sys, time
+import gc, json, multiprocessing, os, sys, time
 import torch
 from torch.utils.data import DataLoader
 began = time.perf_counter()
@@ -430,6 +444,10 @@ def main():  # spawned DataLoader workers import this file: run only as __main__
             warm, warm_samples = now, samples
     end = time.perf_counter()
     del loader
+    gc.collect()  # see join_workers in bench_reader.py: reap every worker, so that its CPU is counted
+    for child in multiprocessing.active_children():
+        child.join(120)
+    assert not multiprocessing.active_children(), "DataLoader workers still running"
     t = os.times()
     cpu = t.user + t.system + t.children_user + t.children_system - cpu0
     gaps = sorted(1000 * (b - a) for a, b in zip(arrivals, arrivals[1:]))
