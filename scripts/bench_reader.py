@@ -1,6 +1,9 @@
 """Benchmark `EpisodeStream`: lrs/1 vs plain v3, local disk vs a loopback HTTP source with latency, against
 a decode-only limit (the same frames decoded in a tight torchcodec loop) and, when the reference venv
-exists, lerobot 0.6.1's shuffled `LeRobotDataset` through the same DataLoader settings.
+exists, lerobot 0.6.1's `LeRobotDataset` and lerobot-lancedb's `LanceDBDataset`, each at float32 (the class
+defaults) and at uint8 (`return_uint8=True`, what lerobot-train builds), all through lerobot-train's
+DataLoader settings (`prefetch_factor=4`, `persistent_workers=True`; the same batch size, workers and
+start method for every case; lerobot's `EpisodeAwareSampler` with `shuffle=True` for the map-style peers).
 
     python scripts/bench_reader.py --out bench/reader.json [--chart bench/reader.png] [--sweep]
 
@@ -8,15 +11,20 @@ Every case runs in its own subprocess while this process samples the memory of t
 (psutil: RSS and PSS summed over the tree, USS per DataLoader worker). Per case: samples/s after warm-up,
 first-batch latency (from constructing the dataset), peak memory, bytes read from the source per sample
 (HTTP cases, from the cache counters), distinct episodes per batch / batch size, and the fraction of
-samples whose video files were already local when their episode entered the pool. The cases run
-round-robin, `--repeat` rounds, and each keeps its fastest run, so that the ratios between cases are
-measured side by side on a shared machine. `--sweep` also runs the lrs/1 HTTP case over pool sizes,
+samples whose video files were already local when their episode entered the pool. Every case names
+its transport (float32 or uint8 frames) and ratios against lerobot and lerobot-lancedb are taken only
+between cases of the same transport (and frame mode); the float32-baseline ratio (uint8 cases against
+lerobot's float32 defaults) is kept apart, labelled as such. The cases run round-robin, `--repeat`
+rounds (the load average is recorded at the start and end of every round), and each keeps its fastest
+run; the ratios of every round are kept too, so that the ratios between cases are measured side by
+side on a shared machine. `--sweep` also runs the lrs/1 HTTP case over pool sizes,
 prefetch depths and decode threads (how the defaults were chosen).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import multiprocessing
 import os
@@ -43,6 +51,25 @@ MODES: dict[str, dict[str, list[float]] | None] = {
     "sarm": {"action": [float(s) for s in range(8)]},
 }
 NEAR_FRAMES = 2
+# lerobot-train's DataLoader settings (lerobot 0.6.1 `TrainPipelineConfig`), used by every case with workers.
+PREFETCH_FACTOR = 4
+PERSISTENT_WORKERS = True
+
+
+def worker_settings(workers: int, context: str | None) -> dict[str, Any]:
+    """The DataLoader's worker options, as lerobot-train sets them (none without workers)."""
+    if not workers:
+        return {}
+    return {
+        "multiprocessing_context": context,
+        "prefetch_factor": PREFETCH_FACTOR,
+        "persistent_workers": PERSISTENT_WORKERS,
+    }
+
+
+def transport(settings: dict[str, Any]) -> str:
+    """How a case's frames cross from the workers to the trainer."""
+    return "uint8" if settings.get("uint8") else "float32"
 
 
 def mixing(batches: list[list[tuple[int, int]]]) -> dict[str, float]:
@@ -190,11 +217,12 @@ def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
             batch_size=case["batch_size"],
             num_workers=case["workers"],
             collate_fn=collate if case.get("collate") else None,
-            multiprocessing_context=case.get("context") if case["workers"] else None,
+            **worker_settings(case["workers"], case.get("context")),
         )
-        timing = _iterate(loader, began, case["batch_size"])
+        timing = _iterate(loader, began, stream.meta.camera_keys)
         stats = [reports.get(timeout=60) for _ in range(max(1, case["workers"]))]
-        del loader  # joins the workers, so that their CPU time is counted
+        del loader
+        join_workers()
         cpu = _cpu_seconds() - cpu
         samples = sum(s["samples"] for s in stats)
         fetched = sum_cache_stats(cache_dir).bytes_fetched
@@ -226,14 +254,26 @@ class Reporting(IterableDataset):
         self.reports.put(self.stream.stats().to_dict())
 
 
+def join_workers(timeout_s: float = 120.0) -> None:
+    """Wait for every DataLoader worker to be reaped, so that its CPU time is counted in this process's
+    children's times: torch terminates a worker that takes more than 5 s to exit, and leaves it unreaped."""
+    gc.collect()  # a (persistent) workers' iterator kept alive by a reference cycle shuts down now
+    for child in multiprocessing.active_children():
+        child.join(timeout_s)
+    alive = multiprocessing.active_children()
+    if alive:
+        raise RuntimeError(f"DataLoader workers still running after {timeout_s} s: {alive}")
+
+
 def _cpu_seconds() -> float:
     """CPU time of this process and of its children that have been waited for."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
 
 
-def _iterate(loader: Any, began: float, batch_size: int) -> dict[str, Any]:
+def _iterate(loader: Any, began: float, cameras: list[str]) -> dict[str, Any]:
     first = warm = None
+    dtypes: list[str] = []
     samples = warm_samples = 0
     arrivals, batches = [], []
     for i, batch in enumerate(loader):
@@ -243,6 +283,7 @@ def _iterate(loader: Any, began: float, batch_size: int) -> dict[str, Any]:
         samples += len(episodes)
         if first is None:
             first = now - began
+            dtypes = sorted({str(batch[k].dtype).removeprefix("torch.") for k in cameras})
         if i + 1 >= WARMUP_BATCHES:
             arrivals.append(now)
         if i + 1 == WARMUP_BATCHES:
@@ -254,6 +295,7 @@ def _iterate(loader: Any, began: float, batch_size: int) -> dict[str, Any]:
     return {
         "samples": samples,
         "first_batch_s": first,
+        "frame_dtypes": dtypes,
         "samples_per_s": (samples - warm_samples) / (end - warm),
         **{f"batch_ms_p{q}": gaps[min(len(gaps) - 1, len(gaps) * q // 100)] for q in (50, 95, 99)},
         **mixing(batches),
@@ -330,12 +372,14 @@ def run_loader_only_case(case: dict[str, Any]) -> dict[str, Any]:
         batch_size=case["batch_size"],
         num_workers=case["workers"],
         collate_fn=collate if case.get("collate") else None,
-        multiprocessing_context=case.get("context") if case["workers"] else None,
+        **worker_settings(case["workers"], case.get("context")),
     )
-    timing = _iterate(loader, began, case["batch_size"])
+    timing = _iterate(loader, began, stream.meta.camera_keys)
     del loader
+    join_workers()
     cpu = _cpu_seconds() - cpu
-    keep = ("samples", "first_batch_s", "samples_per_s", "batch_ms_p50", "batch_ms_p95", "batch_ms_p99")
+    keep = ("samples", "first_batch_s", "frame_dtypes", "samples_per_s", "batch_ms_p50", "batch_ms_p95",
+            "batch_ms_p99")  # fmt: skip
     return {**{k: timing[k] for k in keep}, "cpu_ms_per_sample": 1000 * cpu / timing["samples"]}
 
 
@@ -353,13 +397,14 @@ def _decode_loop(root: str, job: list[tuple[list[str], int]]) -> int:
 
 
 LEROBOT_SCRIPT = r"""
-import json, os, sys, time
+import gc, json, multiprocessing, os, sys, time
 import torch
 from torch.utils.data import DataLoader
 began = time.perf_counter()
 
 
 def main():  # spawned DataLoader workers import this file: run only as __main__
+    from lerobot.datasets import EpisodeAwareSampler
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
     root, batch_size, workers, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     context, uint8, delta = sys.argv[5], sys.argv[6] == "uint8", json.loads(sys.argv[7])
@@ -373,9 +418,15 @@ def main():  # spawned DataLoader workers import this file: run only as __main__
         ds = LeRobotDataset("local/bench", root=root, video_backend="torchcodec", return_uint8=uint8,
                             delta_timestamps=delta)
     opened = time.perf_counter() - began
-    loader = DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
-                        multiprocessing_context=context if workers else None,
-                        generator=torch.Generator().manual_seed(0))
+    # As lerobot-train 0.6.1 builds it (lerobot_train.py, _dataloader_worker_kwargs): the shuffled
+    # EpisodeAwareSampler, prefetch 4, persistent workers, pin_memory only on CUDA, no drop_last.
+    sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
+                                  episode_indices_to_use=ds.episodes, shuffle=True, seed=0,
+                                  absolute_to_relative_idx=ds.absolute_to_relative_idx)
+    workers_kw = ({"prefetch_factor": %(prefetch)d, "persistent_workers": %(persistent)s,
+                   "multiprocessing_context": context} if workers else {})
+    loader = DataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=workers, drop_last=False,
+                        **workers_kw)
     first = warm = None
     samples = warm_samples = 0
     arrivals, batches = [], []
@@ -383,17 +434,24 @@ def main():  # spawned DataLoader workers import this file: run only as __main__
         now = time.perf_counter()
         batches.append(list(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist())))
         samples += len(batches[-1])
-        first = now - began if first is None else first
+        if first is None:
+            first = now - began
+            dtypes = sorted({str(v.dtype).removeprefix("torch.") for k, v in batch.items()
+                             if k in ds.meta.camera_keys})
         if i + 1 >= warmup:
             arrivals.append(now)
         if i + 1 == warmup:
             warm, warm_samples = now, samples
     end = time.perf_counter()
     del loader
+    gc.collect()  # see join_workers in bench_reader.py: reap every worker, so that its CPU is counted
+    for child in multiprocessing.active_children():
+        child.join(120)
+    assert not multiprocessing.active_children(), "DataLoader workers still running"
     t = os.times()
     cpu = t.user + t.system + t.children_user + t.children_system - cpu0
     gaps = sorted(1000 * (b - a) for a, b in zip(arrivals, arrivals[1:]))
-    print(json.dumps({"samples": samples, "first_batch_s": first, "open_s": opened,
+    print(json.dumps({"samples": samples, "first_batch_s": first, "open_s": opened, "frame_dtypes": dtypes,
                       "cpu_ms_per_sample": 1000 * cpu / samples,
                       "samples_per_s": (samples - warm_samples) / (end - warm),
                       **{f"batch_ms_p{q}": gaps[min(len(gaps) - 1, len(gaps) * q // 100)] for q in (50, 95, 99)},
@@ -506,34 +564,49 @@ def reader_case(
         "batch_size": args.batch_size,
         "stream": {"prefetch_episodes": args.prefetch, **stream},
     }
-    settings = {k: case[k] for k in ("collate", "uint8", "mode", "context", "workers")}
+    settings = {k: case[k] for k in ("kind", "collate", "uint8", "mode", "context", "workers")}
+    # decode-only hands nothing to a DataLoader: it has no transport.
+    settings["transport"] = None if kind == "decode-only" else transport(settings)
     return Case(
         [sys.executable, __file__, "--run-case", json.dumps(case)], settings={**settings, **case["stream"]}
     )
 
 
-def lerobot_case(
-    v3: Path, script: Path, args: argparse.Namespace, *, mode: str, uint8: bool = False
-) -> Case | None:
-    """lerobot's shuffled LeRobotDataset (map-style, its defaults: float32 frames) in the reference venv
-    (`lerobot-reference.sh` builds it), through the same DataLoader settings; None when that venv is
-    absent (never built from here: it is 5 GB)."""
+def lerobot_case(v3: Path, script: Path, args: argparse.Namespace, *, mode: str, uint8: bool) -> Case | None:
+    """lerobot's shuffled LeRobotDataset (map-style; float32 frames, its class default, or uint8 with
+    `return_uint8=True`, as lerobot-train builds it) in the reference venv (`lerobot-reference.sh`
+    builds it), through lerobot-train's DataLoader settings; None when that venv is absent (never built
+    from here: it is 5 GB)."""
     python = args.lerobot_python or Path(os.environ.get("LEROBOT_VENV", "/tmp/lerobot-venv")) / "bin/python"
     if not Path(python).exists():
         print(f"no lerobot reference venv at {python}: skipping the lerobot case", file=sys.stderr)
         return None
-    script.write_text(LEROBOT_SCRIPT)
+    script.write_text(LEROBOT_SCRIPT % {"prefetch": PREFETCH_FACTOR, "persistent": PERSISTENT_WORKERS})
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
     argv = [str(python), str(script), str(v3), str(args.batch_size), str(args.workers), str(WARMUP_BATCHES),
             args.context, "uint8" if uint8 else "float32", json.dumps(MODES[mode]), "lerobot"]  # fmt: skip
-    return Case(argv, env=env, optional=True, settings={"mode": mode, "uint8": uint8})
+    return Case(argv, env=env, optional=True, settings=peer_settings("lerobot", args, mode, uint8))
 
 
-def lancedb_case(v3: Path, script: Path, args: argparse.Namespace, *, mode: str) -> Case | None:
-    """lerobot-lancedb 0.3.1's LanceDBDataset (the closest peer: map-style, shuffled, its float32
-    defaults) over its own conversion of the v3 sample, made once per workdir with its converter, in
-    the lerobot reference venv (`pip install lerobot-lancedb==0.3.1` there); None when it is absent."""
-    lerobot = lerobot_case(v3, script, args, mode=mode)
+def peer_settings(kind: str, args: argparse.Namespace, mode: str, uint8: bool) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "mode": mode,
+        "uint8": uint8,
+        "transport": transport({"uint8": uint8}),
+        "context": args.context,
+        "workers": args.workers,
+        "prefetch_factor": PREFETCH_FACTOR,
+        "persistent_workers": PERSISTENT_WORKERS,
+    }
+
+
+def lancedb_case(v3: Path, script: Path, args: argparse.Namespace, *, mode: str, uint8: bool) -> Case | None:
+    """lerobot-lancedb 0.3.1's LanceDBDataset (the closest peer: map-style, shuffled; float32 frames, its
+    default, or uint8 with its `return_uint8=True`) over its own conversion of the v3 sample, made once
+    per workdir with its converter, in the lerobot reference venv (`pip install lerobot-lancedb==0.3.1`
+    there); None when it is absent."""
+    lerobot = lerobot_case(v3, script, args, mode=mode, uint8=uint8)
     if lerobot is None:
         return None
     python, env = lerobot.argv[0], lerobot.env
@@ -550,24 +623,46 @@ def lancedb_case(v3: Path, script: Path, args: argparse.Namespace, *, mode: str)
             print(f"no lerobot-lancedb case: {done.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
             return None
     argv = [*lerobot.argv[:2], str(lance), *lerobot.argv[3:-1], "lancedb"]
-    return Case(argv, env=env, optional=True, settings={"mode": mode, "uint8": False})
+    return Case(argv, env=env, optional=True, settings=peer_settings("lancedb", args, mode, uint8))
 
 
-def run_cases(cases: dict[str, Case], repeat: int) -> dict[str, dict[str, Any]]:
+def peer_cases(v3: Path, script: Path, args: argparse.Namespace, mode: str) -> dict[str, Case]:
+    """lerobot and lerobot-lancedb in `mode`, float32 (unmarked, as the lrs1 cases) and uint8; none when
+    the reference venv or lerobot-lancedb is absent."""
+    cases: dict[str, Case | None] = {}
+    for uint8, suffix in ((False, ""), (True, "-uint8")):
+        cases[f"lerobot-{mode}{suffix}"] = lerobot_case(v3, script, args, mode=mode, uint8=uint8)
+        if cases[f"lerobot-{mode}{suffix}"] is not None:
+            cases[f"lancedb-{mode}{suffix}"] = lancedb_case(v3, script, args, mode=mode, uint8=uint8)
+    return {name: case for name, case in cases.items() if case is not None}
+
+
+class Runs(NamedTuple):
+    """What `run_cases` measured: each case's fastest run (with all its runs), and each round's load."""
+
+    cases: dict[str, dict[str, Any]]
+    rounds: list[dict[str, Any]]
+
+
+def run_cases(cases: dict[str, Case], repeat: int) -> Runs:
     """Run every case `repeat` times, round-robin, and keep the fastest run of each.
 
     Round-robin, so that a stretch of someone else's load on this shared machine slows every case alike
     and the ratios between cases stay meaningful; the fastest run, because load only ever slows a run.
-    Every figure of a case (CPU per sample and memory too) comes from that fastest run; the samples/s
-    and CPU figures of all its runs are kept beside it.
+    Every figure of a case (CPU per sample and memory too) comes from that fastest run; the round,
+    samples/s, CPU figures and load average (1, 5, 15 min, at its start) of all its runs are kept beside
+    it, and the load average at the start and end of every round.
     """
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in cases}
     failed: set[str] = set()
+    rounds = []
     for round_ in range(1, repeat + 1):
+        began = os.getloadavg()
         for name, case in cases.items():
             if name in failed:
                 continue
             print(f"[{round_}/{repeat}] {name} ...", file=sys.stderr)
+            load = os.getloadavg()
             try:
                 result = run_child(case.argv, env=case.env)
             except RuntimeError as exc:
@@ -578,21 +673,96 @@ def run_cases(cases: dict[str, Case], repeat: int) -> dict[str, dict[str, Any]]:
                 continue
             print(
                 f"  {result['samples_per_s']:.1f} samples/s, {result['cpu_ms_per_sample']:.2f} CPU ms/sample, "
-                f"first batch {result.get('first_batch_s')}",
+                f"first batch {result.get('first_batch_s')}, load average {load[0]:.2f}",
                 file=sys.stderr,
             )
-            runs[name].append(result)
-    results = {}
-    for name, found in runs.items():
-        if not found:
+            check_transport(name, case, result)
+            runs[name].append({**result, "round": round_, "load_average": load})
+        rounds.append({"round": round_, "load_average_start": began, "load_average_end": os.getloadavg()})
+    return Runs({name: best_run(found, cases[name]) for name, found in runs.items() if found}, rounds)
+
+
+def check_transport(name: str, case: Case, result: dict[str, Any]) -> None:
+    """The frames a case handed over are of the dtype its transport names."""
+    expected = (case.settings or {}).get("transport")
+    if expected is not None and result.get("frame_dtypes") != [expected]:
+        raise SystemExit(
+            f"Invalid frames of case {name} ({result.get('frame_dtypes')}). Expected {expected} frames."
+        )
+
+
+def best_run(found: list[dict[str, Any]], case: Case) -> dict[str, Any]:
+    """A case's fastest run, with its transport, settings and a digest of all its runs."""
+    best = {k: v for k, v in max(found, key=lambda r: r["samples_per_s"]).items() if k != "load_average"}
+    keep = ("round", "samples_per_s", "cpu_ms_per_sample", "first_batch_s", "load_average")
+    best["runs"] = [{k: r.get(k) for k in keep} for r in found]
+    if case.settings is not None:
+        best["transport"] = case.settings["transport"]
+        best["settings"] = case.settings
+    return best
+
+
+def same_transport_ratios(cases: dict[str, dict[str, Any]], baseline_kind: str) -> dict[str, Any]:
+    """Per (mode, transport): every reader or peer case against the `baseline_kind` case ("lerobot" or
+    "lancedb") of the same mode and transport, from the fastest runs and round by round. Never a ratio
+    across transports."""
+    out = {}
+    for name, base in cases.items():
+        key = base.get("settings", {})
+        if key.get("kind") != baseline_kind:
             continue
-        best = dict(max(found, key=lambda r: r["samples_per_s"]))
-        best["samples_per_s_runs"] = [r["samples_per_s"] for r in found]
-        best["cpu_ms_per_sample_runs"] = [r["cpu_ms_per_sample"] for r in found]
-        if cases[name].settings is not None:
-            best["settings"] = cases[name].settings
-        results[name] = best
-    return results
+        group = f"{key['mode']}_{key['transport']}"
+        same = {
+            n: ratios(c, base)
+            for n, c in cases.items()
+            if c.get("settings", {}).get("kind") in ("reader", "lerobot", "lancedb")
+            and (c["settings"]["mode"], c["settings"]["transport"]) == (key["mode"], key["transport"])
+        }
+        out[group] = {"baseline": name, "transport": key["transport"], "cases": same}
+    return out
+
+
+def ratios(case: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """case / base: samples/s (fastest runs, then each round where both ran), CPU and memory."""
+    by_round = {r["round"]: r["samples_per_s"] for r in base.get("runs", [])}
+    return {
+        "samples_per_s": case["samples_per_s"] / base["samples_per_s"],
+        "samples_per_s_per_round": [
+            r["samples_per_s"] / by_round[r["round"]] for r in case.get("runs", []) if r["round"] in by_round
+        ],
+        "cpu": base["cpu_ms_per_sample"] / case["cpu_ms_per_sample"],
+        "pss": case["peak_tree_pss_mb"] / base["peak_tree_pss_mb"],
+    }
+
+
+def comparisons(cases: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The ratios against lerobot and lerobot-lancedb, within a transport, and the labelled
+    float32-baseline ones; none without a lerobot case."""
+    if not any(c.get("settings", {}).get("kind") == "lerobot" for c in cases.values()):
+        return {}
+    return {
+        "vs_lerobot_same_transport": same_transport_ratios(cases, "lerobot"),
+        "vs_lancedb_same_transport": same_transport_ratios(cases, "lancedb"),
+        "float32_baseline_uint8_vs_lerobot_float32": float32_baseline_ratios(cases),
+    }
+
+
+def float32_baseline_ratios(cases: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The README's former baseline, labelled: uint8 cases against lerobot at its float32 class defaults
+    (a ratio across transports, kept only to compare with older figures)."""
+    out = {}
+    for mode in MODES:
+        base = cases.get(f"lerobot-{mode}")
+        if base is None:
+            continue
+        out[mode] = {
+            n: ratios(c, base)
+            for n, c in cases.items()
+            if c.get("settings", {}).get("kind") == "reader"
+            and c["settings"]["mode"] == mode
+            and c["settings"]["transport"] == "uint8"
+        }
+    return out
 
 
 def chart(results: dict[str, Any], path: Path) -> None:
@@ -693,18 +863,11 @@ def main() -> None:
     planned: dict[str, Case] = {}
     with tempfile.TemporaryDirectory(prefix="lrs-bench-") as scratch:
         for mode in MODES:
-            # lerobot at its defaults (float32 frames), and EpisodeStream at the same settings, then
-            # with uint8 frames and `reader.collate` (convert on the GPU: x.float() / 255).
-            lerobot = (
-                None
-                if args.no_lerobot
-                else lerobot_case(v3, Path(scratch) / "lerobot_case.py", args, mode=mode)
-            )
-            if lerobot is not None:
-                planned[f"lerobot-{mode}"] = lerobot
-                lancedb = lancedb_case(v3, Path(scratch) / "lerobot_case.py", args, mode=mode)
-                if lancedb is not None:
-                    planned[f"lancedb-{mode}"] = lancedb
+            # lerobot and lerobot-lancedb at float32 (their class defaults) and at uint8 (what
+            # lerobot-train builds), and EpisodeStream at float32 and at uint8 with `reader.collate`
+            # (convert on the GPU: x.float() / 255): compared only within a transport.
+            if not args.no_lerobot:
+                planned.update(peer_cases(v3, Path(scratch) / "lerobot_case.py", args, mode))
             planned[f"lrs1-{mode}"] = reader_case(
                 lrs, args, http=False, mode=mode, uint8=False, collate=False
             )
@@ -742,17 +905,20 @@ def main() -> None:
                 raise SystemExit(
                     f"Invalid --only ({', '.join(unknown)}). Expected some of: {', '.join(planned)}."
                 )
-            cases = run_cases({n: planned[n] for n in names}, args.repeat)
+            cases, rounds = run_cases({n: planned[n] for n in names}, args.repeat)
             first = cases[names[0]]["samples_per_s"]
             results = {
+                "rounds": rounds,
+                "transports": {n: c.get("transport") for n, c in cases.items()},
                 "cases": cases,
                 f"vs_{names[0]}": {n: c["samples_per_s"] / first for n, c in cases.items()},
+                **comparisons(cases),
             }
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(results, indent=2))
-            print(json.dumps({k: v for k, v in results.items() if k != "cases"}, indent=2))
+            print(json.dumps({**summary(results), f"vs_{names[0]}": results[f"vs_{names[0]}"]}, indent=2))
             return
-        cases = run_cases(planned, args.repeat)
+        cases, rounds = run_cases(planned, args.repeat)
     decode = cases["decode-only"]["samples_per_s"]
 
     def floor(name: str) -> float:
@@ -768,7 +934,6 @@ def main() -> None:
         return 1 / (1 / decode + 1 / cases[loader]["samples_per_s"])
 
     readers = {n: c for n, c in cases.items() if n.startswith(("lrs1", "v3"))}
-    peers = {n: c for n, c in cases.items() if n.startswith("lancedb")}
     results: dict[str, Any] = {
         "settings": {
             "episodes": args.episodes,
@@ -781,25 +946,17 @@ def main() -> None:
             "context": args.context,
             "latency_ms": args.latency_ms,
             "cpus": os.cpu_count(),
+            "prefetch_factor": PREFETCH_FACTOR,
+            "persistent_workers": PERSISTENT_WORKERS,
             "load_average": os.getloadavg(),
         },  # fmt: skip
+        "rounds": rounds,
+        "transports": {n: c.get("transport") for n, c in cases.items()},
         "cases": cases,
         "vs_decode_plus_loader": {n: c["samples_per_s"] / floor(n) for n, c in readers.items()},
         "mixing": mixing_table(lrs, args),
+        **comparisons(cases),
     }
-    for mode in MODES:
-        lerobot = cases.get(f"lerobot-{mode}")
-        if lerobot is None:
-            continue
-        ours = {n: c for n, c in {**readers, **peers}.items() if f"-{mode}" in n}
-        results[f"vs_lerobot_{mode}"] = {
-            n: {
-                "samples_per_s": c["samples_per_s"] / lerobot["samples_per_s"],
-                "cpu": lerobot["cpu_ms_per_sample"] / c["cpu_ms_per_sample"],
-                "pss": c["peak_tree_pss_mb"] / lerobot["peak_tree_pss_mb"],
-            }
-            for n, c in ours.items()
-        }
     if "lrs1-hevc" in cases:
         results["hevc"] = {
             "decode_cpu_ms_per_sample_hevc_minus_av1": cases["decode-only-hevc"]["cpu_ms_per_sample"]
@@ -813,9 +970,33 @@ def main() -> None:
     args.out.write_text(json.dumps(results, indent=2))
     if args.chart:
         chart(results, args.chart)
-    keys = ("vs_decode_plus_loader", "vs_lerobot_single", "vs_lerobot_sarm", "mixing", "hevc")
-    summary = {k: results.get(k) for k in keys}
-    print(json.dumps(summary, indent=2))
+    print(json.dumps(summary(results), indent=2))
+
+
+def summary(results: dict[str, Any]) -> dict[str, Any]:
+    """What the run prints: the load of every round, samples/s ratios within a transport (fastest runs
+    and per round), the labelled float32-baseline ratios, the floors, the HEVC figures."""
+
+    def speed(table: dict[str, Any]) -> dict[str, Any]:
+        return {
+            group: {
+                "baseline": t["baseline"],
+                **{n: [round(r["samples_per_s"], 2), [round(x, 2) for x in r["samples_per_s_per_round"]]]
+                   for n, r in t["cases"].items()},
+            }
+            for group, t in table.items()
+        }  # fmt: skip
+
+    out: dict[str, Any] = {"rounds": results["rounds"]}
+    for key in ("vs_lerobot_same_transport", "vs_lancedb_same_transport"):
+        if key in results:
+            out[key + " [fastest, per round]"] = speed(results[key])
+    if "float32_baseline_uint8_vs_lerobot_float32" in results:
+        out["float32_baseline_uint8_vs_lerobot_float32 (across transports)"] = {
+            mode: {n: round(r["samples_per_s"], 2) for n, r in table.items()}
+            for mode, table in results["float32_baseline_uint8_vs_lerobot_float32"].items()
+        }
+    return {**out, **{k: results[k] for k in ("vs_decode_plus_loader", "mixing", "hevc") if k in results}}
 
 
 def mixing_table(lrs: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -841,7 +1022,7 @@ def sweep(lrs: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
         *({"prefetch_episodes": args.prefetch, "decode_threads": t} for t in (0, 1, 4)),
         *({"prefetch_episodes": args.prefetch, "decode_ahead": a} for a in (2, 32)),
     ]
-    results = run_cases(
+    results, _ = run_cases(
         {json.dumps(stream): reader_case(lrs, args, http=True, **stream) for stream in settings}, args.repeat
     )
     rows = []

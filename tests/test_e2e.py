@@ -307,15 +307,73 @@ def test_lrs_demo_exits_1_when_verify_fails(tmp_path: Path, monkeypatch: pytest.
 # --- make bench's chart -------------------------------------------------------------------------------
 
 
+def _bench_reader() -> Any:
+    spec = importlib.util.spec_from_file_location("bench_reader", ROOT / "scripts/bench_reader.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def _measured(kind: str, uint8: bool, per_round: list[float], mode: str = "single") -> dict[str, Any]:
+    runs = [{"round": r, "samples_per_s": x} for r, x in enumerate(per_round, 1)]
+    settings = {"kind": kind, "mode": mode, "transport": "uint8" if uint8 else "float32"}
+    fastest = max(per_round)
+    return {"samples_per_s": fastest, "cpu_ms_per_sample": 1000 / fastest, "peak_tree_pss_mb": 1000.0,
+            "runs": runs, "settings": settings}  # fmt: skip
+
+
+def test_the_bench_compares_cases_only_within_one_transport() -> None:
+    bench = _bench_reader()
+    cases = {
+        "lerobot-single": _measured("lerobot", False, [100.0, 200.0]),
+        "lancedb-single": _measured("lancedb", False, [150.0, 100.0]),
+        "lrs1-single": _measured("reader", False, [300.0, 400.0]),
+        "lerobot-single-uint8": _measured("lerobot", True, [200.0, 250.0]),
+        "lancedb-single-uint8": _measured("lancedb", True, [400.0]),
+        "lrs1-single-uint8-collate": _measured("reader", True, [600.0, 1000.0]),
+        "lrs1-sarm-uint8-collate": _measured("reader", True, [500.0], mode="sarm"),
+        "decode-only": _measured("decode-only", True, [2000.0]),
+    }
+    by_lerobot = bench.same_transport_ratios(cases, "lerobot")
+    assert sorted(by_lerobot) == ["single_float32", "single_uint8"]
+    uint8 = by_lerobot["single_uint8"]
+    assert (uint8["baseline"], uint8["transport"]) == ("lerobot-single-uint8", "uint8")
+    assert sorted(uint8["cases"]) == [
+        "lancedb-single-uint8",
+        "lerobot-single-uint8",
+        "lrs1-single-uint8-collate",
+    ]
+    ours = uint8["cases"]["lrs1-single-uint8-collate"]
+    assert ours["samples_per_s"] == 4.0  # fastest runs: 1000 / 250
+    assert ours["samples_per_s_per_round"] == [3.0, 4.0]  # 600 / 200, 1000 / 250
+    assert uint8["cases"]["lancedb-single-uint8"]["samples_per_s_per_round"] == [2.0]
+    assert sorted(by_lerobot["single_float32"]["cases"]) == [
+        "lancedb-single",
+        "lerobot-single",
+        "lrs1-single",
+    ]
+    by_lancedb = bench.same_transport_ratios(cases, "lancedb")
+    assert by_lancedb["single_float32"]["cases"]["lrs1-single"]["samples_per_s_per_round"] == [2.0, 4.0]
+    across = bench.float32_baseline_ratios(cases)
+    assert sorted(across["single"]) == ["lrs1-single-uint8-collate"]
+    assert across["single"]["lrs1-single-uint8-collate"]["samples_per_s"] == 5.0
+
+
+def test_the_bench_refuses_a_case_whose_frames_are_not_its_transport() -> None:
+    bench = _bench_reader()
+    case = bench.Case(argv=["x"], settings={"transport": "uint8"})
+    bench.check_transport("lerobot-single-uint8", case, {"frame_dtypes": ["uint8"]})
+    with pytest.raises(SystemExit, match=r"Invalid frames of case lerobot-single-uint8 \(\['float32'\]\)"):
+        bench.check_transport("lerobot-single-uint8", case, {"frame_dtypes": ["float32"]})
+
+
 def test_the_bench_chart_compares_cases_in_two_labelled_panels(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from matplotlib.figure import Figure
 
-    spec = importlib.util.spec_from_file_location("bench_reader", ROOT / "scripts/bench_reader.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench_reader()
     figures: list[Figure] = []
     save = Figure.savefig
     monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (figures.append(fig), save(fig, *a, **k)))
