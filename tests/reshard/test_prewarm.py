@@ -533,3 +533,60 @@ def test_a_torch_checkpoint_is_a_resume_state_and_its_pool_is_planned(
     assert result.exit_code == 2 and "Expected JSON or a torch.save checkpoint" in result.output, (
         result.output
     )
+
+
+def test_a_training_spec_file_prewarm_and_the_stream_agree(sample_resharded_ds: Path, tmp_path: Path) -> None:
+    """The spec a training job writes, `lrs prewarm --spec` and `EpisodeStream(spec)` fetch the same files:
+    prewarm fetches what a cold run of the spec downloads, and a run after it downloads nothing."""
+    spec_file, cache_dir = tmp_path / "spec.json", tmp_path / "cache"
+    with RangeServer(sample_resharded_ds) as server:
+        training = EpisodeStream(server.url, cache_dir=cache_dir, num_workers=2, **RUN)
+        spec_file.write_text(training.spec.to_json())  # what the README's training loop writes
+        result = lrs("prewarm", "--spec", str(spec_file), "--quiet")
+        assert result.exit_code == 0, result.output
+        prewarmed = downloads(server)
+        spec = ReadSpec.from_json(spec_file.read_text())
+        warm = sum(len(b["index"]) for b in DataLoader(EpisodeStream(spec), batch_size=8, num_workers=2))
+        assert downloads(server) == prewarmed  # the run after prewarm sent no data or video request
+        cold = EpisodeStream(dataclasses.replace(spec, cache_dir=str(tmp_path / "cold")))
+        assert sum(len(b["index"]) for b in DataLoader(cold, batch_size=8, num_workers=2)) == warm == 244
+        read = downloads(server)[len(prewarmed) :]
+        # A cold run reads each episode's rows by ranged reads of its data file, prewarm fetches the file whole.
+        assert set(read) == set(prewarmed) and len(set(prewarmed)) == len(prewarmed) > 0
+        # The plan, in its order (the fetch runs it on several threads): the command's and the library's agree.
+        planned = [f.request.path for f in prewarm(spec, dry_run=True, progress=False).plan.files]
+        shown = lrs("prewarm", "--spec", str(spec_file), "--dry-run").output.splitlines()[3:13]
+        assert set(planned) == set(prewarmed) and [line.split()[1] for line in shown] == planned[:10]
+
+
+def test_cli_spec_options_must_agree_with_the_file(sample_resharded_ds: Path, tmp_path: Path) -> None:
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(spec(sample_resharded_ds, tmp_path / "c", world_size=2).to_json())
+    agreeing = ["--seed", "5", "--episode-pool-size", "3", "--cache-dir", str(tmp_path / "c"), "--ranks", "1"]
+    result = lrs("prewarm", "--spec", str(spec_file), "--dry-run", *agreeing)
+    assert result.exit_code == 0, result.output
+    assert (
+        result.output.splitlines()[0]
+        == "consumers: 1 = ranks 1 (world size 2) x 1 worker(s) each; episode pool 3"
+    )
+    for args, message in [
+        (
+            ["--seed", "6"],
+            rf"Invalid --seed \(6\) with --spec {spec_file} \(5 there\)\. Expected the spec's value",
+        ),
+        (["--no-shuffle"], r"Invalid --shuffle/--no-shuffle \(False\) with --spec"),
+        (["--batch-size", "64"], r"Invalid --batch-size \(80\) with --spec"),
+        (["--world-size", "4"], r"Invalid --world-size \(4\) with --spec"),
+        ([str(tmp_path)], r"Invalid URL \(.*\) with --spec"),
+        (["--cache-dir", str(tmp_path / "other")], r"Invalid --cache-dir \(.*other\) with --spec"),
+    ]:
+        result = lrs("prewarm", "--spec", str(spec_file), "--dry-run", *args)
+        assert result.exit_code == 2 and re.search(message, result.output), (args, result.output)
+    (tmp_path / "bad.json").write_text("{}")
+    result = lrs("prewarm", "--spec", str(tmp_path / "bad.json"), "--dry-run")
+    assert result.exit_code == 2 and "Invalid read spec version (None). Expected 1." in result.output
+    result = lrs("prewarm", "--cache-dir", str(tmp_path / "c"), "--dry-run")
+    assert (
+        result.exit_code == 2
+        and "Missing argument 'URL...'. Expected the dataset(s), or --spec FILE." in result.output
+    )
