@@ -4,6 +4,7 @@
 `ResumableLoader` counts the batches a trainer consumes so that `state_dict()` can resume exactly (and
 `loader_state_of` turns a torchdata StatefulDataLoader's state into such a batch count);
 `collate` is an optional `collate_fn` that hands each batch from a worker over as one shared buffer;
+`ReadSpec` (with its `SourceSpec`s) is what a stream reads, as one JSON-able record (`stream.spec`);
 `DatasetMeta.open(url)` reads a dataset's metadata under lerobot's names (fps, features, stats) without
 a stream.
 
@@ -21,11 +22,21 @@ if TYPE_CHECKING:
     from reader.batch import collate
     from reader.loader import ResumableLoader
     from reader.metadata import DatasetMeta
+    from reader.read_spec import ReadSpec, SourceSpec
     from reader.state import loader_state_of
     from reader.stats import ReaderStats
     from reader.stream import EpisodeStream
 
-__all__ = ["DatasetMeta", "EpisodeStream", "ReaderStats", "ResumableLoader", "collate", "loader_state_of"]
+__all__ = [
+    "DatasetMeta",
+    "EpisodeStream",
+    "ReadSpec",
+    "ReaderStats",
+    "ResumableLoader",
+    "SourceSpec",
+    "collate",
+    "loader_state_of",
+]
 
 _LAZY = {
     "EpisodeStream": "reader.stream",
@@ -33,6 +44,8 @@ _LAZY = {
     "ReaderStats": "reader.stats",
     "collate": "reader.batch",
     "DatasetMeta": "reader.metadata",
+    "ReadSpec": "reader.read_spec",
+    "SourceSpec": "reader.read_spec",
     "loader_state_of": "reader.state",
 }
 

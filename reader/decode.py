@@ -21,7 +21,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import torch
@@ -31,8 +30,7 @@ from cache.arguments import check_int
 from reader.depth import DepthDecoder, open_depth_decoder
 from reader.errors import DecodeError
 from reader.frame_batch import Frames
-
-SeekMode = Literal["exact", "approximate"]
+from reader.read_spec import SeekMode, check_device_name, check_seek_mode
 
 
 @dataclass(frozen=True)
@@ -53,10 +51,8 @@ def check_device(device: str) -> str:
     Raises:
         ValueError: an unknown device, or CUDA asked for where it is unavailable.
     """
-    if device == "cpu":
+    if check_device_name(device) == "cpu":
         return device
-    if not isinstance(device, str) or not (device == "cuda" or device.startswith("cuda:")):
-        raise ValueError(f"Invalid decode_device ({device!r}). Expected 'cpu' or 'cuda[:<index>]'.")
     if not torch.cuda.is_available():
         raise ValueError(
             f"Invalid decode_device ({device!r}): CUDA is not available here (torch {torch.__version__}). "
@@ -120,8 +116,7 @@ class Decoders:
         self, capacity: int, *, device: str = "cpu", num_threads: int = 1, seek_mode: SeekMode = "approximate"
     ) -> None:
         check_int("decoder capacity", capacity, 1)
-        if seek_mode not in ("exact", "approximate"):
-            raise ValueError(f"Invalid seek_mode ({seek_mode!r}). Expected 'exact' or 'approximate'.")
+        check_seek_mode(seek_mode)
         self.capacity = capacity
         self.device = device
         self.num_threads = num_threads

@@ -2,7 +2,7 @@
 
 Everything of an `EpisodeStream` that is not torch: the sources opened (`reader.format.catalog`), the episode
 selection, a mixture's common features and weights, and the `reader.schedule.Schedule` they give for a
-seed and a DataLoader's workers. `EpisodeStream` and `lrs prewarm` both build a `ReadPlan`, so the files
+seed and a DataLoader's workers. `EpisodeStream` and `lrs prewarm` both build a `ReadPlan` from a `ReadSpec`, so the files
 prewarm fetches are those the stream will read, and `lrs prewarm --dry-run` starts without torch.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, overload
@@ -19,28 +18,16 @@ from typing import Any, overload
 import numpy as np
 
 from cache import LrsError, Remote
-from cache.arguments import check_int
 from reader.errors import DatasetError
 from reader.format.catalog import Catalog, EpisodeRef
-from reader.schedule import Schedule, check_weights
+from reader.read_spec import ReadSpec, resolve_topology
+from reader.schedule import Schedule
 from reader.state import Identity, selection_digest
 
 _log = logging.getLogger("lrs.reader")
 
-DEFAULT_POOL_SIZE = 16
 # Downloads in flight per process (the stream's, prewarm's): the first batch needs the whole pool's videos.
 FETCH_THREADS = 8
-
-
-def default_pool_size(batch_size: int | None) -> int:
-    """The default `episode_pool_size`: max(16, ceil(1.25 x batch_size)).
-
-    A batch then fits in one round of the pool with room for the pieces that come and go during it, so
-    it rarely holds one episode twice (measured: `scripts/bench_reader.py`, mixing).
-    """
-    if batch_size is None:
-        return DEFAULT_POOL_SIZE
-    return max(DEFAULT_POOL_SIZE, -(-5 * check_int("batch_size", batch_size, 1) // 4))
 
 
 @dataclass(frozen=True)
@@ -72,48 +59,44 @@ class ReadPlan:
     @classmethod
     def open(
         cls,
-        source: str | os.PathLike[str] | Remote | Sequence[str | os.PathLike[str] | Remote],
+        spec: ReadSpec,
         *,
-        weights: Sequence[float] | None = None,
-        samples_per_epoch: int | None = None,
-        episodes: Sequence[int] | Sequence[Sequence[int] | None] | None = None,
-        episode_pool_size: int = DEFAULT_POOL_SIZE,
-        shuffle: bool = True,
-        world_size: int = 1,
         storage_options: dict[str, Any] | None = None,
+        remotes: Sequence[Remote | None] | None = None,
     ) -> ReadPlan:
-        """Open the sources' metadata and check the plan (see `EpisodeStream` for the arguments).
+        """Open the sources' metadata and check the plan of `spec` (its world size, when None, is found by
+        `resolve_topology`).
+
+        Args:
+            spec: the run's read spec.
+            storage_options: passed to the fsspec filesystems.
+            remotes: per source, an opened `cache.Remote` to read it through instead of its URL.
 
         Raises:
-            ValueError: a bad argument (the message names it).
+            ValueError: an episode index beyond a dataset's episodes, or a mixture's quotas.
             DatasetError: a source's metadata is missing or malformed (a mixture's error names the source),
                 or a mixture's common features disagree.
         """
-        check_int("episode_pool_size", episode_pool_size, 1)
-        check_int("world_size", world_size, 1)
-        given, mixture = _sources_given(source)
-        catalogs = [_open_source(src, i, mixture, storage_options) for i, src in enumerate(given)]
-        selections = _selections(episodes, catalogs, mixture)
-        if weights is not None and not mixture:
-            raise ValueError("Invalid weights for one source. Expected a list of sources to weigh.")
-        checked = None if weights is None else check_weights(weights, len(catalogs))
-        if samples_per_epoch is not None:
-            check_int("samples_per_epoch", samples_per_epoch, 1)
-            if checked is None:
-                raise ValueError(
-                    "Invalid samples_per_epoch without weights. Expected weights to share them out."
-                )
-        drops = _disabled_keys(catalogs) if mixture else [frozenset()] * len(catalogs)
+        world_size = spec.world_size if spec.world_size is not None else resolve_topology(0, None)[1]
+        remotes = list(remotes) if remotes is not None else [None] * len(spec.sources)
+        catalogs = [
+            _open_source(r if r is not None else s.url, i, spec.mixture, storage_options)
+            for i, (s, r) in enumerate(zip(spec.sources, remotes, strict=True))
+        ]
+        selections = [
+            _selection(s.episodes, len(c.episodes)) for s, c in zip(spec.sources, catalogs, strict=True)
+        ]
+        drops = _disabled_keys(catalogs) if spec.mixture else [frozenset()] * len(catalogs)
         plan = cls(
             sources=tuple(
                 PlannedSource(c, s, d) for c, s, d in zip(catalogs, selections, drops, strict=True)
             ),
-            mixture=mixture,
-            episode_pool_size=episode_pool_size,
-            shuffle=bool(shuffle),
+            mixture=bool(spec.mixture),
+            episode_pool_size=spec.pool_size,
+            shuffle=spec.shuffle,
             world_size=world_size,
-            weights=checked,
-            samples_per_epoch=samples_per_epoch,
+            weights=spec.weights,
+            samples_per_epoch=spec.samples_per_epoch,
         )
         plan.schedule(0, 0)  # checks the mixture's quotas
         return plan
@@ -223,45 +206,17 @@ class EntryRefs(Sequence[tuple[Any, EpisodeRef]]):
         return self._owners[source], catalog.episodes[episodes[position - int(self._starts[source])]]
 
 
-def _sources_given(source: Any) -> tuple[list[Any], bool]:
-    """(the sources, whether they form a mixture): a list or tuple is a mixture, even of one."""
-    if isinstance(source, (list, tuple)):
-        if not source:
-            raise ValueError("Invalid source ([]). Expected a dataset, or a non-empty list of them.")
-        return list(source), True
-    return [source], False
-
-
-def _open_source(source: Any, index: int, mixture: bool, storage_options: dict[str, Any] | None) -> Catalog:
+def _open_source(
+    source: str | Remote, index: int, mixture: bool, storage_options: dict[str, Any] | None
+) -> Catalog:
     """The catalog of one source; in a mixture, an error names which source failed."""
-    if not isinstance(source, (str, os.PathLike, Remote)):
-        what = f"source {index} of the mixture" if mixture else "source"
-        raise ValueError(f"Invalid {what} ({source!r}). Expected a path, a URL or a cache.Remote.")
     try:
-        return Catalog.open(
-            source if isinstance(source, Remote) else os.fspath(source), storage_options=storage_options
-        )
+        return Catalog.open(source, storage_options=storage_options)
     except LrsError as exc:
         if not mixture:
             raise
-        url = source.url if isinstance(source, Remote) else os.fspath(source)
+        url = source.url if isinstance(source, Remote) else source
         raise DatasetError(f"Invalid source {index} of the mixture ({url}): {exc}") from exc
-
-
-def _selections(episodes: Any, catalogs: list[Catalog], mixture: bool) -> list[Sequence[int]]:
-    if not mixture:
-        return [_selection(episodes, len(catalogs[0].episodes))]
-    if episodes is None:
-        return [_selection(None, len(c.episodes)) for c in catalogs]
-    chosen = list(episodes)
-    if len(chosen) != len(catalogs) or not all(
-        e is None or isinstance(e, (list, tuple, range)) for e in chosen
-    ):
-        raise ValueError(
-            f"Invalid episodes for a mixture of {len(catalogs)} sources. Expected one list of episode "
-            "indices (or None) per source."
-        )
-    return [_selection(e, len(c.episodes)) for e, c in zip(chosen, catalogs, strict=True)]
 
 
 def _disabled_keys(catalogs: list[Catalog]) -> list[frozenset[str]]:
@@ -309,15 +264,10 @@ def _mixture_fingerprint(
 
 
 def _selection(episodes: Sequence[int] | None, total: int) -> Sequence[int]:
+    """The spec's selection (already ascending, each index once) within the dataset's `total` episodes."""
     if episodes is None:
         return range(total)  # every episode: pickles in a few bytes, whatever the dataset's size
-    chosen = sorted(episodes)
-    for e in chosen:
-        check_int("episode index", e, 0)
+    for e in episodes:
         if e >= total:
             raise ValueError(f"Invalid episode index ({e}). Expected < {total}, the dataset's episodes.")
-    if len(set(chosen)) != len(chosen):
-        raise ValueError(f"Invalid episodes ({list(episodes)}). Expected each episode index once.")
-    if not chosen:
-        raise ValueError("Invalid episodes ([]). Expected at least one episode index.")
-    return chosen
+    return list(episodes)

@@ -16,7 +16,7 @@ import tempfile
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +27,23 @@ from cache import NodeCache, Remote, sum_cache_stats
 from cache.arguments import check_int
 from cache.cache_stats import CacheStats
 from cache.exits import cleanup_on_sigterm
-from reader.decode import Decoders, SeekMode, check_device
-from reader.depth import DepthUnit, check_unit
+from reader.decode import Decoders, check_device
+from reader.depth import DepthUnit
 from reader.errors import StateError
 from reader.format.catalog import Catalog, EpisodeRef
 from reader.metadata import DatasetMeta
 from reader.pool import Consumer, Options, Part
 from reader.published import published_path, read_published
-from reader.read_plan import ReadPlan, default_pool_size
+from reader.read_plan import ReadPlan
+from reader.read_spec import (
+    DEFAULT_DECODE_AHEAD,
+    DEFAULT_DECODE_THREADS,
+    DEFAULT_PREFETCH_EPISODES,
+    ReadSpec,
+    SeekMode,
+    default_pool_size,
+    resolve_topology,
+)
 from reader.rows import RowGroupReader
 from reader.runtime import IterationCursor, ReaderProcessState, publishing
 from reader.schedule import Schedule
@@ -44,9 +53,9 @@ from reader.state import Resume, parse_state, resumed_schedule
 from reader.stats import ReaderStats
 from reader.windows import Windows
 
-DEFAULT_PREFETCH_EPISODES = 8
-DEFAULT_DECODE_THREADS = 2
-DEFAULT_DECODE_AHEAD = 8
+# The defaults of the keywords a `ReadSpec` holds (`EpisodeStream(spec)` takes none of them).
+_KEYWORD_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(ReadSpec) if f.name != "sources"}
+_KEYWORD_DEFAULTS.update(weights=None, episodes=None)
 
 
 class EpisodeStream(IterableDataset):
@@ -58,7 +67,10 @@ class EpisodeStream(IterableDataset):
     the next `decode_ahead` samples while the current one is handed out.
 
     Args:
-        source: the dataset (a path or URL, see `cache.remote.resolve`), lrs/1 or plain v3; or a list of
+        source: a `reader.read_spec.ReadSpec`, which holds every argument below but `rank`,
+            `image_transforms` and `storage_options` (leave those others at their defaults); or, as sugar
+            that builds one (`stream.spec`), the dataset (a path or URL, see `cache.remote.resolve`),
+            lrs/1 or plain v3; or a list of
             them, a mixture: samples then carry `dataset_index` (the source's position in the list) and
             only the features every source has (as lerobot's `MultiLeRobotDataset`), windows follow each
             source's fps, and one node cache holds them all.
@@ -78,7 +90,9 @@ class EpisodeStream(IterableDataset):
         shuffle: shuffle episodes and frames; False reads sequentially.
         seed: the run's seed; the order is a pure function of it, the epoch and the topology.
         rank, world_size: default from torch.distributed when initialized, else the RANK and WORLD_SIZE
-            environment variables, else 0 and 1.
+            environment variables, else 0 and 1 (`reader.read_spec.resolve_topology`).
+        num_workers: the DataLoader's workers per rank, when known: recorded in `stream.spec`, for
+            `lrs prewarm --spec` to plan for (the stream reads whatever DataLoader drives it).
         cache_dir: the node cache directory (shared by every process on the node). None: local sources
             are read in place, remote ones through a temporary directory removed at exit.
         cache_max_bytes: the cache's byte budget; leave room for the videos of the pool and of the
@@ -109,7 +123,7 @@ class EpisodeStream(IterableDataset):
 
     def __init__(
         self,
-        source: str | os.PathLike[str] | Remote | Sequence[str | os.PathLike[str] | Remote],
+        source: ReadSpec | str | os.PathLike[str] | Remote | Sequence[str | os.PathLike[str] | Remote],
         *,
         weights: Sequence[float] | None = None,
         samples_per_epoch: int | None = None,
@@ -121,6 +135,7 @@ class EpisodeStream(IterableDataset):
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
+        num_workers: int | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_max_bytes: int | None = None,
         prefetch_episodes: int = DEFAULT_PREFETCH_EPISODES,
@@ -136,70 +151,103 @@ class EpisodeStream(IterableDataset):
         depth_output_unit: DepthUnit = "mm",
     ) -> None:
         super().__init__()
-        # How a trainer's resume dict without a pool size is read: the pool its run had (`load_state_dict`).
-        self._default_pool = None if episode_pool_size is not None else batch_size is not None
-        if episode_pool_size is None:
-            episode_pool_size = default_pool_size(batch_size)
-        check_int("episode_pool_size", episode_pool_size, 1)
-        check_int("prefetch_episodes", prefetch_episodes, 0)
-        check_int("decode_threads", decode_threads, 0)
-        check_int("decode_ahead", decode_ahead, 0)
+        options = {
+            "samples_per_epoch": samples_per_epoch,
+            "episode_pool_size": episode_pool_size,
+            "batch_size": batch_size,
+            "seed": seed,
+            "world_size": world_size,
+            "num_workers": num_workers,
+            "cache_dir": cache_dir,
+            "cache_max_bytes": cache_max_bytes,
+            "prefetch_episodes": prefetch_episodes,
+            "decode_device": decode_device,
+            "tolerance_s": tolerance_s,
+            "decoder_cache_size": decoder_cache_size,
+            "seek_mode": seek_mode,
+            "decode_threads": decode_threads,
+            "decode_ahead": decode_ahead,
+            "depth_output_unit": depth_output_unit,
+        }
+        if isinstance(source, ReadSpec):
+            given = {"weights": weights, "episodes": episodes, "delta_timestamps": delta_timestamps}
+            given.update(options, shuffle=shuffle, return_uint8=return_uint8)
+            _check_spec_alone(given)
+            spec = source
+        else:
+            spec = ReadSpec.of(
+                source,
+                weights=weights,
+                episodes=episodes,
+                shuffle=shuffle,
+                delta_timestamps=delta_timestamps,
+                return_uint8=return_uint8,
+                **options,
+            )
         if image_transforms is not None and not callable(image_transforms):
             raise ValueError(f"Invalid image_transforms ({image_transforms!r}). Expected a callable or None.")
+        self._open(spec, rank, image_transforms, storage_options, _remotes(source))
+
+    def _open(
+        self,
+        spec: ReadSpec,
+        rank: int | None,
+        image_transforms: Callable[[torch.Tensor], torch.Tensor] | None,
+        storage_options: dict[str, Any] | None,
+        remotes: Sequence[Remote | None] | None,
+    ) -> None:
+        """Open the spec's sources on this process's topology (the rest of `__init__`)."""
+        # How a trainer's resume dict without a pool size is read: the pool its run had (`load_state_dict`).
+        self._default_pool = None if spec.episode_pool_size is not None else spec.batch_size is not None
         self._cleanup: weakref.finalize | None = None
-        self.rank, self.world_size = _topology(rank, world_size)
-        self.plan = ReadPlan.open(
-            source,
-            weights=weights,
-            samples_per_epoch=samples_per_epoch,
-            episodes=episodes,
-            episode_pool_size=episode_pool_size,
-            shuffle=shuffle,
-            world_size=self.world_size,
-            storage_options=storage_options,
-        )
-        self.seed, self.epoch = seed, 0
-        self.delta_timestamps = (
-            {key: list(value) for key, value in delta_timestamps.items()} if delta_timestamps else None
-        )
-        base = self.schedule(0)  # validates the seed
+        self.rank, self.world_size = resolve_topology(rank, spec.world_size)
+        self._spec = replace(spec, world_size=self.world_size)
+        self.plan = ReadPlan.open(self._spec, storage_options=storage_options, remotes=remotes)
+        self.seed, self.epoch = spec.seed, 0
+        self.delta_timestamps = spec.windows or None  # what lerobot's trainer reads on a dataset
+        base = self.schedule(0)
         if base.samples_per_rank == 0:
             raise ValueError(
                 f"Invalid world_size ({self.world_size}). Expected at most the {base.epoch_frames} frames of an "
                 "epoch: every rank yields the same number of samples (so DDP never hangs), which with more "
                 "ranks than frames is none."
             )
-        if cache_dir is None:
-            cache_dir = self._temporary_cache_dir()
+        cache_dir = spec.cache_dir if spec.cache_dir is not None else self._temporary_cache_dir()
         shared = Options(
             windows=Windows({}),
-            tolerance_s=tolerance_s,
-            return_uint8=bool(return_uint8),
+            tolerance_s=spec.tolerance_s,
+            return_uint8=spec.return_uint8,
             image_transforms=image_transforms,
-            prefetch_episodes=prefetch_episodes,
+            prefetch_episodes=spec.prefetch_episodes,
             verify_sha256=True,
-            decode_threads=decode_threads,
-            decode_ahead=decode_ahead if decode_threads else 0,
-            depth_unit=check_unit(depth_output_unit),
+            decode_threads=spec.decode_threads,
+            decode_ahead=spec.decode_ahead if spec.decode_threads else 0,
+            depth_unit=spec.depth_output_unit,
         )
         self.sources: tuple[StreamSource, ...] = open_sources(
-            self.plan, shared, delta_timestamps, cache_dir=cache_dir, cache_max_bytes=cache_max_bytes
+            self.plan, shared, spec.windows, cache_dir=cache_dir, cache_max_bytes=spec.cache_max_bytes
         )
         self._decoding = (
             _decoder_capacity(
-                decoder_cache_size,
+                spec.decoder_cache_size,
                 self.plan.episode_pool_size,
                 self.options.decode_ahead,
                 max(len(s.catalog.info.video_keys) for s in self.sources),
             ),
-            check_device(decode_device),
-            seek_mode,
+            check_device(spec.decode_device),
+            spec.seek_mode,
         )
         self.identity = self.plan.identity
         self._resume: Resume | None = None
         self._process: ReaderProcessState | None = None
         self._meta: DatasetMeta | None = None
         self._run = uuid.uuid4().hex[:12]  # names this stream's published counters (see `stats`)
+
+    @property
+    def spec(self) -> ReadSpec:
+        """What this stream reads, as one JSON-able record (`spec.to_json()`): its world size as found, its
+        seed as a loaded state may have set it. `EpisodeStream(spec)` and `lrs prewarm --spec` read it."""
+        return self._spec if self._spec.seed == self.seed else replace(self._spec, seed=self.seed)
 
     def __repr__(self) -> str:
         where = ", ".join(f"{s.catalog.remote.url!r}, {s.catalog.kind}" for s in self.sources)
@@ -542,7 +590,6 @@ def _decoder_capacity(given: int | None, pool_size: int, ahead: int, cameras: in
     needed = pool_size * max(1, cameras)
     if given is None:
         return (pool_size + ahead) * max(1, cameras)
-    check_int("decoder_cache_size", given, 1)
     if given < needed:
         raise ValueError(
             f"Invalid decoder_cache_size ({given}). Expected at least episode_pool_size x cameras "
@@ -552,21 +599,23 @@ def _decoder_capacity(given: int | None, pool_size: int, ahead: int, cameras: in
     return given
 
 
-def _topology(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """(rank, world_size): given, else torch.distributed when initialized, else RANK/WORLD_SIZE, else 0/1."""
-    if rank is None or world_size is None:
-        dist = torch.distributed
-        if dist.is_available() and dist.is_initialized():
-            found = (dist.get_rank(), dist.get_world_size())
-        else:
-            found = (int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")))
-        rank = found[0] if rank is None else rank
-        world_size = found[1] if world_size is None else world_size
-    check_int("world_size", world_size, 1)
-    check_int("rank", rank, 0)
-    if rank >= world_size:
-        raise ValueError(f"Invalid rank ({rank}). Expected < world_size ({world_size}).")
-    return rank, world_size
+def _check_spec_alone(given: Mapping[str, Any]) -> None:
+    """With a `ReadSpec`, the keywords it holds must be left at their defaults (the spec says them)."""
+    for name, value in given.items():
+        default = _KEYWORD_DEFAULTS.get(name)
+        if value is not default and value != default:
+            raise ValueError(
+                f"Invalid {name} ({value!r}) with a ReadSpec. Expected it in the spec: "
+                f"dataclasses.replace(spec, {name}=...)."
+            )
+
+
+def _remotes(source: Any) -> list[Remote | None] | None:
+    """Per source, a `cache.Remote` given to read it through (None where a URL was given)."""
+    if isinstance(source, ReadSpec):
+        return None
+    given = list(source) if isinstance(source, (list, tuple)) else [source]
+    return [s if isinstance(s, Remote) else None for s in given]
 
 
 def _remove_dir(path: str, pid: int) -> None:

@@ -1,21 +1,20 @@
 """`lrs prewarm`: fill a node's cache with what its ranks will read first, in the order they will read it.
 
-The plan comes from the training run's own read plan (`reader.read_plan.ReadPlan`, which its `EpisodeStream`
-builds from the same sources, episode selection, pool size, shuffle, seed and world size;
-`reader.fetch_plan` turns its schedule into files), without torch, and the files land in the very cache
-the stream reads through (`EpisodeStream(..., cache_dir=DIR)`: same directory, same
+The plan comes from the training run's own read spec (`reader.read_spec.ReadSpec`: `stream.spec`, or the
+file a training job writes with `stream.spec.to_json()`), planned as its `EpisodeStream` plans it
+(`reader.read_plan.ReadPlan`; `reader.fetch_plan` turns its schedule into files), without torch, and the
+files land in the very cache the stream reads through (the spec's `cache_dir`: same directory, same
 dataset fingerprint, same size and sha256 expectations). A training run started afterwards with the
-same parameters finds them there. Reruns skip what is cached, so an interrupted prewarm resumes.
+same spec finds them there. Reruns skip what is cached, so an interrupted prewarm resumes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cache import FetchError, NodeCache, Remote
@@ -27,7 +26,8 @@ from reader.fetch_plan import FetchPlan, Needs, check_ranks, plan_needs, plan_pr
 from reader.format.catalog import Catalog
 from reader.format.index import FILES_INDEX, files_from_table
 from reader.format.parquet import parse_parquet
-from reader.read_plan import DEFAULT_POOL_SIZE, FETCH_THREADS, ReadPlan
+from reader.read_plan import FETCH_THREADS, ReadPlan
+from reader.read_spec import ReadSpec, resolve_topology
 from reader.state import parse_state
 
 __all__ = ["PrewarmSummary", "prewarm"]
@@ -112,73 +112,57 @@ class PrewarmSummary(FetchSummary):
 
 
 def prewarm(
-    source: str | Sequence[str],
-    cache_dir: str,
+    spec: ReadSpec,
     *,
-    world_size: int = 1,
     ranks: Sequence[int] | None = None,
-    num_workers: int = 0,
-    seed: int = 0,
     epoch: int = 0,
-    episode_pool_size: int = DEFAULT_POOL_SIZE,
-    episodes: Sequence[int] | Sequence[Sequence[int] | None] | None = None,
     episodes_per_consumer: int | None = None,
     max_bytes: int | None = None,
-    cache_max_bytes: int | None = None,
-    storage_options: dict[str, Any] | None = None,
     dry_run: bool = False,
     progress: bool = True,
-    shuffle: bool = True,
-    weights: Sequence[float] | None = None,
-    samples_per_epoch: int | None = None,
     resume_state: Mapping[str, Any] | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> PrewarmSummary:
-    """Fetch into the node cache `cache_dir` the files this node's ranks will read first, in that order.
+    """Fetch into the spec's node cache (`spec.cache_dir`) the files this node's ranks will read first, in
+    that order.
 
-    Every parameter that shapes the order must equal the training run's: `EpisodeStream(source,
-    episodes=, episode_pool_size=, shuffle=, seed=, world_size=, cache_dir=, cache_max_bytes=)`, its
-    epoch (`set_epoch`) and its DataLoader's `num_workers`.
+    `spec` is the training run's own (`stream.spec`, or `ReadSpec.from_json` of the file a training job
+    wrote): its sources, selection, pool, shuffle, seed, world size, `num_workers` (None: 0, the main
+    process) and cache budget shape the plan, so the files are those its `EpisodeStream(spec)` reads.
 
     Args:
-        source: the dataset (path or URL), lrs/1 or plain v3; or a mixture's list of them (with
-            `weights` and `samples_per_epoch` as the training run's): one cache directory holds them all.
-        cache_dir: the node cache directory the training run will use.
-        world_size: ranks in the training job.
+        spec: the training run's read spec.
         ranks: this node's ranks (None: every rank, a single-node job).
-        num_workers: DataLoader workers per rank (0: the main process).
-        seed, epoch, episode_pool_size, episodes, shuffle: as the training run's `EpisodeStream`.
+        epoch: the epoch training starts with (`set_epoch`).
         episodes_per_consumer: only each consumer's first N admissions (None: the whole epoch).
         max_bytes: fetch at most this many bytes (stops before the first file that would exceed it).
-        cache_max_bytes: the cache's byte budget, as the training run sets it; the plan never exceeds it
-            (a local source read in place puts nothing in the cache: the budget does not cut its plan).
-        storage_options: passed to the source's fsspec filesystem.
-        dry_run: plan only: fetch nothing and leave `cache_dir` alone.
+        dry_run: plan only: fetch nothing and leave the cache directory alone.
         progress: show a progress bar (bytes, rate, ETA) on stderr.
         resume_state: the state the training run will load (`EpisodeStream.load_state_dict`): plan the
             rest of its epoch as the resumed run reads it, on this topology (its seed and epoch win over
-            `seed` and `epoch`).
+            the spec's seed and `epoch`).
+        storage_options: passed to the source's fsspec filesystem.
+
+    The spec's `cache_max_bytes` bounds the plan (a local source read in place puts nothing in the cache:
+    the budget does not cut its plan).
 
     Returns:
         The counts, and the plan (`summary.plan`).
 
     Raises:
-        ValueError: an argument is out of range.
+        ValueError: an argument is out of range, or no `cache_dir` to fetch into.
         DatasetError: the source's metadata is missing or malformed.
         FetchError, IntegrityError: a file could not be fetched (the message names it).
         CacheError: the cache directory cannot be written.
     """
     started = time.monotonic()
-    _check_arguments(world_size, ranks, num_workers, episodes_per_consumer, max_bytes, cache_max_bytes)
-    plan = ReadPlan.open(
-        source if isinstance(source, str) else list(source),
-        weights=weights,
-        samples_per_epoch=samples_per_epoch,
-        episodes=episodes,
-        episode_pool_size=episode_pool_size,
-        shuffle=shuffle,
-        world_size=world_size,
-        storage_options=storage_options,
-    )
+    spec = replace(spec, world_size=resolve_topology(0, spec.world_size)[1])
+    cache_dir, cache_max_bytes = spec.cache_dir, spec.cache_max_bytes
+    if cache_dir is None and not dry_run:
+        raise ValueError("Invalid cache_dir (None). Expected the node cache directory of the training run.")
+    _check_arguments(ranks, episodes_per_consumer, max_bytes, spec.world_size)
+    plan = ReadPlan.open(spec, storage_options=storage_options)
+    seed, num_workers = spec.seed, spec.num_workers or 0
     resume = None
     if resume_state is not None:
         resume, state_seed = parse_state(resume_state, plan.identity, epoch=epoch)
@@ -206,7 +190,7 @@ def prewarm(
         # The caches the stream reads through: one directory, each dataset under its fingerprint.
         caches = [
             NodeCache(
-                os.fspath(cache_dir),
+                cache_dir,  # type: ignore[arg-type]  # not None unless a dry run
                 s.catalog.remote,
                 fingerprint=s.catalog.fingerprint,
                 max_bytes=cache_max_bytes,
@@ -287,23 +271,11 @@ def _remote_sizes(remote: Remote, paths: list[str]) -> dict[str, int]:
 
 
 def _check_arguments(
-    world_size: int,
-    ranks: Sequence[int] | None,
-    num_workers: int,
-    episodes_per_consumer: int | None,
-    max_bytes: int | None,
-    cache_max_bytes: int | None,
+    ranks: Sequence[int] | None, episodes_per_consumer: int | None, max_bytes: int | None, world_size: int
 ) -> None:
-    """Check the cheap arguments before the source is opened."""
-    checks = [("world_size", world_size, 1), ("num_workers", num_workers, 0)]
-    for name, value in (
-        ("episodes_per_consumer", episodes_per_consumer),
-        ("max_bytes", max_bytes),
-        ("cache_max_bytes", cache_max_bytes),
-    ):
+    """Check prewarm's own arguments before the source is opened (the spec checked its own)."""
+    for name, value in (("episodes_per_consumer", episodes_per_consumer), ("max_bytes", max_bytes)):
         if value is not None:
-            checks.append((name, value, 1))
-    for name, value, low in checks:
-        check_int(name, value, low)
+            check_int(name, value, 1)
     if ranks is not None:
         check_ranks(ranks, world_size)

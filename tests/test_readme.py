@@ -5,7 +5,8 @@ run, with only the places changed: Hub repo ids become a local `lrs sample` data
 `file://` directories, `/local/lrs-cache` a temporary directory. Skipped, and why: lines on `s3://`
 (no S3 endpoint here; `tests/reshard/test_push_s3.py` covers S3 against moto), `make` (what CI runs),
 `torchrun ... train.py` (no train.py; `tests/reader/test_start_methods.py` runs torchrun), `lrs train`
-(lerobot's trainer; `tests/test_lerobot_train.py` runs those lines in lerobot's environment), and the
+(lerobot's trainer; `tests/test_lerobot_train.py` runs those lines in lerobot's environment), `lrs prewarm
+--spec` (it reads the spec file the training snippet writes: run after that snippet), and the
 lerobot ```python block (lerobot cannot live in this environment; `scripts/lerobot_policies.py` runs
 the same calls in lerobot's own).
 """
@@ -41,7 +42,7 @@ PLACES = [
     ("/data/koch-v3", "{w}/v3"),
     ("/local/lrs-cache", "{w}/cache"),
 ]
-SKIP = ("s3://", "make ", "torchrun ", "lrs train ")
+SKIP = ("s3://", "make ", "torchrun ", "lrs train ", "--spec ")
 
 
 def blocks(language: str) -> list[str]:
@@ -121,6 +122,13 @@ def test_the_training_snippet_runs_and_resumes(work: Path, sample_resharded_ds: 
     # Every frame once; the resumed run continues after the checkpointed first batch.
     assert sum(first) == total and sum(resumed) == total - first[0]
     assert resumed == first[1:]
+    # The README's `lrs prewarm --spec` lines read the spec file the loop wrote next to its checkpoint.
+    spec_lines = [line for b in blocks("bash") for line in commands(relocate(b, work)) if "--spec " in line]
+    assert spec_lines and (work / "ckpt-spec.json").exists()
+    for line in spec_lines:
+        done = subprocess.run([LRS, *shlex.split(line)[1:]], cwd=work, capture_output=True, text=True)
+        assert done.returncode == 0, f"README command failed: {line}\n{done.stdout}\n{done.stderr}"
+        assert done.stdout.startswith("prewarm: "), done.stdout
 
 
 def test_the_mixture_snippet_runs(work: Path, sample_resharded_ds: Path) -> None:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +21,7 @@ from reshard.cli.types import ByteSize, IndexList, LocalDir, Weights
 
 if TYPE_CHECKING:
     from reader.fetch_plan import FetchPlan
+    from reader.read_spec import ReadSpec
 
 _SHOWN_FILES = 10
 
@@ -54,7 +57,10 @@ def node_ranks(
                 f"({nnodes} x {nproc_per_node} = {nnodes * nproc_per_node})."
             )
         world_size = nnodes * nproc_per_node
-    world_size = 1 if world_size is None else world_size
+    if world_size is None:
+        from reader.read_spec import resolve_topology
+
+        world_size = resolve_topology(0, None)[1]
     if ranks is not None:
         if node_rank is not None:
             raise click.UsageError("Invalid options: --ranks and --node-rank. Expected one of them.")
@@ -95,12 +101,18 @@ def _node_block(
 
 
 @click.command("prewarm")
-@click.argument("urls", metavar="URL...", nargs=-1, required=True)
+@click.argument("urls", metavar="[URL...]", nargs=-1)
+@click.option(
+    "--spec",
+    "spec_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The training run's read spec (what stream.spec.to_json() wrote): the datasets and every option "
+    "that shapes the order come from it.",
+)
 @click.option(
     "--cache-dir",
-    required=True,
     type=LocalDir(hint="a node cache is a local directory; the dataset to read is the URL argument"),
-    help="The node cache directory; train with EpisodeStream(..., cache_dir=DIR).",
+    help="The node cache directory; train with EpisodeStream(..., cache_dir=DIR) [default: the spec's].",
 )
 @click.option(
     "--world-size",
@@ -188,7 +200,8 @@ def _node_block(
 @handle_errors
 def prewarm_command(
     urls: tuple[str, ...],
-    cache_dir: Path,
+    spec_file: Path | None,
+    cache_dir: Path | None,
     world_size: int | None,
     nnodes: int | None,
     nproc_per_node: int | None,
@@ -216,44 +229,37 @@ def prewarm_command(
     EpisodeStream([URL, ...], weights=, samples_per_epoch=), all in the one cache directory. The plan is
     the reader's own schedule, so every option that shapes it must match the training run:
     EpisodeStream(URL, episodes=, episode_pool_size= or batch_size=, shuffle=, seed=, world_size=,
-    cache_dir=DIR, cache_max_bytes=), its set_epoch(), and the DataLoader's num_workers. Run it on each
-    node with that node's --node-rank (or --ranks).
+    cache_dir=DIR, cache_max_bytes=), its set_epoch(), and the DataLoader's num_workers. Or give none
+    of them: --spec FILE, the run's own stream.spec.to_json(). Run it on each node with that node's
+    --node-rank (or --ranks).
 
     Without --num-episodes or --max-bytes it fetches everything the node reads in one epoch, within the
     cache budget. Files already cached are skipped, so a rerun resumes an interrupted prewarm.
     """
-    from reader.read_plan import default_pool_size
     from reshard.prewarm import prewarm
 
-    topology = node_ranks(world_size, ranks, node_rank, nnodes, nproc_per_node)
     state = _read_state(resume_state)
-    recorded = state.get("episode_pool_size") if isinstance(state, dict) else None
-    if pool_size is None and batch_size is None and isinstance(recorded, int) and recorded >= 1:
-        pool_size = recorded  # the pool the state was saved with is the one training will load it into
-    pool = default_pool_size(batch_size) if pool_size is None else pool_size
-    if len(urls) > 1 and episode_indices is not None:
-        raise click.UsageError("Invalid --episodes with several URLs. Expected it for one dataset only.")
-    if len(urls) == 1 and (weights is not None or samples_per_epoch is not None):
-        raise click.UsageError("Invalid --weights or --samples-per-epoch for one URL. Expected a mixture.")
+    given = {
+        "urls": urls, "world_size": world_size, "num_workers": num_workers, "seed": seed,
+        "pool_size": pool_size, "batch_size": batch_size, "shuffle": shuffle, "weights": weights,
+        "samples_per_epoch": samples_per_epoch, "episode_indices": episode_indices,
+        "cache_dir": cache_dir, "cache_max_bytes": cache_max_bytes,
+    }  # fmt: skip
     try:
+        if spec_file is not None:
+            spec = _spec_from_file(spec_file, _on_command_line(given))
+        else:
+            spec = _spec_from_options(given, _recorded_pool(state))
+        topology = node_ranks(spec.world_size, ranks, node_rank, nnodes, nproc_per_node)
+        spec = replace(spec, world_size=topology.world_size)
         summary = prewarm(
-            urls[0] if len(urls) == 1 else list(urls),
-            str(cache_dir),
-            world_size=topology.world_size,
+            spec,
             ranks=topology.ranks,
-            num_workers=num_workers,
-            seed=seed,
             epoch=epoch,
-            episode_pool_size=pool,
-            episodes=episode_indices,
             episodes_per_consumer=episodes_per_consumer,
             max_bytes=max_bytes,
-            cache_max_bytes=cache_max_bytes,
             dry_run=dry_run,
             progress=not quiet_requested(quiet),
-            shuffle=shuffle,
-            weights=weights,
-            samples_per_epoch=samples_per_epoch,
             resume_state=state,
         )
     except ValueError as exc:
@@ -262,11 +268,118 @@ def prewarm_command(
         _echo_plan(
             summary.plan,
             world_size=topology.world_size,
-            num_workers=num_workers,
-            pool=pool,
-            mixture=len(urls) > 1,
+            num_workers=spec.num_workers or 0,
+            pool=spec.pool_size,
+            mixture=bool(spec.mixture),
         )
     click.echo(summary.describe())
+
+
+# The options that a read spec holds: (option, the spec's value for it).
+_SPEC_OPTIONS: dict[str, tuple[str, Callable[[ReadSpec], Any]]] = {
+    "urls": ("URL", lambda spec: tuple(s.url for s in spec.sources)),
+    "world_size": ("--world-size", lambda spec: spec.world_size),
+    "num_workers": ("--num-workers", lambda spec: spec.num_workers),
+    "seed": ("--seed", lambda spec: spec.seed),
+    "pool_size": ("--episode-pool-size", lambda spec: spec.pool_size),
+    "batch_size": ("--batch-size", lambda spec: spec.pool_size),
+    "shuffle": ("--shuffle/--no-shuffle", lambda spec: spec.shuffle),
+    "weights": ("--weights", lambda spec: spec.weights),
+    "samples_per_epoch": ("--samples-per-epoch", lambda spec: spec.samples_per_epoch),
+    "episode_indices": ("--episodes", lambda spec: spec.sources[0].episodes),
+    "cache_dir": ("--cache-dir", lambda spec: spec.cache_dir and os.path.abspath(spec.cache_dir)),
+    "cache_max_bytes": ("--cache-max-bytes", lambda spec: spec.cache_max_bytes),
+}
+
+
+def _on_command_line(given: dict[str, Any]) -> dict[str, Any]:
+    """The options of `given` that the command line (not a default or the environment) set."""
+    from click.core import ParameterSource
+
+    context = click.get_current_context()
+    return {
+        name: value
+        for name, value in given.items()
+        if context.get_parameter_source(name) == ParameterSource.COMMANDLINE
+    }
+
+
+def _spec_from_file(path: Path, options: dict[str, Any]) -> ReadSpec:
+    """The spec in `path`, with what the command line adds: the cache directory, the DataLoader's workers
+    and the world size where the spec leaves them open.
+
+    Raises:
+        click.UsageError: an option contradicts the spec.
+        click.BadParameter: the file is not a read spec.
+    """
+    from reader.read_spec import ReadSpec, default_pool_size
+
+    try:
+        spec = ReadSpec.from_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise click.BadParameter(f"{exc} (in {path})", param_hint="--spec") from None
+    if "cache_dir" in options:
+        options["cache_dir"] = os.path.abspath(options["cache_dir"])
+    if "batch_size" in options:
+        options["batch_size"] = default_pool_size(options["batch_size"])  # the pool it stands for
+    if "episode_indices" in options:
+        options["episode_indices"] = tuple(options["episode_indices"])
+    fills = {}
+    for name, value in options.items():
+        option, of_spec = _SPEC_OPTIONS[name]
+        if name in ("cache_dir", "world_size", "num_workers") and of_spec(spec) is None:
+            fills[name] = value
+        elif value != of_spec(spec):
+            shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
+            raise click.UsageError(
+                f"Invalid {option} ({shown}) with --spec {path} ({of_spec(spec)!r} there). "
+                f"Expected the spec's value, or no {option}."
+            )
+    spec = replace(spec, **fills)
+    if spec.cache_dir is None:
+        raise click.UsageError(f"Missing option '--cache-dir': the spec {path} names no cache directory.")
+    return spec
+
+
+def _spec_from_options(given: dict[str, Any], recorded_pool: int | None) -> ReadSpec:
+    """The spec the command line's options describe (`EpisodeStream`'s keyword form).
+
+    Raises:
+        click.UsageError: no URL, no cache directory, or options that need another number of URLs.
+    """
+    from reader.read_spec import ReadSpec
+
+    urls, pool, batch = given["urls"], given["pool_size"], given["batch_size"]
+    if not urls:
+        raise click.UsageError("Missing argument 'URL...'. Expected the dataset(s), or --spec FILE.")
+    if given["cache_dir"] is None:
+        raise click.UsageError("Missing option '--cache-dir'.")
+    if pool is None and batch is None and recorded_pool is not None:
+        pool = recorded_pool  # the pool the state was saved with is the one training will load it into
+    if len(urls) > 1 and given["episode_indices"] is not None:
+        raise click.UsageError("Invalid --episodes with several URLs. Expected it for one dataset only.")
+    if len(urls) == 1 and (given["weights"] is not None or given["samples_per_epoch"] is not None):
+        raise click.UsageError("Invalid --weights or --samples-per-epoch for one URL. Expected a mixture.")
+    return ReadSpec.of(
+        urls[0] if len(urls) == 1 else list(urls),
+        weights=given["weights"],
+        samples_per_epoch=given["samples_per_epoch"],
+        episodes=given["episode_indices"],
+        episode_pool_size=pool,
+        batch_size=batch,
+        shuffle=given["shuffle"],
+        seed=given["seed"],
+        world_size=given["world_size"],
+        num_workers=given["num_workers"],
+        cache_dir=str(given["cache_dir"]),
+        cache_max_bytes=given["cache_max_bytes"],
+    )
+
+
+def _recorded_pool(state: Any) -> int | None:
+    """The pool size a resume state was saved with, if it says."""
+    recorded = state.get("episode_pool_size") if isinstance(state, dict) else None
+    return recorded if isinstance(recorded, int) and recorded >= 1 else None
 
 
 def _echo_plan(

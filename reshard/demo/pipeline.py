@@ -30,7 +30,7 @@ from cache.progress import human_bytes
 from reshard.demo.config import DemoCheckError, DemoConfig
 from reshard.demo.invariants import check_exactly_once, check_frames_shown, check_prewarm_served, check_resume
 from reshard.demo.sample import write_sample
-from reshard.demo.training_loop import StreamRun, stream_epoch
+from reshard.demo.training_loop import StreamRun, demo_spec, stream_epoch
 from reshard.errors import LrsError
 from reshard.execute import ReshardOptions
 from reshard.prewarm import PrewarmSummary, prewarm
@@ -146,21 +146,12 @@ def push_to_bucket(out: Path, url: str) -> PushStep:
 
 
 def prewarm_cache(url: str, cache_dir: Path, config: DemoConfig) -> PrewarmSummary:
-    """Fill `cache_dir` with what the demo's stream reads in its epoch (the reader's own schedule).
+    """Fill `cache_dir` with what the demo's stream reads in its epoch (its own spec, `demo_spec`).
 
     A `file://` bucket is copied into the cache like any remote one; a plain local path would be read in
     place (`PrewarmSummary.in_place`, nothing copied).
     """
-    return prewarm(
-        url,
-        str(cache_dir),
-        world_size=1,
-        num_workers=config.num_workers,
-        seed=config.seed,
-        epoch=0,
-        episode_pool_size=config.episode_pool_size,
-        progress=False,
-    )
+    return prewarm(demo_spec(url, cache_dir, config), epoch=0, progress=False)
 
 
 # --- what the checks expect --------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from cache import CacheStats
 from reader.batch import collate
+from reader.read_spec import ReadSpec
 from reader.stats import ReaderStats
 from reader.stream import EpisodeStream
 from reshard.demo.config import DemoCheckError, DemoConfig
@@ -132,20 +133,25 @@ def stream_epoch(url: str, cache_dir: Path, config: DemoConfig, *, start_batch: 
     )
 
 
-def open_stream(url: str, cache_dir: Path, config: DemoConfig, start_batch: int) -> EpisodeStream:
-    """A fresh stream, as a (restarted) trainer builds it; `start_batch` > 0 loads the trainer's state.
-
-    The demo is one process: rank 0 of 1, whatever RANK / WORLD_SIZE the environment holds.
-    """
-    stream = EpisodeStream(
+def demo_spec(url: str, cache_dir: Path, config: DemoConfig) -> ReadSpec:
+    """What the demo's trainer reads: one rank, the config's workers, seed and pool; what its prewarm plans."""
+    return ReadSpec.of(
         url,
-        rank=0,
         world_size=1,
+        num_workers=config.num_workers,
         cache_dir=cache_dir,
         seed=config.seed,
         episode_pool_size=config.episode_pool_size,
         return_uint8=True,
     )
+
+
+def open_stream(url: str, cache_dir: Path, config: DemoConfig, start_batch: int) -> EpisodeStream:
+    """A fresh stream, as a (restarted) trainer builds it; `start_batch` > 0 loads the trainer's state.
+
+    The demo is one process: rank 0 of 1, whatever RANK / WORLD_SIZE the environment holds.
+    """
+    stream = EpisodeStream(demo_spec(url, cache_dir, config), rank=0)
     if start_batch:
         state = {
             "batches_consumed": start_batch,

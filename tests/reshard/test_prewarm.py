@@ -19,6 +19,7 @@ import reshard.cli.prewarm_command  # noqa: F401 - registers `lrs prewarm`
 from cache import CacheStats, sum_cache_stats
 from cache.progress import human_bytes
 from reader.fetch_plan import piece_files
+from reader.read_spec import ReadSpec
 from reader.stream import EpisodeStream
 from reshard.cli import cli
 from reshard.cli.prewarm_command import NodeRanks, node_ranks
@@ -30,6 +31,11 @@ pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:User
 
 # The training run every test prewarms for: one rank, two DataLoader workers.
 RUN = {"episode_pool_size": 3, "seed": 5}
+
+
+def spec(url: object, cache_dir: Path | None = None, **options: object) -> ReadSpec:
+    """The read spec of the training run (`RUN`, and `options`), prewarmed into `cache_dir`."""
+    return ReadSpec.of(url, cache_dir=cache_dir, **{**RUN, **options})  # type: ignore[arg-type]
 
 
 def delta(after: CacheStats, before: CacheStats) -> CacheStats:
@@ -73,7 +79,7 @@ def root(request: pytest.FixtureRequest, sample_ds: Path, sample_resharded_ds: P
 def test_training_after_prewarm_downloads_nothing(root: Path, tmp_path: Path) -> None:
     cache_dir = tmp_path / "cache"
     with RangeServer(root) as server:
-        summary = prewarm(server.url, str(cache_dir), num_workers=2, progress=False, **RUN)
+        summary = prewarm(spec(server.url, cache_dir, num_workers=2), progress=False)
         prewarmed = downloads(server)
         before = sum_cache_stats(cache_dir)
         assert train(server.url, cache_dir) == 244
@@ -91,9 +97,7 @@ def test_training_downloads_only_what_a_limited_prewarm_left(
 ) -> None:
     cache_dir = tmp_path / "cache"
     with RangeServer(sample_resharded_ds) as server:
-        summary = prewarm(
-            server.url, str(cache_dir), num_workers=2, episodes_per_consumer=1, progress=False, **RUN
-        )
+        summary = prewarm(spec(server.url, cache_dir, num_workers=2), episodes_per_consumer=1, progress=False)
         prewarmed = set(downloads(server))
         train(server.url, cache_dir)
         trained = downloads(server)[len(prewarmed) :]
@@ -109,7 +113,7 @@ def test_training_downloads_only_what_a_limited_prewarm_left(
 
 
 def full_plan(url: str) -> list[str]:
-    summary = prewarm(url, "unused", num_workers=2, dry_run=True, progress=False, **RUN)
+    summary = prewarm(spec(url, num_workers=2), dry_run=True, progress=False)
     return [f.request.path for f in summary.plan.files]
 
 
@@ -120,9 +124,9 @@ def test_byte_limits_fetch_a_prefix_of_the_plan(
     cache_dir = tmp_path / "cache"
     with RangeServer(sample_resharded_ds) as server:
         everything = full_plan(server.url)
-        summary = prewarm(
-            server.url, str(cache_dir), num_workers=2, progress=False, **{limit: 100_000}, **RUN
-        )
+        limits = {"max_bytes": 100_000} if limit == "max_bytes" else {}
+        options = {"cache_max_bytes": 100_000} if limit == "cache_max_bytes" else {}
+        summary = prewarm(spec(server.url, cache_dir, num_workers=2, **options), progress=False, **limits)
     fetched = [f.request.path for f in summary.plan.files]
     sizes = EpisodeStream(sample_resharded_ds).catalog.file_sizes
     assert fetched == everything[: len(fetched)] and 0 < len(fetched) < len(everything)
@@ -134,9 +138,10 @@ def test_byte_limits_fetch_a_prefix_of_the_plan(
 def test_rerun_resumes_and_then_fetches_nothing(sample_resharded_ds: Path, tmp_path: Path) -> None:
     cache_dir = str(tmp_path / "cache")
     with RangeServer(sample_resharded_ds) as server:
-        part = prewarm(server.url, cache_dir, num_workers=2, max_bytes=60_000, progress=False, **RUN)
-        rest = prewarm(server.url, cache_dir, num_workers=2, progress=False, **RUN)
-        again = prewarm(server.url, cache_dir, num_workers=2, progress=False, **RUN)
+        run = spec(server.url, cache_dir, num_workers=2)
+        part = prewarm(run, max_bytes=60_000, progress=False)
+        rest = prewarm(run, progress=False)
+        again = prewarm(run, progress=False)
         assert sorted(downloads(server)) == sorted(set(downloads(server)))  # each file sent once
     assert part.files_fetched == part.files > 0
     assert (rest.files_cached, rest.files_fetched) == (part.files, rest.files - part.files)
@@ -149,7 +154,7 @@ def test_a_local_path_is_read_in_place_a_file_url_is_copied(
     sample_resharded_ds: Path, tmp_path: Path, as_url: bool
 ) -> None:
     source = f"file://{sample_resharded_ds}" if as_url else str(sample_resharded_ds)
-    summary = prewarm(source, str(tmp_path / "cache"), progress=False)
+    summary = prewarm(ReadSpec.of(source, cache_dir=tmp_path / "cache"), progress=False)
     assert summary.files > 0 and summary.in_place is not as_url
     assert summary.files_fetched == (summary.files if as_url else 0)
     assert ("local source: the reader reads it in place" in summary.describe()) is not as_url
@@ -159,7 +164,9 @@ def test_a_source_read_in_place_is_not_cut_by_the_cache_budget(
     sample_resharded_ds: Path, tmp_path: Path
 ) -> None:
     # Nothing of a local path lands in the cache, so its budget cannot be what limits the plan.
-    summary = prewarm(str(sample_resharded_ds), str(tmp_path / "cache"), cache_max_bytes=1, progress=False)
+    summary = prewarm(
+        ReadSpec.of(sample_resharded_ds, cache_dir=tmp_path / "cache", cache_max_bytes=1), progress=False
+    )
     assert summary.in_place and summary.limited_by is None
     assert summary.files == summary.needed_files > 0 and summary.files_fetched == 0
     assert "already cached" not in summary.describe() and "cut by" not in summary.describe()
@@ -170,7 +177,7 @@ def test_dry_run_fetches_nothing_and_leaves_the_cache_alone(
 ) -> None:
     cache_dir = tmp_path / "cache"
     with RangeServer(sample_resharded_ds) as server:
-        summary = prewarm(server.url, str(cache_dir), dry_run=True, progress=False, **RUN)
+        summary = prewarm(spec(server.url, cache_dir), dry_run=True, progress=False)
         assert downloads(server) == []
     assert not cache_dir.exists()
     assert summary.dry_run and summary.files == len(summary.plan.files) > 0 and summary.files_fetched == 0
@@ -195,25 +202,35 @@ def test_summary_describes_the_run() -> None:
     ]
 
 
+# (the spec's arguments, prewarm's own), the error.
 @pytest.mark.parametrize(
-    ("kwargs", "message"),
+    ("kwargs", "options", "message"),
     [
-        ({"world_size": 0}, r"Invalid world_size \(0\)\. Expected an integer >= 1\."),
-        ({"num_workers": -1}, r"Invalid num_workers \(-1\)"),
-        ({"world_size": 2, "ranks": [2]}, r"Invalid ranks \(\[2\]\)\. Expected distinct ranks in \[0, 2\)"),
-        ({"max_bytes": 0}, r"Invalid max_bytes \(0\)"),
-        ({"episodes_per_consumer": 0}, r"Invalid episodes_per_consumer \(0\)"),
-        ({"episode_pool_size": 0}, r"Invalid episode_pool_size \(0\)"),
-        ({"episodes": [99]}, r"Invalid episode index \(99\)"),
-        ({"epoch": -1}, r"Invalid epoch \(-1\)"),
+        ({"world_size": 0}, {}, r"Invalid world_size \(0\)\. Expected an integer >= 1\."),
+        ({"num_workers": -1}, {}, r"Invalid num_workers \(-1\)"),
+        ({"world_size": 2}, {"ranks": [2]}, r"Invalid ranks \(\[2\]\)\. Expected distinct ranks in \[0, 2\)"),
+        ({}, {"max_bytes": 0}, r"Invalid max_bytes \(0\)"),
+        ({}, {"episodes_per_consumer": 0}, r"Invalid episodes_per_consumer \(0\)"),
+        ({"episode_pool_size": 0}, {}, r"Invalid episode_pool_size \(0\)"),
+        ({"episodes": [99]}, {}, r"Invalid episode index \(99\)"),
+        ({}, {"epoch": -1}, r"Invalid epoch \(-1\)"),
     ],
     ids=["world", "workers", "ranks", "max-bytes", "episodes", "pool", "selection", "epoch"],
 )
 def test_invalid_arguments_raise(
-    sample_resharded_ds: Path, tmp_path: Path, kwargs: dict, message: str
+    sample_resharded_ds: Path, tmp_path: Path, kwargs: dict, options: dict, message: str
 ) -> None:
     with pytest.raises(ValueError, match=message):
-        prewarm(str(sample_resharded_ds), str(tmp_path / "cache"), progress=False, **kwargs)
+        prewarm(
+            ReadSpec.of(sample_resharded_ds, cache_dir=tmp_path / "cache", **kwargs),
+            progress=False,
+            **options,
+        )
+
+
+def test_a_spec_without_a_cache_dir_is_refused(sample_resharded_ds: Path) -> None:
+    with pytest.raises(ValueError, match=r"Invalid cache_dir \(None\)\. Expected the node cache directory"):
+        prewarm(ReadSpec.of(sample_resharded_ds), progress=False)
 
 
 # --- command line ---------------------------------------------------------------------------------------
@@ -248,9 +265,7 @@ def test_cli_dry_run_prints_the_plan(sample_resharded_ds: Path, tmp_path: Path) 
         assert downloads(server) == []
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    plan = prewarm(
-        str(sample_resharded_ds), "unused", num_workers=2, max_bytes=60 * 1024, dry_run=True, **RUN
-    ).plan
+    plan = prewarm(spec(sample_resharded_ds, num_workers=2), max_bytes=60 * 1024, dry_run=True).plan
     assert lines[0] == "consumers: 2 = ranks 0 (world size 1) x 2 worker(s) each; episode pool 3"
     assert lines[2].startswith(f"files: {len(plan.files)} (") and f"of {plan.needed_files} needed" in lines[2]
     assert [line.split()[1] for line in lines[3 : 3 + len(plan.files)]] == [
@@ -417,7 +432,7 @@ def test_a_prewarmed_mixture_trains_without_a_download(
     mixture = {"weights": [2, 1], "samples_per_epoch": 300}
     with RangeServer(sample_resharded_ds) as one, RangeServer(sample_ds) as two:
         urls = [one.url, two.url]
-        summary = prewarm(urls, str(cache_dir), num_workers=2, progress=False, **RUN, **mixture)
+        summary = prewarm(spec(urls, cache_dir, num_workers=2, **mixture), progress=False)
         prewarmed = (downloads(one), downloads(two))
         assert all(prewarmed) and summary.plan is not None and summary.plan.sources == 2
         assert summary.files == summary.files_fetched == len(prewarmed[0]) + len(prewarmed[1])
@@ -517,4 +532,61 @@ def test_a_torch_checkpoint_is_a_resume_state_and_its_pool_is_planned(
                  "--resume-state", str(tmp_path / "junk.pt"))  # fmt: skip
     assert result.exit_code == 2 and "Expected JSON or a torch.save checkpoint" in result.output, (
         result.output
+    )
+
+
+def test_a_training_spec_file_prewarm_and_the_stream_agree(sample_resharded_ds: Path, tmp_path: Path) -> None:
+    """The spec a training job writes, `lrs prewarm --spec` and `EpisodeStream(spec)` fetch the same files:
+    prewarm fetches what a cold run of the spec downloads, and a run after it downloads nothing."""
+    spec_file, cache_dir = tmp_path / "spec.json", tmp_path / "cache"
+    with RangeServer(sample_resharded_ds) as server:
+        training = EpisodeStream(server.url, cache_dir=cache_dir, num_workers=2, **RUN)
+        spec_file.write_text(training.spec.to_json())  # what the README's training loop writes
+        result = lrs("prewarm", "--spec", str(spec_file), "--quiet")
+        assert result.exit_code == 0, result.output
+        prewarmed = downloads(server)
+        spec = ReadSpec.from_json(spec_file.read_text())
+        warm = sum(len(b["index"]) for b in DataLoader(EpisodeStream(spec), batch_size=8, num_workers=2))
+        assert downloads(server) == prewarmed  # the run after prewarm sent no data or video request
+        cold = EpisodeStream(dataclasses.replace(spec, cache_dir=str(tmp_path / "cold")))
+        assert sum(len(b["index"]) for b in DataLoader(cold, batch_size=8, num_workers=2)) == warm == 244
+        read = downloads(server)[len(prewarmed) :]
+        # A cold run reads each episode's rows by ranged reads of its data file, prewarm fetches the file whole.
+        assert set(read) == set(prewarmed) and len(set(prewarmed)) == len(prewarmed) > 0
+        # The plan, in its order (the fetch runs it on several threads): the command's and the library's agree.
+        planned = [f.request.path for f in prewarm(spec, dry_run=True, progress=False).plan.files]
+        shown = lrs("prewarm", "--spec", str(spec_file), "--dry-run").output.splitlines()[3:13]
+        assert set(planned) == set(prewarmed) and [line.split()[1] for line in shown] == planned[:10]
+
+
+def test_cli_spec_options_must_agree_with_the_file(sample_resharded_ds: Path, tmp_path: Path) -> None:
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(spec(sample_resharded_ds, tmp_path / "c", world_size=2).to_json())
+    agreeing = ["--seed", "5", "--episode-pool-size", "3", "--cache-dir", str(tmp_path / "c"), "--ranks", "1"]
+    result = lrs("prewarm", "--spec", str(spec_file), "--dry-run", *agreeing)
+    assert result.exit_code == 0, result.output
+    assert (
+        result.output.splitlines()[0]
+        == "consumers: 1 = ranks 1 (world size 2) x 1 worker(s) each; episode pool 3"
+    )
+    for args, message in [
+        (
+            ["--seed", "6"],
+            rf"Invalid --seed \(6\) with --spec {spec_file} \(5 there\)\. Expected the spec's value",
+        ),
+        (["--no-shuffle"], r"Invalid --shuffle/--no-shuffle \(False\) with --spec"),
+        (["--batch-size", "64"], r"Invalid --batch-size \(80\) with --spec"),
+        (["--world-size", "4"], r"Invalid --world-size \(4\) with --spec"),
+        ([str(tmp_path)], r"Invalid URL \(.*\) with --spec"),
+        (["--cache-dir", str(tmp_path / "other")], r"Invalid --cache-dir \(.*other\) with --spec"),
+    ]:
+        result = lrs("prewarm", "--spec", str(spec_file), "--dry-run", *args)
+        assert result.exit_code == 2 and re.search(message, result.output), (args, result.output)
+    (tmp_path / "bad.json").write_text("{}")
+    result = lrs("prewarm", "--spec", str(tmp_path / "bad.json"), "--dry-run")
+    assert result.exit_code == 2 and "Invalid read spec version (None). Expected 1." in result.output
+    result = lrs("prewarm", "--cache-dir", str(tmp_path / "c"), "--dry-run")
+    assert (
+        result.exit_code == 2
+        and "Missing argument 'URL...'. Expected the dataset(s), or --spec FILE." in result.output
     )
