@@ -103,7 +103,7 @@ class DemoResult:
 def make_sample(root: Path, config: DemoConfig) -> DatasetStep:
     """Write the v3 sample (AV1, lerobot's layout) to `root`."""
     began = time.perf_counter()
-    write_sample(root, config.spec())
+    write_sample(root, config.sample)
     return _dataset_step(root, began)
 
 
@@ -156,7 +156,7 @@ def prewarm_cache(url: str, cache_dir: Path, config: DemoConfig) -> PrewarmSumma
         str(cache_dir),
         world_size=1,
         num_workers=config.num_workers,
-        seed=config.seed,
+        seed=config.sample.seed,
         epoch=0,
         episode_pool_size=config.episode_pool_size,
         progress=False,
@@ -198,8 +198,8 @@ def run_demo(workdir: Path, config: DemoConfig | None = None, *, echo: Echo | No
     source = make_sample(paths["source"], config)
     lengths = expected_frames(paths["source"])
     say(
-        f"sample    {config.episodes} episodes, {sum(lengths.values())} frames, {_count(config.cameras, 'camera')} "
-        f"{config.height}x{config.width} (AV1), {human_bytes(source.bytes)} ({source.seconds:.1f} s)"
+        f"sample    {config.sample.episodes} episodes, {sum(lengths.values())} frames, {_count(config.sample.cameras, 'camera')} "
+        f"{config.sample.height}x{config.sample.width} (AV1), {human_bytes(source.bytes)} ({source.seconds:.1f} s)"
     )
     resharded = reshard_sample(paths["source"], paths["lrs1"], config)
     say(
