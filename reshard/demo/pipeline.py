@@ -341,7 +341,8 @@ def render_table(result: DemoResult) -> str:
         ("total time", f"{result.seconds:.1f} s"),
     ]
     title = (
-        f"lrs demo: {c.episodes} episodes x {_count(c.cameras, 'camera')} {c.height}x{c.width}, "
+        f"lrs demo: {c.sample.episodes} episodes x {_count(c.sample.cameras, 'camera')} "
+        f"{c.sample.height}x{c.sample.width}, "
         f"batch {c.batch_size}, {c.num_workers} workers, pool {c.episode_pool_size}"
     )
     width = max(len(name) for name, _ in rows)
