@@ -1,26 +1,22 @@
 """Cache counters: per process in memory, per process on disk, summed across processes on request.
 
-Each cache object writes its counters to `<cache_dir>/.lrs/stats/<pid>-<token>.json` (atomically) at most
-once a second while they change, when the cache is closed and when the process exits (a DataLoader
-worker included), so a process that is killed loses at most a second of counts. `sum_cache_stats` sums
-the files of every process, dead or alive.
+Each cache object writes its counters to `<cache_dir>/.lrs/stats/<pid>-<token>.json` with a
+`cache.counter_files.CounterFile` (at most once a second while they change, when the cache is closed and
+when the process exits); `sum_cache_stats` sums the files of every process, dead or alive, leaving out
+with a warning a file that is not ours (`cache.counter_files` says why and when).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import threading
-import time
-import uuid
-import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from cache.errors import CacheError
-from cache.store import META_DIR, at_exit, atomic_write
-
-_FLUSH_INTERVAL_S = 1.0
+from cache.counter_files import CounterFile, read_counter_files
+from cache.store import META_DIR
 
 
 @dataclass(frozen=True)
@@ -78,11 +74,7 @@ class CacheCounters:
         self._lock = threading.Lock()
         self._values: dict[str, int | float] = dict.fromkeys(_FIELDS, 0)
         self._fingerprint = fingerprint
-        self._path = os.path.join(cache_dir, META_DIR, "stats", f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json")
-        self._flushed_at = float("-inf")
-        self._dirty = False
-        _live.add(self)
-        at_exit(_flush_live)
+        self._file = CounterFile(_directory(cache_dir), self._payload)
 
     def add(self, **deltas: int | float) -> None:
         """Add to counters by name (the file is written at most once a second, and by `flush`)."""
@@ -94,10 +86,7 @@ class CacheCounters:
                 )
             for name, delta in deltas.items():
                 self._values[name] += delta
-            self._dirty = True
-            due = time.monotonic() - self._flushed_at >= _FLUSH_INTERVAL_S
-        if due:
-            self.flush()
+        self._file.changed()
 
     def snapshot(self) -> CacheStats:
         """The counters now."""
@@ -106,60 +95,32 @@ class CacheCounters:
 
     def flush(self) -> None:
         """Write the counters file if anything changed since the last write."""
-        with self._lock:
-            if not self._dirty:
-                return
-            payload = {
-                "pid": os.getpid(),
-                "fingerprint": self._fingerprint,
-                "counters": dict(self._values),
-            }
-            # Written under the lock so that files never go back in time when threads race. The figures
-            # are advisory: a failed write (a full disk, a temporary cache directory removed by its
-            # stream while a download finishes) must not fail the read that counted.
-            try:
-                atomic_write(self._path, json.dumps(payload).encode())
-            except OSError:
-                return
-            self._dirty = False
-            self._flushed_at = time.monotonic()
+        self._file.flush()
 
-
-# The counters of this process, written once more when it exits.
-_live: weakref.WeakSet[CacheCounters] = weakref.WeakSet()
-
-
-def _flush_live() -> None:
-    for counters in list(_live):
-        counters.flush()
+    def _payload(self) -> dict[str, Any]:
+        return {"fingerprint": self._fingerprint, "counters": self.snapshot().to_dict()}
 
 
 def sum_cache_stats(cache_dir: str | os.PathLike[str], *, fingerprint: str | None = None) -> CacheStats:
     """Sum the counters every process wrote under `cache_dir` (only one dataset's, if `fingerprint`).
 
-    Raises:
-        CacheError: a counters file is not what this module writes.
+    A counters file that is not what this module writes is left out with a
+    `cache.counter_files.CountersWarning` naming it.
     """
-    directory = os.path.join(os.fspath(cache_dir), META_DIR, "stats")
-    total = CacheStats()
-    try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".json") and not n.startswith("."))
-    except FileNotFoundError:
-        return total
-    for name in names:
-        path = os.path.join(directory, name)
-        try:
-            with open(path, encoding="utf-8") as f:
-                payload = json.load(f)
-            counters = payload["counters"]
-            if set(counters) - _FIELDS:
-                raise KeyError(sorted(set(counters) - _FIELDS)[0])
-            if fingerprint is None or payload["fingerprint"] == fingerprint:
-                total = total + CacheStats(**counters)
-        except FileNotFoundError:
-            continue
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CacheError(
-                f"Invalid cache counters file ({path}): {exc!r}. Expected JSON written by lrs's cache."
-            ) from exc
-    return total
+    return sum(
+        read_counter_files(_directory(os.fspath(cache_dir)), lambda p: _parse(p, fingerprint)), CacheStats()
+    )
+
+
+def _directory(cache_dir: str) -> str:
+    return os.path.join(cache_dir, META_DIR, "stats")
+
+
+def _parse(payload: Mapping[str, Any], fingerprint: str | None) -> CacheStats | None:
+    counters = payload["counters"]
+    unknown = set(counters) - _FIELDS
+    if unknown:
+        raise KeyError(sorted(unknown)[0])
+    if fingerprint is not None and payload["fingerprint"] != fingerprint:
+        return None
+    return CacheStats(**counters)

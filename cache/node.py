@@ -211,7 +211,7 @@ class NodeCache:
             return read_remote_range(state.remote, rel, start, end, state.counters)
 
     def stats(self) -> CacheStats:
-        """This process's counters for this cache object (see `aggregate_stats` for all processes)."""
+        """This process's counters for this cache object (see `sum_cache_stats` for all processes)."""
         return self._state().counters.snapshot()
 
     def mark_used(self, rel: str) -> None:

@@ -24,12 +24,12 @@ from cache.remote import Remote
 
 T = TypeVar("T")
 
-_make_lock = threading.Lock()
+_make_lock = threading.RLock()  # a make() may get another ProcessLocal
 
 
 def _reset_make_lock() -> None:
     global _make_lock
-    _make_lock = threading.Lock()
+    _make_lock = threading.RLock()
 
 
 os.register_at_fork(after_in_child=_reset_make_lock)
@@ -53,6 +53,10 @@ class ProcessLocal(Generic[T]):
                     self._value = self._make()
                     self._pid = pid
         return self._value  # type: ignore[return-value]
+
+    def peek(self) -> T | None:
+        """This process's value if `get` has made it, else None (nothing is made)."""
+        return self._value if self._pid == os.getpid() else None
 
 
 class CacheProcessState:

@@ -3,15 +3,14 @@ iteration), and how it publishes its counters for `EpisodeStream.stats(all_proce
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cache.cache_stats import CacheStats
+from cache.counter_files import CounterFile
 from reader.decode import Decoders
 from reader.pool import Consumer, Part
-from reader.published import PUBLISH_INTERVAL_S, publish
 from reader.schedule.rest import RunSegment
 from reader.stats import ReaderCounters, ReaderStats
 
@@ -32,14 +31,11 @@ class IterationCursor:
 class ReaderProcessState:
     """What one process owns while reading: footers, decoders, counters, the running iteration."""
 
-    pid: int
     parts: tuple[Part, ...]
     decoders: Decoders
     counters: ReaderCounters = field(default_factory=ReaderCounters)
     cursor: IterationCursor | None = None
-    stats_path: str | None = None
-    published: bool = False
-    published_at: float = float("-inf")
+    published: CounterFile | None = None
 
     def snapshot(self, cache: CacheStats) -> ReaderStats:
         return replace(
@@ -52,13 +48,9 @@ class ReaderProcessState:
 
     def publish(self, *, force: bool = False) -> None:
         """Write this process's counters for `EpisodeStream.stats(all_processes=True)`: at most once a
-        second unless `force`. A failed write (a full disk) only loses the figures."""
-        now = time.monotonic()
-        if self.stats_path is None or (not force and now - self.published_at < PUBLISH_INTERVAL_S):
-            return
-        self.published_at = now
-        if publish(self.stats_path, self.pid, self.snapshot(CacheStats())):
-            self.published = True
+        second unless `force` (`cache.counter_files`). A failed write (a full disk) only loses the figures."""
+        if self.published is not None:
+            self.published.changed(now=force)
 
 
 def publishing(consumer: Consumer, process: ReaderProcessState) -> Iterator[dict[str, Any]]:

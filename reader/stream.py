@@ -27,13 +27,14 @@ from cache import NodeCache, Remote, sum_cache_stats
 from cache.arguments import check_int
 from cache.cache_stats import CacheStats
 from cache.exits import cleanup_on_sigterm
+from cache.process import ProcessLocal
 from reader.decode import Decoders, check_device
 from reader.depth import DepthUnit
 from reader.errors import StateError
 from reader.format.catalog import Catalog, EpisodeRef
 from reader.metadata import DatasetMeta
 from reader.pool import Consumer, Options, Part
-from reader.published import published_path, read_published
+from reader.published import published_file, read_published
 from reader.read_plan import ReadPlan
 from reader.read_spec import (
     DEFAULT_DECODE_AHEAD,
@@ -239,7 +240,7 @@ class EpisodeStream(IterableDataset):
         )
         self.identity = self.plan.identity
         self._resume: Resume | None = None
-        self._process: ReaderProcessState | None = None
+        self._process = ProcessLocal(self._make_runtime)
         self._meta: DatasetMeta | None = None
         self._run = uuid.uuid4().hex[:12]  # names this stream's published counters (see `stats`)
 
@@ -457,9 +458,8 @@ class EpisodeStream(IterableDataset):
             raise ValueError(
                 "Invalid state_dict arguments. Expected batches_consumed, batch_size and num_workers together."
             )
-        cursor = (
-            self._process.cursor if self._process is not None and self._process.pid == os.getpid() else None
-        )
+        process = self._process.peek()
+        cursor = process.cursor if process is not None else None
         if cursor is None:
             raise StateError(
                 "Invalid state_dict() call: no iteration runs in this process. Expected "
@@ -528,8 +528,8 @@ class EpisodeStream(IterableDataset):
         if not all_processes:
             return self._runtime().snapshot(sum((s.cache.stats() for s in self.sources), CacheStats()))
         total = sum(read_published(self.cache.cache_dir, self._run), ReaderStats())
-        process = self._process
-        if process is not None and process.pid == os.getpid() and not process.published:
+        process = self._process.peek()
+        if process is not None and (process.published is None or not process.published.written):
             total = total + process.snapshot(CacheStats())  # this process has not published yet
         return replace(total, cache=self._cache_stats())
 
@@ -541,9 +541,13 @@ class EpisodeStream(IterableDataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_process"] = None
+        del state["_process"]  # made afresh in the process that unpickles it
         state["_cleanup"] = None  # the creating process alone removes a temporary cache directory
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._process = ProcessLocal(self._make_runtime)
 
     def _temporary_cache_dir(self) -> str:
         """A cache directory removed when this stream goes or the process exits; DataLoader workers share
@@ -555,32 +559,31 @@ class EpisodeStream(IterableDataset):
         return path
 
     def _runtime(self) -> ReaderProcessState:
-        process = self._process
-        if process is None or process.pid != os.getpid():
-            capacity, device, seek_mode = self._decoding
-            parts = tuple(
-                Part(
-                    s.catalog,
+        return self._process.get()
+
+    def _make_runtime(self) -> ReaderProcessState:
+        capacity, device, seek_mode = self._decoding
+        parts = tuple(
+            Part(
+                s.catalog,
+                s.cache,
+                RowGroupReader(
                     s.cache,
-                    RowGroupReader(
-                        s.cache,
-                        functools.partial(data_file_size, s),
-                        s.catalog.remote.display,
-                        row_groups=s.catalog.row_group_ranges,
-                    ),
-                    s.options,
-                    index=i if self.mixture else None,
-                    drop=s.drop,
-                )
-                for i, s in enumerate(self.sources)
+                    functools.partial(data_file_size, s),
+                    s.catalog.remote.display,
+                    row_groups=s.catalog.row_group_ranges,
+                ),
+                s.options,
+                index=i if self.mixture else None,
+                drop=s.drop,
             )
-            process = self._process = ReaderProcessState(
-                pid=os.getpid(),
-                parts=parts,
-                decoders=Decoders(capacity, device=device, seek_mode=seek_mode),
-                stats_path=published_path(self.cache.cache_dir, self._run),
-            )
-            process.counters.on_add = process.publish
+            for i, s in enumerate(self.sources)
+        )
+        process = ReaderProcessState(parts, Decoders(capacity, device=device, seek_mode=seek_mode))
+        process.published = published_file(
+            self.cache.cache_dir, self._run, lambda: process.snapshot(CacheStats())
+        )
+        process.counters.on_add = process.publish
         return process
 
 

@@ -289,21 +289,8 @@ def _run_video_task(
                     camera=video.key,
                     depth=is_depth(source.info.features[video.key]),
                 )
-                record = VideoRecord(
-                    path=video.path,
-                    bytes=tmp.stat().st_size,
-                    sha256=path_sha256(tmp),
-                    episode=video.episode,
-                    key=video.key,
-                    codec=result.codec,
-                    pix_fmt=result.pix_fmt,
-                    width=result.width,
-                    height=result.height,
-                    gop=result.gop,
-                    crf=result.crf,
-                    frames=result.frames,
-                    reencoded=result.reencoded,
-                    reason=result.reason,
+                record = VideoRecord.of(
+                    result, path=video.path, sha256=path_sha256(tmp), episode=video.episode, key=video.key
                 )
                 ws.finish(video.path, tmp, record)
             finally:

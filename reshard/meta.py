@@ -54,6 +54,7 @@ from reshard.source import V3Source
 from reshard.tables import RowGroupSpan
 from reshard.task_plan import ReshardPlan
 from reshard.video.encode import DEFAULT_PRESET
+from reshard.video.write import EpisodeVideo
 
 _HUB_REVISION = re.compile(r"^hf://datasets/[^/]+/[^/@]+@([^/]+)")
 
@@ -75,42 +76,25 @@ class DataRecord:
     row_groups: tuple[RowGroupSpan, ...]
 
 
-@dataclass(frozen=True)
-class VideoRecord:
-    """The completion record of an output video file (one episode of one camera).
+@dataclass(frozen=True, kw_only=True)
+class VideoRecord(EpisodeVideo):
+    """The completion record of an output video file (one episode of one camera): what
+    `write_episode_video` wrote (`EpisodeVideo`'s fields, `path` dataset-relative), plus
 
     Attributes:
-        path: the output path (dataset-relative).
-        bytes: its size.
-        sha256: its hash.
+        sha256: the file's hash.
         episode: the episode index.
         key: the camera key.
-        codec: the codec written (`av1`, `hevc`, `h264`, ...).
-        pix_fmt: the pixel format written.
-        width: the frame width.
-        height: the frame height.
-        gop: the keyframe interval, when known.
-        crf: the encoder quality, when re-encoded (None when the stream was copied).
-        frames: the number of frames written.
-        reencoded: whether the frames were re-encoded (in copy mode: the episode did not start on a
-            keyframe).
-        reason: why it was re-encoded, if it was.
     """
 
-    path: str
-    bytes: int
     sha256: str
     episode: int
     key: str
-    codec: str
-    pix_fmt: str
-    width: int
-    height: int
-    gop: int | None
-    crf: int | None
-    frames: int
-    reencoded: bool
-    reason: str | None
+
+    @classmethod
+    def of(cls, written: EpisodeVideo, *, path: str, sha256: str, episode: int, key: str) -> VideoRecord:
+        """The record of `written`, staged at `path` (dataset-relative)."""
+        return cls(**{**asdict(written), "path": path}, sha256=sha256, episode=episode, key=key)
 
 
 Record = DataRecord | VideoRecord

@@ -112,6 +112,14 @@ def shorten_video(rel: str) -> Callable[[Path], None]:
 
 
 # name -> (mutation of a v3 source, regex the one-line error must match)
+# Path templates in meta/info.json that lead outside the dataset root: (kind, where, template).
+_ESCAPING_TEMPLATES = (
+    ("data", "parent", "../data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"),
+    ("data", "absolute", "/etc/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"),
+    ("video", "parent", "videos/../../{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"),
+    ("video", "absolute", "/tmp/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"),
+)
+
 SOURCE_CASES: dict[str, tuple[Callable[[Path], None], str | None]] = {
     "info-not-json": (write_bytes(INFO, b'{"codebase_version": "v3.0", '), r"meta/info\.json"),
     "info-not-an-object": (write_bytes(INFO, b"[1, 2, 3]"), r"meta/info\.json"),
@@ -127,22 +135,13 @@ SOURCE_CASES: dict[str, tuple[Callable[[Path], None], str | None]] = {
         r"meta/info\.json.*action",
     ),
     "info-chunks-size-zero": (set_info(chunks_size=0), r"meta/info\.json.*chunks_size"),
-    "template-data-parent": (
-        set_info(data_path="../data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"),
-        r"data_path.*Expected a relative path inside the dataset root",
-    ),
-    "template-data-absolute": (
-        set_info(data_path="/etc/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"),
-        r"data_path.*Expected a relative path inside the dataset root",
-    ),
-    "template-video-parent": (
-        set_info(video_path="videos/../../{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"),
-        r"video_path.*Expected a relative path inside the dataset root",
-    ),
-    "template-video-absolute": (
-        set_info(video_path="/tmp/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"),
-        r"video_path.*Expected a relative path inside the dataset root",
-    ),
+    **{
+        f"template-{kind}-{where}": (
+            set_info(**{f"{kind}_path": template}),
+            rf"{kind}_path.*Expected a relative path inside the dataset root",
+        )
+        for kind, where, template in _ESCAPING_TEMPLATES
+    },
     "episodes-missing-data-pointer": (
         edit_table(EPISODES, lambda t: t.drop(["data/file_index"])),
         r"meta/episodes.*data/file_index",

@@ -427,13 +427,7 @@ def epoch_http(ctx: Ctx, case: Case) -> Verdict:
         )
         injected = sum(r.fault == "fail" for r in server.requests)
         total = len(server.requests)
-    verdict = epoch_verdict(ctx, proc)
-    return Verdict(
-        verdict.ok and injected > 0,
-        verdict.outcome,
-        f"{injected} of {total} requests answered 500",
-        {"exactly_once_http": verdict.ok},
-    )
+    return _epoch_under_500s(ctx, proc, injected, total, "exactly_once_http")
 
 
 @register("epoch-s3-10pct-5xx", "epoch")
@@ -453,12 +447,17 @@ def epoch_s3(ctx: Ctx, case: Case) -> Verdict:
             env=_aws_env(proxy.endpoint),
         )
         injected, total = proxy.injected, len(proxy.requests)
+    return _epoch_under_500s(ctx, proc, injected, total, "exactly_once_s3")
+
+
+def _epoch_under_500s(ctx: Ctx, proc: Any, injected: int, total: int, measure: str) -> Verdict:
+    """An epoch's verdict where some requests were answered 500: exactly once, and some were."""
     verdict = epoch_verdict(ctx, proc)
     return Verdict(
         verdict.ok and injected > 0,
         verdict.outcome,
         f"{injected} of {total} requests answered 500",
-        {"exactly_once_s3": verdict.ok},
+        {measure: verdict.ok},
     )
 
 

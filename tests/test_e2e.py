@@ -28,10 +28,13 @@ from reshard.demo.pipeline import (
     render_table,
     run_demo,
 )
+from reshard.demo.sample_spec import SampleSpec
 from reshard.demo.training_loop import Sample, StreamRun, open_stream
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL = DemoConfig(episodes=6, cameras=2, height=64, width=80, min_length=12, max_length=30, batch_size=4)
+SMALL = DemoConfig(
+    SampleSpec(episodes=6, cameras=2, height=64, width=80, min_length=12, max_length=30), batch_size=4
+)
 STEPS = ("sample", "reshard", "verify", "push", "prewarm", "stream", "resume")
 TABLE_ROWS = (
     "source (v3, AV1)",
@@ -70,7 +73,7 @@ def test_the_output_verifies_and_lands_in_the_bucket(flow: tuple[DemoResult, lis
     assert result.verified.checks == (
         "layout", "files", "tables", "pointers", "videos", "source-tables", "source-videos",
     )  # fmt: skip
-    assert result.verified.videos_reencoded == SMALL.episodes * SMALL.cameras
+    assert result.verified.videos_reencoded == SMALL.sample.episodes * SMALL.sample.cameras
     assert result.pushed.url == (workdir / "bucket").as_uri()
     bucket = sorted(
         str(p.relative_to(workdir / "bucket")) for p in (workdir / "bucket").rglob("*") if p.is_file()
@@ -90,7 +93,7 @@ def test_one_epoch_yields_every_frame_once_with_its_own_pictures(
     assert len(pairs) == len(set(pairs)) == result.frames == epoch.stats.samples
     assert all(len(b) <= SMALL.batch_size for b in epoch.batches)
     for sample in (s for b in epoch.batches for s in b):
-        assert sample.shown == tuple((sample.episode, sample.frame, c) for c in range(SMALL.cameras))
+        assert sample.shown == tuple((sample.episode, sample.frame, c) for c in range(SMALL.sample.cameras))
     assert epoch.stats.cache.misses == 0 and epoch.stats.cache.bytes_fetched == 0
     assert epoch.stats.cache.hits > 0
     assert result.prewarmed.files > 0
@@ -104,7 +107,7 @@ def test_the_resumed_run_continues_the_uninterrupted_one(flow: tuple[DemoResult,
     consumed = sum(len(b) for b in result.epoch.batches[:cut])
     # Skipped by arithmetic, never decoded: only the continuation's frames were.
     assert result.resumed.stats.skipped == consumed
-    assert result.resumed.stats.frames_decoded == result.resumed.samples * SMALL.cameras
+    assert result.resumed.stats.frames_decoded == result.resumed.samples * SMALL.sample.cameras
 
 
 def test_the_table_names_every_measure(flow: tuple[DemoResult, list[str], Path]) -> None:

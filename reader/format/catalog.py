@@ -13,7 +13,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, overload
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from cache.remote import Reads, Remote, resolve
 from reader.errors import DatasetError
-from reader.format.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON, EpisodeIndex, FileIndex
+from reader.format.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON, EpisodeIndex, FileIndex, RowSequence
 from reader.format.layout import Layout
 from reader.format.locate import find_rows, list_data_files
 from reader.format.parquet import parse_parquet, release_memory
@@ -200,7 +200,7 @@ def _tasks(remote: Remote, reads: Reads) -> tuple[str, ...]:
     return tuple(parse_tasks(table, file=remote.display(TASKS_PATH)))
 
 
-class _IndexRefs(Sequence[EpisodeRef]):
+class _IndexRefs(RowSequence[EpisodeRef]):
     """An lrs/1 dataset's episodes as `EpisodeRef`s, each made from the columnar index when asked for."""
 
     def __init__(self, index: EpisodeIndex, files: FileIndex) -> None:
@@ -214,14 +214,9 @@ class _IndexRefs(Sequence[EpisodeRef]):
     def __len__(self) -> int:
         return len(self.index)
 
-    @overload
-    def __getitem__(self, position: int) -> EpisodeRef: ...
-    @overload
-    def __getitem__(self, position: slice) -> list[EpisodeRef]: ...
-    def __getitem__(self, position: int | slice) -> EpisodeRef | list[EpisodeRef]:
-        if isinstance(position, slice):
-            return [self[i] for i in range(*position.indices(len(self)))]
-        e = self.index[position]
+    def row(self, i: int) -> EpisodeRef:
+        """The ref of the episode at position `i` (0 <= i < len)."""
+        e = self.index.row(i)
         return EpisodeRef(
             episode_index=e.episode_index,
             length=e.length,
@@ -232,7 +227,7 @@ class _IndexRefs(Sequence[EpisodeRef]):
             byte_range=(e.row_group_offset, e.row_group_offset + e.row_group_bytes),
             crc32=e.row_group_crc32,
             videos=tuple(
-                VideoRef(v.key, v.path, v.from_timestamp, v.bytes, self._files.sha256(int(rows[position])))
+                VideoRef(v.key, v.path, v.from_timestamp, v.bytes, self._files.sha256(int(rows[i])))
                 for v, rows in zip(e.videos, self._video_rows, strict=True)
             ),
         )

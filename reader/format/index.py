@@ -8,9 +8,10 @@
 from __future__ import annotations
 
 import json
+from abc import abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 import numpy as np
 import pyarrow as pa
@@ -121,7 +122,31 @@ def episodes_to_table(entries: list[EpisodeEntry], video_keys: list[str]) -> pa.
     return pa.table(cols, schema=schema)
 
 
-class EpisodeIndex(Sequence[EpisodeEntry]):
+T = TypeVar("T")
+
+
+class RowSequence(Sequence[T]):
+    """A sequence whose items are made from columns when asked for: `row(i)` makes the item at position
+    `i` (0 <= i < len); this class checks positions, counts from the end and slices."""
+
+    @abstractmethod
+    def row(self, i: int) -> T:
+        """The item at position `i` (0 <= i < len)."""
+
+    @overload
+    def __getitem__(self, position: int) -> T: ...
+    @overload
+    def __getitem__(self, position: slice) -> list[T]: ...
+    def __getitem__(self, position: int | slice) -> T | list[T]:
+        if isinstance(position, slice):
+            return [self.row(i) for i in range(*position.indices(len(self)))]
+        count = len(self)
+        if not -count <= position < count:
+            raise IndexError(f"Invalid position ({position}). Expected < {count}.")
+        return self.row(position % count)
+
+
+class EpisodeIndex(RowSequence[EpisodeEntry]):
     """The episodes index held as columns (numpy for numbers, Arrow for paths), in episode order; an
     `EpisodeEntry` is made only when one is asked for, so memory is a few dozen bytes per episode and no
     Python object per episode lives on.
@@ -156,17 +181,8 @@ class EpisodeIndex(Sequence[EpisodeEntry]):
     def __len__(self) -> int:
         return self._table.num_rows
 
-    @overload
-    def __getitem__(self, position: int) -> EpisodeEntry: ...
-    @overload
-    def __getitem__(self, position: slice) -> list[EpisodeEntry]: ...
-    def __getitem__(self, position: int | slice) -> EpisodeEntry | list[EpisodeEntry]:
-        if isinstance(position, slice):
-            return [self[i] for i in range(*position.indices(len(self)))]
-        count = len(self)
-        if not -count <= position < count:
-            raise IndexError(f"Invalid position ({position}). Expected < {count}.")
-        i = position % count
+    def row(self, i: int) -> EpisodeEntry:
+        """The entry at position `i` (0 <= i < len)."""
         n = self._numbers
         crc = None if self._crc is None else self._crc[i].as_py()
         return EpisodeEntry(

@@ -40,6 +40,9 @@ def demo(workdir: Path | None, episodes: int, keep: bool) -> None:
     with 2 DataLoader workers (every frame exactly once) -> resume mid-epoch (the same continuation).
     Exits 1 when a check fails, keeping the files for a look.
     """
+    from dataclasses import replace
+
+    from reshard.demo.config import DEMO_SAMPLE
     from reshard.demo.pipeline import DemoCheckError, DemoConfig, claim_workdir, render_table, run_demo
 
     own = workdir is None
@@ -49,7 +52,7 @@ def demo(workdir: Path | None, episodes: int, keep: bool) -> None:
     )
     click.echo(f"lrs demo in {root}{beside}")
     try:
-        result = run_demo(root, DemoConfig(episodes=episodes), echo=click.echo)
+        result = run_demo(root, DemoConfig(replace(DEMO_SAMPLE, episodes=episodes)), echo=click.echo)
     except DemoCheckError as exc:
         click.echo(f"check failed: {exc}\nfiles kept in {root}", err=True)
         click.get_current_context().exit(EXIT_CHECK_FAILED)

@@ -6,7 +6,6 @@ stays quick.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from cache.arguments import format_index_list
 from reshard.cli.base import dry_run_option, handle_errors, quiet_option, quiet_requested
 from reshard.cli.types import ByteSize, IndexList, LocalDir, Weights
 
@@ -389,7 +389,7 @@ def _echo_plan(
 
     ranks = sorted({rank for rank, _ in plan.consumers})
     click.echo(
-        f"consumers: {len(plan.consumers)} = ranks {_ranges(ranks)} (world size {world_size}) x "
+        f"consumers: {len(plan.consumers)} = ranks {format_index_list(ranks)} (world size {world_size}) x "
         f"{max(1, num_workers)} worker(s) each; episode pool {pool}"
     )
     click.echo(f"admissions: {plan.pieces} ({plan.episodes} episodes) with every file planned")
@@ -406,15 +406,6 @@ def _echo_plan(
         )
     if len(plan.files) > _SHOWN_FILES:
         click.echo(f"  ... {len(plan.files) - _SHOWN_FILES} more")
-
-
-def _ranges(values: list[int]) -> str:
-    """`[0, 1, 2, 5]` -> `0-2,5`."""
-    parts = []
-    for _, group in itertools.groupby(enumerate(values), key=lambda pair: pair[1] - pair[0]):
-        run = [value for _, value in group]
-        parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-    return ",".join(parts)
 
 
 def _read_state(path: Path | None) -> dict[str, Any] | None:

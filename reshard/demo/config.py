@@ -14,49 +14,33 @@ class DemoCheckError(VerifyError):
     """A claim the demo checks does not hold (verify, exactly-once coverage, decoded frames, resume)."""
 
 
+# The demo's sample: larger frames and episodes than `SampleSpec`'s defaults (a test's), AV1 as lerobot
+# records.
+DEMO_SAMPLE = SampleSpec(episodes=12, cameras=2, height=96, width=128, min_length=30, max_length=90)
+
+
 @dataclass(frozen=True)
 class DemoConfig:
     """What the demo generates and how it streams.
 
     Attributes:
-        episodes: episodes of the sample.
-        cameras: video cameras of the sample.
-        height, width: frame size in pixels.
-        min_length, max_length: episode lengths are drawn in [min_length, max_length] frames.
+        sample: the sample the demo generates (its `seed` also seeds the stream's order).
         video: how `reshard` writes videos ("hevc" re-encodes to H.265).
         batch_size: DataLoader batch size.
         num_workers: DataLoader workers.
         episode_pool_size: episodes each consumer mixes frames from.
-        seed: the seed of the sample and of the stream's order.
     """
 
-    episodes: int = 12
-    cameras: int = 2
-    height: int = 96
-    width: int = 128
-    min_length: int = 30
-    max_length: int = 90
+    sample: SampleSpec = DEMO_SAMPLE
     video: str = "hevc"
     batch_size: int = 8
     num_workers: int = 2
     episode_pool_size: int = 4
-    seed: int = 0
 
     def __post_init__(self) -> None:
-        lows = {"episodes": 2, "cameras": 1, "batch_size": 1, "num_workers": 0, "episode_pool_size": 1}
-        for name, low in lows.items():
-            check_int(name, getattr(self, name), low)
+        check_int("episodes", self.sample.episodes, 2)
+        check_int("cameras", self.sample.cameras, 1)
+        check_int("batch_size", self.batch_size, 1)
+        check_int("num_workers", self.num_workers, 0)
+        check_int("episode_pool_size", self.episode_pool_size, 1)
         ReshardOptions(video=self.video)  # type: ignore[arg-type] - validates the mode
-        self.spec()  # validates the sample's size and lengths
-
-    def spec(self) -> SampleSpec:
-        """The sample's generator spec."""
-        return SampleSpec(
-            episodes=self.episodes,
-            cameras=self.cameras,
-            height=self.height,
-            width=self.width,
-            min_length=self.min_length,
-            max_length=self.max_length,
-            seed=self.seed,
-        )

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from reader.metadata import aggregate_stats
+
 _QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 
 
@@ -45,25 +47,7 @@ def depth_stats(millimetres: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def dataset_stats(per_episode: list[dict[str, dict[str, np.ndarray]]]) -> dict[str, dict[str, Any]]:
-    """Dataset stats from episode stats: exact min/max/mean/std, count-weighted quantiles (as lerobot)."""
-    out: dict[str, dict[str, Any]] = {}
-    for key in per_episode[0] if per_episode else []:
-        eps = [e[key] for e in per_episode]
-        counts = np.array([float(e["count"][0]) for e in eps])
-        total = counts.sum()
-        w = counts / total
-        shape = eps[0]["mean"].shape
-        weights = w.reshape((-1,) + (1,) * len(shape))
-        mean = (np.stack([e["mean"] for e in eps]) * weights).sum(axis=0)
-        second = (np.stack([e["std"] ** 2 + e["mean"] ** 2 for e in eps]) * weights).sum(axis=0)
-        agg = {
-            "min": np.min(np.stack([e["min"] for e in eps]), axis=0),
-            "max": np.max(np.stack([e["max"] for e in eps]), axis=0),
-            "mean": mean,
-            "std": np.sqrt(np.maximum(second - mean**2, 0)),
-            "count": np.array([int(total)]),
-        }
-        for q in ("q01", "q10", "q50", "q90", "q99"):
-            agg[q] = (np.stack([e[q] for e in eps]) * weights).sum(axis=0)
-        out[key] = {k: v.tolist() for k, v in agg.items()}
-    return out
+    """Dataset stats from episode stats, as lists: lerobot's aggregation (`reader.metadata.aggregate_stats`:
+    min of the mins, max of the maxes, count-weighted mean, parallel variance and quantiles)."""
+    merged = aggregate_stats(per_episode, [f"episode {i}" for i in range(len(per_episode))])
+    return {key: {stat: np.asarray(v).tolist() for stat, v in stats.items()} for key, stats in merged.items()}

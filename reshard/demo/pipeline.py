@@ -103,7 +103,7 @@ class DemoResult:
 def make_sample(root: Path, config: DemoConfig) -> DatasetStep:
     """Write the v3 sample (AV1, lerobot's layout) to `root`."""
     began = time.perf_counter()
-    write_sample(root, config.spec())
+    write_sample(root, config.sample)
     return _dataset_step(root, began)
 
 
@@ -189,8 +189,8 @@ def run_demo(workdir: Path, config: DemoConfig | None = None, *, echo: Echo | No
     source = make_sample(paths["source"], config)
     lengths = expected_frames(paths["source"])
     say(
-        f"sample    {config.episodes} episodes, {sum(lengths.values())} frames, {_count(config.cameras, 'camera')} "
-        f"{config.height}x{config.width} (AV1), {human_bytes(source.bytes)} ({source.seconds:.1f} s)"
+        f"sample    {config.sample.episodes} episodes, {sum(lengths.values())} frames, {_count(config.sample.cameras, 'camera')} "
+        f"{config.sample.height}x{config.sample.width} (AV1), {human_bytes(source.bytes)} ({source.seconds:.1f} s)"
     )
     resharded = reshard_sample(paths["source"], paths["lrs1"], config)
     say(
@@ -332,7 +332,8 @@ def render_table(result: DemoResult) -> str:
         ("total time", f"{result.seconds:.1f} s"),
     ]
     title = (
-        f"lrs demo: {c.episodes} episodes x {_count(c.cameras, 'camera')} {c.height}x{c.width}, "
+        f"lrs demo: {c.sample.episodes} episodes x {_count(c.sample.cameras, 'camera')} "
+        f"{c.sample.height}x{c.sample.width}, "
         f"batch {c.batch_size}, {c.num_workers} workers, pool {c.episode_pool_size}"
     )
     width = max(len(name) for name, _ in rows)

@@ -99,7 +99,7 @@ def stream_epoch(url: str, cache_dir: Path, config: DemoConfig, *, start_batch: 
     """
     began = time.perf_counter()
     stream = open_stream(url, cache_dir, config, start_batch)
-    cameras = {key: i for i, key in enumerate(config.spec().camera_keys)}
+    cameras = {key: i for i, key in enumerate(config.sample.camera_keys)}
     reports: multiprocessing.Queue[dict[str, Any]] = multiprocessing.Queue()
     loader = DataLoader(
         _Reporting(stream, reports),
@@ -140,7 +140,7 @@ def demo_spec(url: str, cache_dir: Path, config: DemoConfig) -> ReadSpec:
         world_size=1,
         num_workers=config.num_workers,
         cache_dir=cache_dir,
-        seed=config.seed,
+        seed=config.sample.seed,
         episode_pool_size=config.episode_pool_size,
         return_uint8=True,
     )

@@ -111,15 +111,22 @@ def test_processes_share_one_cache_under_faults(tmp_path, serve, cache_dir, max_
     ledger.close()
 
 
-@pytest.mark.timeout(120)
-def test_sigkilled_downloader_does_not_wedge_others(source, serve, cache_dir):
+def _stalled_downloader(source, serve, cache_dir):
+    """A process downloading a data file whose answer sends half the body, then stalls: it holds the
+    file's lock and a reservation until it is killed. Returns (server, file spec, process)."""
     root, files = source
     spec = files["data/chunk-000/file-000.parquet"]
-    # The victim's answer sends half the body, then stalls: it dies mid-download holding the file's lock.
     server = serve(root, Faults(stall={spec.rel: 1}))
     victim = SPAWN.Process(target=workers.fetch_one, args=(server.url, str(cache_dir), spec))
     victim.start()
     server.wait_for(lambda s: s.arrived(spec.rel) == 1, timeout_s=60)
+    return server, spec, victim
+
+
+@pytest.mark.timeout(120)
+def test_sigkilled_downloader_does_not_wedge_others(source, serve, cache_dir):
+    root, _files = source
+    server, spec, victim = _stalled_downloader(source, serve, cache_dir)
     assert len(part_files(cache_dir)) == 1
 
     with (
@@ -169,12 +176,7 @@ def test_sigkilled_holder_releases_its_pin(source, serve, cache_dir):
 
 @pytest.mark.timeout(120)
 def test_a_killed_downloaders_reservation_is_released_by_the_next_eviction(source, serve, cache_dir):
-    root, files = source
-    spec = files["data/chunk-000/file-000.parquet"]
-    server = serve(root, Faults(stall={spec.rel: 1}))
-    victim = SPAWN.Process(target=workers.fetch_one, args=(server.url, str(cache_dir), spec))
-    victim.start()
-    server.wait_for(lambda s: s.arrived(spec.rel) == 1, timeout_s=60)
+    server, spec, victim = _stalled_downloader(source, serve, cache_dir)
     os.kill(victim.pid, signal.SIGKILL)
     victim.join(30)
     assert len(part_files(cache_dir)) == 1

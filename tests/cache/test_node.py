@@ -14,8 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from cache import CacheError, CacheStats, FetchError, IntegrityError, NodeCache, resolve, sum_cache_stats
-from cache import cache_stats as cache_stats_module
+from cache import (
+    CacheError,
+    CacheStats,
+    FetchError,
+    IntegrityError,
+    NodeCache,
+    counter_files,
+    resolve,
+    sum_cache_stats,
+)
 from cache.budget import disk_usage
 from cache.store import FileLock
 from tests.cache.conftest import UNIT
@@ -265,12 +273,30 @@ def test_counters_aggregate_across_cache_objects(source, serve, open_cache, cach
     assert sum_cache_stats(cache_dir, fingerprint="other") == CacheStats()
 
 
-def test_aggregate_stats_rejects_foreign_files(cache_dir):
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"counters": {"hits": 1, "bogus": 2}, "fingerprint": "f"}', r"KeyError\('bogus'\)"),
+        (
+            '{"counters": {"hits": "1"}, "fingerprint": "f"}',
+            r"ValueError\(\"counter 'hits' is '1', expected a number\"\)",
+        ),
+        ('{"counters": {"hits": 1', r"JSONDecodeError"),  # cut short: a crash before it reached the disk
+        ("", r"JSONDecodeError"),
+        ("[1]", r"TypeError"),
+    ],
+    ids=["unknown-counter", "not-a-number", "truncated", "empty", "not-an-object"],
+)
+def test_sum_cache_stats_leaves_out_a_foreign_file_and_says_so(cache_dir, text, problem):
+    """A reader of the stats never fails on a file that is not ours, and never miscounts silently."""
     stats_dir = cache_dir / ".lrs" / "stats"
     stats_dir.mkdir(parents=True)
-    (stats_dir / "1-x.json").write_text('{"counters": {"hits": 1, "bogus": 2}, "fingerprint": "f"}')
-    with pytest.raises(CacheError, match=r"Invalid cache counters file \(.+1-x\.json\): KeyError\('bogus'\)"):
-        sum_cache_stats(cache_dir)
+    (stats_dir / "1-good.json").write_text('{"counters": {"hits": 2, "misses": 1}, "fingerprint": "f"}')
+    (stats_dir / "1-x.json").write_text(text)
+    with pytest.warns(
+        counter_files.CountersWarning, match=rf"Invalid counters file \(.+1-x\.json\): {problem}"
+    ):
+        assert sum_cache_stats(cache_dir) == CacheStats(hits=2, misses=1)
 
 
 def test_read_range_from_remote_then_from_cache(source, serve, open_cache):
@@ -512,7 +538,8 @@ def test_counters_that_cannot_be_written_do_not_fail_a_read(tmp_path: Path) -> N
     counters.add(hits=1)
     assert counters.snapshot().hits == 1
     (tmp_path / "gone").unlink()
-    counters.add(hits=1)  # written once it can be, with everything counted
+    counters.add(hits=1)
+    counters.flush()  # written once it can be, with everything counted
     assert sum_cache_stats(tmp_path / "gone").hits == 2
 
 
@@ -542,11 +569,11 @@ def test_counters_are_written_once_an_interval_not_per_download(
     root, _files = source
     cache = open_cache(serve(root).url)
     writes: list[str] = []
-    real = cache_stats_module.atomic_write
+    real = counter_files.atomic_write
     monkeypatch.setattr(
-        cache_stats_module, "atomic_write", lambda path, data: (writes.append(path), real(path, data))
+        counter_files, "atomic_write", lambda path, data: (writes.append(path), real(path, data))
     )
-    monkeypatch.setattr(cache_stats_module, "_FLUSH_INTERVAL_S", 3600.0)  # a slow machine takes no second
+    monkeypatch.setattr(counter_files, "FLUSH_INTERVAL_S", 3600.0)  # a slow machine takes no second
     for rel in ("a.bin", "b.bin", "c.bin", "d.bin"):
         cache.fetch(rel)
         cache.fetch(rel)

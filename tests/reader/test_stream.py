@@ -430,3 +430,21 @@ def test_stats_of_all_processes_sum_the_workers(
         other = EpisodeStream(server.url, cache_dir=tmp_path / "cache")
         assert other.stats(all_processes=True).samples == 0
         assert sum(1 for _ in other) == 69 and other.stats(all_processes=True).samples == 69
+
+
+def test_published_stats_leave_out_a_damaged_file_and_say_so(tmp_path: Path) -> None:
+    """The reader's published counters follow the cache's policy (`cache.counter_files`): a file that is
+    not ours is left out with a warning naming it, never skipped silently, never an error."""
+    from cache.counter_files import CountersWarning
+    from reader.published import published_file, read_published
+    from reader.stats import ReaderStats
+
+    file = published_file(str(tmp_path), "run", lambda: ReaderStats(samples=5, decode_seconds=0.5))
+    file.changed()
+    assert file.written and read_published(str(tmp_path), "run") == [
+        ReaderStats(samples=5, decode_seconds=0.5)
+    ]
+    damaged = Path(file.path).with_name("1-damaged.json")
+    damaged.write_text('{"pid": 1, "counters": {"samples": 3')  # cut short by a crash
+    with pytest.warns(CountersWarning, match=r"Invalid counters file \(.+1-damaged\.json\): JSONDecodeError"):
+        assert read_published(str(tmp_path), "run") == [ReaderStats(samples=5, decode_seconds=0.5)]

@@ -9,21 +9,19 @@ from __future__ import annotations
 
 import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from reshard.run import default_work_dir
-
-RESHARD = "from reshard.cli import main; main()"
+from tests.reshard.test_reshard_resume import reshard_argv
 
 
 def _reshard_with_file_limit(
     src: Path, out: Path, limit: int, *args: str
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", RESHARD, "reshard", str(src), "--out", str(out), "-q", *args],
+        reshard_argv(src, out, "-q", *args),
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)),
         capture_output=True,
         text=True,
@@ -53,7 +51,7 @@ def test_a_resumed_run_that_fills_the_disk_keeps_its_finished_outputs(
     assert f"finished outputs are kept in {work}: it resumes" in done.stderr
     assert list((work / "done").rglob("*.json")) and not (work / "tmp").exists()
     rerun = subprocess.run(
-        [sys.executable, "-c", RESHARD, "reshard", str(sample_ds), "--out", str(out), "-q"],
+        reshard_argv(sample_ds, out, "-q"),
         capture_output=True,
         text=True,
         timeout=120,

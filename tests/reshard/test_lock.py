@@ -17,7 +17,7 @@ from reshard.cli import cli
 from reshard.errors import ReshardError
 from reshard.lock import LOCK_NAME, job_lock
 from reshard.run import default_work_dir, reshard
-from tests.reshard.test_reshard_resume import RESHARD, files_of
+from tests.reshard.test_reshard_resume import files_of, reshard_argv
 
 HOLD = """
 import sys
@@ -129,18 +129,7 @@ def test_parts_run_at_once_then_finalize_equal_one_run(
     out = tmp_path / "out"
     parts = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                RESHARD,
-                "reshard",
-                str(sample_ds),
-                "--out",
-                str(out),
-                "-q",
-                "--part",
-                f"{i}/3",
-            ],
+            reshard_argv(sample_ds, out, "-q", "--part", f"{i}/3"),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -26,6 +26,11 @@ from tests.servers import RangeServer
 RESHARD = "from reshard.cli import main; main()"
 
 
+def reshard_argv(source: Path | str, out: Path, *args: str) -> list[str]:
+    """The command line of `lrs reshard SOURCE --out OUT ARGS` in a new Python process."""
+    return [sys.executable, "-c", RESHARD, "reshard", str(source), "--out", str(out), *args]
+
+
 def files_of(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
@@ -62,7 +67,7 @@ def test_sigkill_then_rerun_gives_identical_bytes(
     out = tmp_path / "out"
     expected = files_of(sample_resharded_ds)
     killed = subprocess.run(
-        [sys.executable, "-c", RESHARD, "reshard", str(sample_ds), "--out", str(out), "--quiet"],
+        reshard_argv(sample_ds, out, "--quiet"),
         env={**os.environ, KILL_ENV: point},
         capture_output=True,
         timeout=120,
@@ -88,18 +93,7 @@ def test_sigkill_of_parent_and_workers_mid_download(
     expected = files_of(sample_resharded_ds)
     with RangeServer(sample_ds) as server:
         job = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                RESHARD,
-                "reshard",
-                server.url,
-                "--out",
-                str(out),
-                "--quiet",
-                "--workers",
-                "2",
-            ],
+            reshard_argv(server.url, out, "--quiet", "--workers", "2"),
             start_new_session=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -131,10 +125,8 @@ def test_hevc_reencodes_are_byte_identical_across_runs_and_resumes(sample_ds: Pa
     80 MP4s, and so the index, before they were turned off)."""
 
     def run(out: Path, workers: int = 2, **env: str) -> subprocess.CompletedProcess[bytes]:
-        args = ["reshard", str(sample_ds), "--out", str(out), "--video", "hevc", "--quiet"]
-        args += ["--workers", str(workers)]
         return subprocess.run(
-            [sys.executable, "-c", RESHARD, *args],
+            reshard_argv(sample_ds, out, "--video", "hevc", "--quiet", "--workers", str(workers)),
             env={**os.environ, **env},
             capture_output=True,
             timeout=300,
@@ -159,18 +151,7 @@ def test_a_worker_killed_is_one_error_line_then_a_rerun_finishes(
     """A pool worker SIGKILLed (the OOM killer): exit 3 with one line, promptly (CPython 3.11 could start a
     worker after terminating the others and wait for it forever), its finished work kept for the rerun."""
     out = tmp_path / "out"
-    args = [
-        sys.executable,
-        "-c",
-        RESHARD,
-        "reshard",
-        str(sample_ds),
-        "--out",
-        str(out),
-        "--quiet",
-        "--workers",
-        "2",
-    ]
+    args = reshard_argv(sample_ds, out, "--quiet", "--workers", "2")
     killed = subprocess.run(
         args, env={**os.environ, KILL_ENV: point}, capture_output=True, text=True, timeout=60
     )

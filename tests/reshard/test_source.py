@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -14,8 +13,9 @@ import pytest
 
 from reader.errors import DatasetError
 from reshard.demo.sample import write_sample
-from reshard.source import describe, open_source
+from reshard.source import V3Source, describe, open_source
 from reshard.source_checks import check_rows, check_videos, validate
+from tests.reshard.test_bad_input import edit_info, set_value
 from tests.servers import RangeServer
 
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"
@@ -73,23 +73,8 @@ def _edit_episodes(root: Path, fn: Callable[[pa.Table], pa.Table]) -> None:
     pq.write_table(fn(pq.read_table(path)), path)
 
 
-def _set_column(table: pa.Table, name: str, row: int, value: object) -> pa.Table:
-    values = table.column(name).to_pylist()
-    values[row] = value
-    return table.set_column(
-        table.column_names.index(name), name, pa.array(values, table.schema.field(name).type)
-    )
-
-
-def _edit_info(root: Path, **changes: object) -> None:
-    path = root / "meta/info.json"
-    info = json.loads(path.read_text())
-    info.update(changes)
-    path.write_text(json.dumps(info))
-
-
 def test_v2_dataset_says_how_to_convert(ds: Path) -> None:
-    _edit_info(ds, codebase_version="v2.1")
+    edit_info(ds, codebase_version="v2.1")
     with pytest.raises(
         DatasetError, match=r"meta/info.json.*codebase_version.*'v2.1'.*convert_dataset_v21_to_v30"
     ):
@@ -111,7 +96,7 @@ def test_not_a_dataset(tmp_path: Path) -> None:
     ids=["dotdot", "absolute", "nested-dotdot"],
 )
 def test_escaping_templates_are_refused(ds: Path, template: str) -> None:
-    _edit_info(ds, data_path=template)
+    edit_info(ds, data_path=template)
     with pytest.raises(DatasetError, match=r"info.json.*field 'data_path'.*Expected a relative path"):
         open_source(str(ds))
 
@@ -132,7 +117,7 @@ def test_missing_video_names_camera(ds: Path) -> None:
 
 
 def test_pointer_to_nonexistent_file(ds: Path) -> None:
-    _edit_episodes(ds, lambda t: _set_column(t, "data/file_index", 2, 7))
+    _edit_episodes(ds, lambda t: set_value(t, "data/file_index", 2, 7))
     source = open_source(str(ds))  # episode 2's rows are whole in file 0: read there, with a warning
     assert source.data_file(source.episodes[2]) == "data/chunk-000/file-000.parquet"
     assert (
@@ -146,8 +131,8 @@ def test_pointer_to_nonexistent_file(ds: Path) -> None:
 
 def test_ranges_must_tile(ds: Path) -> None:
     def shift(t: pa.Table) -> pa.Table:
-        t = _set_column(t, "dataset_from_index", 3, t.column("dataset_from_index")[3].as_py() + 1)
-        return _set_column(t, "length", 3, t.column("length")[3].as_py() - 1)
+        t = set_value(t, "dataset_from_index", 3, t.column("dataset_from_index")[3].as_py() + 1)
+        return set_value(t, "length", 3, t.column("length")[3].as_py() - 1)
 
     _edit_episodes(ds, shift)
     with pytest.raises(
@@ -157,7 +142,7 @@ def test_ranges_must_tile(ds: Path) -> None:
 
 
 def test_length_disagrees_with_range(ds: Path) -> None:
-    _edit_episodes(ds, lambda t: _set_column(t, "length", 1, 999))
+    _edit_episodes(ds, lambda t: set_value(t, "length", 1, 999))
     with pytest.raises(DatasetError, match=r"episode 1.*Invalid episode range"):
         open_source(str(ds))
 
@@ -190,8 +175,8 @@ def test_video_timestamps_outside_file(ds: Path) -> None:
     key = "observation.images.cam0"
 
     def push_out(t: pa.Table) -> pa.Table:
-        t = _set_column(t, f"videos/{key}/from_timestamp", 2, 50.0)
-        return _set_column(t, f"videos/{key}/to_timestamp", 2, 50.0 + t.column("length")[2].as_py() / 30)
+        t = set_value(t, f"videos/{key}/from_timestamp", 2, 50.0)
+        return set_value(t, f"videos/{key}/to_timestamp", 2, 50.0 + t.column("length")[2].as_py() / 30)
 
     _edit_episodes(ds, push_out)
     source = open_source(str(ds))
@@ -201,20 +186,27 @@ def test_video_timestamps_outside_file(ds: Path) -> None:
         check_videos(source)
 
 
-def test_truncated_parquet(ds: Path) -> None:
-    path = ds / "data/chunk-000/file-001.parquet"
-    path.write_bytes(path.read_bytes()[:100])
+@pytest.mark.parametrize(
+    ("rel", "size", "check", "message"),
+    [
+        ("data/chunk-000/file-001.parquet", 100, validate, r"file-001.parquet: not a readable parquet file"),
+        (
+            "videos/observation.images.cam0/chunk-000/file-001.mp4",
+            50,
+            check_videos,
+            r"cam0/chunk-000/file-001.mp4: not a readable video",
+        ),
+    ],
+    ids=["parquet", "video"],
+)
+def test_truncated_file(
+    ds: Path, rel: str, size: int, check: Callable[[V3Source], None], message: str
+) -> None:
+    path = ds / rel
+    path.write_bytes(path.read_bytes()[:size])
     source = open_source(str(ds))
-    with pytest.raises(DatasetError, match=r"file-001.parquet: not a readable parquet file"):
-        validate(source)
-
-
-def test_truncated_video(ds: Path) -> None:
-    path = ds / "videos/observation.images.cam0/chunk-000/file-001.mp4"
-    path.write_bytes(path.read_bytes()[:50])
-    source = open_source(str(ds))
-    with pytest.raises(DatasetError, match=r"cam0/chunk-000/file-001.mp4: not a readable video"):
-        check_videos(source)
+    with pytest.raises(DatasetError, match=message):
+        check(source)
 
 
 def test_empty_dataset(ds: Path) -> None:
