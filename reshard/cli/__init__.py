@@ -7,23 +7,53 @@ adds them to the group, so the commands depend on `base` and nothing depends on 
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
 
-import click
 
-from cache.exits import EXIT_SIGINT, EXIT_SIGTERM, Terminated, raise_on_sigterm
-from reshard.cli.base import (
-    EXIT_CHECK_FAILED,
-    EXIT_ERROR,
-    cli,
-    handle_errors,
-    hoist_global_flags,
-    quiet_requested,
-)
-from reshard.cli.prewarm import prewarm_command
-from reshard.cli.push import push_command
-from reshard.cli.reshard import doctor_cmd, inspect_cmd, reshard_cmd, verify_cmd
-from reshard.cli.sample import demo, describe_cmd, sample
+def _exit_while_starting(signum: int, frame: FrameType | None) -> None:
+    sys.stderr.write("Interrupted (SIGINT) while starting; nothing was done.\n")
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def _quiet_sigint_while_importing() -> Iterator[None]:
+    """Ctrl-C while `lrs` imports its libraries (a second or more on a busy machine) exits 130 in one
+    line instead of a `KeyboardInterrupt` traceback from deep inside an import; nothing has been done
+    yet. Python's own handler is back once the imports are done (and was left alone if not in place)."""
+    ours = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+    if ours:
+        signal.signal(signal.SIGINT, _exit_while_starting)
+    try:
+        yield
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+with _quiet_sigint_while_importing():
+    import click
+
+    from cache.exits import EXIT_SIGINT, EXIT_SIGTERM, Terminated, raise_on_sigterm
+    from reshard.cli.base import (
+        EXIT_CHECK_FAILED,
+        EXIT_ERROR,
+        cli,
+        handle_errors,
+        hoist_global_flags,
+        quiet_requested,
+    )
+    from reshard.cli.prewarm import prewarm_command
+    from reshard.cli.push import push_command
+    from reshard.cli.reshard import doctor_cmd, inspect_cmd, reshard_cmd, verify_cmd
+    from reshard.cli.sample import demo, describe_cmd, sample
 
 __all__ = ["EXIT_CHECK_FAILED", "EXIT_ERROR", "cli", "handle_errors", "main", "quiet_requested"]
 
