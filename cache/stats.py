@@ -81,6 +81,8 @@ class Counters:
         self._path = os.path.join(cache_dir, META_DIR, "stats", f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json")
         self._flushed_at = float("-inf")
         self._dirty = False
+        self._cache_dir = cache_dir
+        self._discarded = False
         _live.add(self)
         at_exit(_flush_live)
 
@@ -107,7 +109,7 @@ class Counters:
     def flush(self) -> None:
         """Write the counters file if anything changed since the last write."""
         with self._lock:
-            if not self._dirty:
+            if not self._dirty or self._discarded:
                 return
             payload = {
                 "pid": os.getpid(),
@@ -127,6 +129,16 @@ class Counters:
 
 # The counters of this process, written once more when it exits.
 _live: weakref.WeakSet[Counters] = weakref.WeakSet()
+
+
+def discard_counters(cache_dir: str) -> None:
+    """Write no more counters of this process into `cache_dir`, which its owner is removing (a stream's
+    temporary cache, at exit: a later write would make the directory again, for a stats file alone)."""
+    for counters in list(_live):
+        if counters._cache_dir == cache_dir:
+            _live.discard(counters)
+            with counters._lock:
+                counters._discarded = True
 
 
 def _flush_live() -> None:

@@ -25,7 +25,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from cache import NodeCache, Remote, aggregate_stats
 from cache.checks import check_int
 from cache.exits import cleanup_on_sigterm
-from cache.stats import CacheStats
+from cache.stats import CacheStats, discard_counters
 from reader.decode import Decoders, SeekMode, check_device
 from reader.depth import DepthUnit, check_unit
 from reader.errors import StateError
@@ -543,4 +543,5 @@ def _topology(rank: int | None, world_size: int | None) -> tuple[int, int]:
 
 def _remove_dir(path: str, pid: int) -> None:
     if os.getpid() == pid:
+        discard_counters(path)  # at exit, the counters' last write would come after this removal
         shutil.rmtree(path, ignore_errors=True)
