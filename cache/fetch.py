@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cache.backoff import redact
+from cache.cache_stats import CacheCounters
 from cache.errors import CacheError, FetchError, IntegrityError
 from cache.remote import Remote
-from cache.retry import redact
-from cache.stats import Counters
 from cache.store import file_sha256, open_fd, write_record
 
 DEFAULT_INTEGRITY_ATTEMPTS = 3
@@ -49,7 +49,7 @@ def download_verified(
     expected: Expected,
     new_temp: Callable[[], str],
     record_path: str,
-    counters: Counters,
+    counters: CacheCounters,
     attempts: int = DEFAULT_INTEGRITY_ATTEMPTS,
 ) -> str:
     """Download `rel` into a fresh temp file until it matches `expected`; return the temp path.
@@ -95,7 +95,7 @@ def download_verified(
 
 
 def _download_once(
-    remote: Remote, rel: str, temp: str, expected: Expected, record_path: str, counters: Counters
+    remote: Remote, rel: str, temp: str, expected: Expected, record_path: str, counters: CacheCounters
 ) -> str | None:
     """One download into `temp`; None if it checks out (sha256 recorded), else what is wrong."""
     started = time.monotonic()
@@ -118,7 +118,7 @@ def _download_once(
     return None
 
 
-def read_remote_range(remote: Remote, rel: str, start: int, end: int, counters: Counters) -> bytes:
+def read_remote_range(remote: Remote, rel: str, start: int, end: int, counters: CacheCounters) -> bytes:
     """Bytes `[start, end)` of `rel` in one ranged request (retried by the remote), counted.
 
     Raises:

@@ -17,14 +17,14 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
+from cache.arguments import check_int, local_dir
 from cache.budget import Budget, Eviction
-from cache.checks import check_int, local_dir
+from cache.cache_stats import CacheCounters, CacheStats
 from cache.errors import CacheError, FetchError, IntegrityError
 from cache.fetch import DEFAULT_INTEGRITY_ATTEMPTS, Expected, download_verified, read_remote_range
 from cache.ledger import Ledger, ledger_of, sweep_once
-from cache.process import ProcessLocal, ProcessState, reopen
+from cache.process import CacheProcessState, ProcessLocal, reopen
 from cache.remote import Remote
-from cache.stats import CacheStats, Counters
 from cache.store import (
     CacheLayout,
     FileLock,
@@ -252,18 +252,18 @@ class NodeCache:
 
     # -- internals -----------------------------------------------------------------------------------
 
-    def _state(self) -> ProcessState:
+    def _state(self) -> CacheProcessState:
         return self._proc.get()
 
     def _ledger(self) -> Ledger:
         return ledger_of(self._layout.root)
 
-    def _make_state(self) -> ProcessState:
+    def _make_state(self) -> CacheProcessState:
         remote = self._remote if os.getpid() == self._owner_pid else reopen(self._remote)
-        counters = Counters(self._layout.root, self._layout.fingerprint)
-        return ProcessState(remote, counters, self._options["max_workers"])
+        counters = CacheCounters(self._layout.root, self._layout.fingerprint)
+        return CacheProcessState(remote, counters, self._options["max_workers"])
 
-    def _open_state(self) -> ProcessState:
+    def _open_state(self) -> CacheProcessState:
         state = self._state()
         if state.closed:
             raise self._closed_error()
@@ -272,7 +272,7 @@ class NodeCache:
     def _closed_error(self) -> CacheError:
         return CacheError(f"Invalid use of a closed cache ({self!r}). Expected calls before close().")
 
-    def _local_source(self, state: ProcessState, rel: str, expected: Expected) -> str | None:
+    def _local_source(self, state: CacheProcessState, rel: str, expected: Expected) -> str | None:
         """The source file itself, for a local remote when no hash is asked for; else None."""
         if not self._fast or expected.sha256 is not None:
             return None
@@ -297,7 +297,7 @@ class NodeCache:
             self._ledger().note_use(self._layout.key(rel))
         return problem
 
-    def _fetch(self, state: ProcessState, rel: str, expected: Expected) -> str:
+    def _fetch(self, state: CacheProcessState, rel: str, expected: Expected) -> str:
         target = self._layout.data_path(rel)
         problem = self._check(rel, expected)
         if problem is not None:
@@ -312,7 +312,7 @@ class NodeCache:
             state.counters.add(hits=1)
         return target
 
-    def _refuse_if_held(self, state: ProcessState, rel: str, problem: str) -> None:
+    def _refuse_if_held(self, state: CacheProcessState, rel: str, problem: str) -> None:
         # Replacing a file needs its exclusive lock, which our own hold would deny forever.
         if state.holds(rel):
             raise IntegrityError(
@@ -320,7 +320,7 @@ class NodeCache:
                 "it in use. Expected the same size and sha256 as the request that holds it."
             )
 
-    def _download(self, state: ProcessState, rel: str, expected: Expected) -> None:
+    def _download(self, state: CacheProcessState, rel: str, expected: Expected) -> None:
         """Download, check and publish `rel`; call with its exclusive lock held."""
         state.counters.add(misses=1)
         key = self._layout.key(rel)
@@ -344,7 +344,7 @@ class NodeCache:
             raise
         self._count(state, result)
 
-    def _new_temp(self, state: ProcessState, rel: str, size: int | None) -> str:
+    def _new_temp(self, state: CacheProcessState, rel: str, size: int | None) -> str:
         """Reserve room for `size` bytes (evicting under a budget), then create the download's temp file."""
         temp = self._layout.temp_path(rel, size)
         dead = sweep_once(self._layout.root, self._layout.data_path(rel))
@@ -357,13 +357,15 @@ class NodeCache:
         return temp
 
     @staticmethod
-    def _count(state: ProcessState, result: Eviction) -> None:
+    def _count(state: CacheProcessState, result: Eviction) -> None:
         if result.count or not result.fits:
             state.counters.add(
                 evictions=result.count, bytes_evicted=result.bytes, budget_overruns=int(not result.fits)
             )
 
-    def _read_local(self, state: ProcessState, path: str, start: int, end: int, *, used: str | None) -> bytes:
+    def _read_local(
+        self, state: CacheProcessState, path: str, start: int, end: int, *, used: str | None
+    ) -> bytes:
         data = read_span(path, start, end)
         if used is not None:
             self._ledger().note_use(self._layout.key(used))

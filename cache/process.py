@@ -3,7 +3,7 @@
 DataLoader workers are forked (or spawned) from the process that built the dataset and its cache. Threads
 do not survive a fork, a lock copied into a child may be held by a thread that is not there, counters
 copied from the parent would be counted twice, and fsspec's async filesystems (http, s3, hf) refuse to
-run in a forked child. So everything mutable lives in a `ProcessState` that `ProcessLocal` rebuilds
+run in a forked child. So everything mutable lives in a `CacheProcessState` that `ProcessLocal` rebuilds
 whenever the process id changes.
 """
 
@@ -19,8 +19,8 @@ from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
+from cache.cache_stats import CacheCounters
 from cache.remote import Remote
-from cache.stats import Counters
 
 T = TypeVar("T")
 
@@ -55,7 +55,7 @@ class ProcessLocal(Generic[T]):
         return self._value  # type: ignore[return-value]
 
 
-class ProcessState:
+class CacheProcessState:
     """A cache object's remote, download threads, in-flight futures, holds and counters in one process.
 
     Args:
@@ -64,7 +64,7 @@ class ProcessState:
         max_workers: download threads.
     """
 
-    def __init__(self, remote: Remote, counters: Counters, max_workers: int) -> None:
+    def __init__(self, remote: Remote, counters: CacheCounters, max_workers: int) -> None:
         self.remote = remote
         self.counters = counters
         self.closed = False

@@ -11,7 +11,7 @@ Accepted forms (`resolve`):
 - `s3://bucket/prefix` (s3fs; honours `AWS_ENDPOINT_URL`, keys and profiles), `gs://`, ...
 - `http(s)://host/path` (fsspec `http`; needs Range support for partial reads)
 
-All reads go through `cache.retry.with_retries`: transient errors (timeouts, resets, truncated bodies,
+All reads go through `cache.backoff.with_retries`: transient errors (timeouts, resets, truncated bodies,
 HTTP 429/5xx) are retried with exponential backoff and jitter; permanent ones (missing file, 4xx,
 permission) raise at once. A read that still fails raises `FetchError` naming the URL, without credentials.
 """
@@ -28,8 +28,8 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from cache.backoff import DEFAULT_RETRY, RetryPolicy, TruncatedRead, is_transient, redact, with_retries
 from cache.errors import FetchError, LocationError, LrsError, MissingBackend
-from cache.retry import DEFAULT_RETRY, RetryPolicy, TruncatedRead, is_transient, redact, with_retries
 
 # `redact` is re-exported: the reshard modules import it from here.
 __all__ = ["RANGE_PROBE", "Reads", "Remote", "redact", "resolve"]

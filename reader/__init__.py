@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from reader.batch import collate
     from reader.loader import ResumableLoader
     from reader.metadata import DatasetMeta
-    from reader.pool import ReaderStats
     from reader.state import loader_state_of
+    from reader.stats import ReaderStats
     from reader.stream import EpisodeStream
 
 __all__ = ["DatasetMeta", "EpisodeStream", "ReaderStats", "ResumableLoader", "collate", "loader_state_of"]
@@ -30,7 +30,7 @@ __all__ = ["DatasetMeta", "EpisodeStream", "ReaderStats", "ResumableLoader", "co
 _LAZY = {
     "EpisodeStream": "reader.stream",
     "ResumableLoader": "reader.loader",
-    "ReaderStats": "reader.pool",
+    "ReaderStats": "reader.stats",
     "collate": "reader.batch",
     "DatasetMeta": "reader.metadata",
     "loader_state_of": "reader.state",

@@ -6,7 +6,7 @@ fps, decodes those frames, checks that each query is within `tolerance_s` of the
 in [0, 1] (`/ 255`). `decode_frames` does exactly that on an open decoder; `Decoders` keeps a bounded
 LRU of open decoders (one per local file), so a pool of episodes does not reopen its files per sample.
 
-A `Cursor` is such a decoder read forward: the schedule emits a piece's frames in runs of consecutive
+A `DecodeCursor` is such a decoder read forward: the schedule emits a piece's frames in runs of consecutive
 frames, and torchcodec decodes a frame at or after the last one it decoded without seeking (inside a
 GOP), so a run costs one seek and every frame is decoded once. The decoder's own state is the only
 buffer; a cursor keeps just the last few frames a delta window reads again.
@@ -21,15 +21,16 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import numpy as np
 import torch
 from torchcodec.decoders import VideoDecoder
 
-from cache.checks import check_int
+from cache.arguments import check_int
 from reader.depth import DepthDecoder, open_depth_decoder
 from reader.errors import DecodeError
+from reader.frame_batch import Frames
 
 SeekMode = Literal["exact", "approximate"]
 
@@ -64,14 +65,7 @@ def check_device(device: str) -> str:
     return device
 
 
-class Frames(NamedTuple):
-    """Decoded frames and their presentation times (what torchcodec's `FrameBatch` carries)."""
-
-    data: torch.Tensor
-    pts_seconds: torch.Tensor
-
-
-class Cursor:
+class DecodeCursor:
     """An open decoder read forward by one piece, keeping the frames a delta window reads again.
 
     Args:
@@ -132,7 +126,7 @@ class Decoders:
         self.device = device
         self.num_threads = num_threads
         self.seek_mode: SeekMode = seek_mode
-        self._open: OrderedDict[str, Cursor] = OrderedDict()
+        self._open: OrderedDict[str, DecodeCursor] = OrderedDict()
         self._lock = threading.Lock()
         self.opened = 0
 
@@ -147,7 +141,7 @@ class Decoders:
         locate: Callable[[], AbstractContextManager[str]] | None = None,
         keep: int = 0,
         depth_pix_fmt: str | None = None,
-    ) -> Cursor:
+    ) -> DecodeCursor:
         """The open cursor of `key` (opened now if needed, evicting the least recently used).
 
         Thread-safe: decode threads of one consumer share the LRU.
@@ -156,7 +150,7 @@ class Decoders:
             key: names the video (a dataset-relative path, or the local path itself).
             where: the episode, camera and file, for error messages.
             locate: yields the local path while the decoder opens it (default: `key` is that path).
-            keep: frames the cursor keeps for delta windows (see `Cursor`).
+            keep: frames the cursor keeps for delta windows (see `DecodeCursor`).
             depth_pix_fmt: for a depth stream, its feature's pixel format: the stream is decoded with
                 PyAV into its raw codes (`reader.depth.DepthDecoder`) instead of torchcodec's RGB.
 
@@ -170,7 +164,7 @@ class Decoders:
                 return cursor
         # Opened outside the lock: locating may download the file again, and the other decode threads
         # keep decoding meanwhile. Two threads rarely open one key at once; the first one in is kept.
-        opened = Cursor(self._open_decoder(where, key, locate, depth_pix_fmt), keep)
+        opened = DecodeCursor(self._open_decoder(where, key, locate, depth_pix_fmt), keep)
         with self._lock:
             cursor = self._open.setdefault(key, opened)
             self._open.move_to_end(key)
@@ -209,7 +203,7 @@ class Decoders:
 
 
 def decode_frames(
-    decoder: VideoDecoder | Cursor | DepthDecoder,
+    decoder: VideoDecoder | DecodeCursor | DepthDecoder,
     timestamps: Sequence[float],
     *,
     tolerance_s: float,

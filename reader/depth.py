@@ -7,7 +7,7 @@ quantizer with `video.depth_min`, `video.depth_max`, `video.shift` (metres) and 
 dequantizes it into float32 (1, H, W) in millimetres (rounded) or metres; `Quantizer.dequantize` does
 exactly its arithmetic, and `Quantizer.quantize` its quantizer, so that `lrs sample` writes what
 lerobot writes. `DepthDecoder` is the PyAV decoder the reader uses for these streams, read forward like
-torchcodec's (`reader.decode.Cursor`). Importing it loads neither torch nor PyAV (the `lrs` command
+torchcodec's (`reader.decode.DecodeCursor`). Importing it loads neither torch nor PyAV (the `lrs` command
 line uses `is_depth`).
 """
 
@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from reader.errors import DecodeError
+from reader.frame_batch import Frames
 
 if TYPE_CHECKING:
     import torch
 
-    from reader.decode import Frames
 
 DepthUnit = Literal["mm", "m"]
 DEPTH_QMAX = 4095  # 12-bit codes
@@ -233,8 +233,6 @@ class DepthDecoder:
     def get_frames_at(self, indices: list[int]) -> Frames:
         import av
         import torch
-
-        from reader.decode import Frames  # imported here: `reader.decode` loads torch and torchcodec
 
         try:
             decoded = {i: self._read_until(i) for i in sorted(set(indices))}

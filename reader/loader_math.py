@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cache.checks import check_int
+from cache.arguments import check_int
 
 __all__ = ["LoaderResume", "batches_per_epoch", "batches_per_worker", "loader_resume"]
 

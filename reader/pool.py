@@ -6,7 +6,7 @@ starts loading rows (one ranged read) and fetching videos (`NodeCache.prefetch`)
 pieces ahead, and on admission waits for them; a video is pinned in the cache while its decoder opens.
 `Consumer` walks the plan from a start step (a resume skips by arithmetic: nothing before it is read,
 fetched or decoded) and builds each item: rows and delta windows from memory, frames from each piece's
-decoders read forward (`reader.decode.Cursor`). The plan is known ahead, so `decode_threads` threads
+decoders read forward (`reader.decode.DecodeCursor`). The plan is known ahead, so `decode_threads` threads
 build the next `decode_ahead` items while the current one is handed out; torchcodec and torch release
 the GIL, so the threads use the cores of a process without more processes or copies between them.
 """
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from cache import CacheStats, FetchError, IntegrityError, LrsError, NodeCache
+from cache import FetchError, IntegrityError, LrsError, NodeCache
 from reader.decode import Decoders, VideoWhere, decode_frames
 from reader.depth import DepthUnit, Quantizer
 from reader.errors import DecodeError
@@ -32,6 +32,7 @@ from reader.format.catalog import Catalog, EpisodeRef, VideoRef, changed_since
 from reader.images import decode_image
 from reader.rows import EpisodeRows, RowGroupReader, read_episode
 from reader.schedule import Emission, Step
+from reader.stats import ReaderCounters
 from reader.windows import Windows
 
 # What a decode thread returns: the item (before transforms), frames decoded, seconds spent decoding.
@@ -39,71 +40,6 @@ _Built = tuple[dict[str, Any], int, float]
 
 # Threads reading row groups ahead, per consumer: enough to cover a remote's latency at admission time.
 ROW_THREADS = 4
-
-
-@dataclass(frozen=True)
-class ReaderStats:
-    """Counters of the reader: of this process, or summed over the processes of one stream
-    (`EpisodeStream.stats(all_processes=True)`: the DataLoader workers' too).
-
-    Attributes:
-        samples: samples emitted.
-        skipped: samples a resume skipped by arithmetic (never read, fetched or decoded).
-        episodes_admitted: pieces admitted into a pool (every worker of a rank admits its share of each of
-            the rank's episodes).
-        admissions_waited: admissions whose videos were not local yet when needed.
-        samples_local: samples whose videos were already local when their piece was admitted.
-        frames_decoded: video frames decoded (a window of T frames on C cameras counts T * C).
-        decode_seconds: time spent decoding.
-        decoders_opened: decoders opened (the LRU keeps them open across samples).
-        row_reads: ranged reads of parquet footers and row groups.
-        row_bytes: their bytes.
-        cache: the node cache counters: this process's, or with `all_processes` every process's that
-            used the cache for this dataset (`cache.aggregate_stats`).
-    """
-
-    samples: int = 0
-    skipped: int = 0
-    episodes_admitted: int = 0
-    admissions_waited: int = 0
-    samples_local: int = 0
-    frames_decoded: int = 0
-    decode_seconds: float = 0.0
-    decoders_opened: int = 0
-    row_reads: int = 0
-    row_bytes: int = 0
-    cache: CacheStats = dataclasses.field(default_factory=CacheStats)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The counters as a JSON-able dict."""
-        return dataclasses.asdict(self)
-
-    def __add__(self, other: ReaderStats) -> ReaderStats:
-        """Counters of two processes (or two moments) summed, field by field (`cache` too)."""
-        if not isinstance(other, ReaderStats):
-            return NotImplemented
-        return ReaderStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in _FIELDS})
-
-    @classmethod
-    def from_counters(cls, counters: Mapping[str, Any]) -> ReaderStats:
-        """Stats from `to_dict()`'s counters (without `cache`); unknown names are ignored."""
-        return cls(**{f.name: counters[f.name] for f in _FIELDS if f.name != "cache" and f.name in counters})
-
-
-_FIELDS = dataclasses.fields(ReaderStats)
-
-
-class Counters:
-    """This process's running `ReaderStats` (added to by the iterating thread)."""
-
-    def __init__(self, on_add: Callable[[], None] | None = None) -> None:
-        self.values = ReaderStats()
-        self.on_add = on_add  # e.g. publish the counters for other processes (at most once a second)
-
-    def add(self, **deltas: float) -> None:
-        self.values = self.values + ReaderStats(**deltas)  # type: ignore[arg-type]
-        if self.on_add is not None:
-            self.on_add()
 
 
 @dataclass(frozen=True)
@@ -177,7 +113,7 @@ class EpisodePool:
         needed: Sequence[bool],
         *,
         prefetch_episodes: int,
-        counters: Counters,
+        counters: ReaderCounters,
     ) -> None:
         self._refs, self._needed = refs, needed
         self._prefetch_episodes, self._counters = prefetch_episodes, counters
@@ -297,7 +233,7 @@ class Consumer:
         start: int,
         decoders: Decoders,
         options: Options,
-        counters: Counters,
+        counters: ReaderCounters,
     ) -> None:
         self.emission, self.start = emission, start
         self.position = start

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterator
 
 from cache.store import META_DIR, atomic_write
-from reader.pool import ReaderStats
+from reader.stats import ReaderStats
 
 # How often a process rewrites its counters while it iterates.
 PUBLISH_INTERVAL_S = 1.0

@@ -8,15 +8,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cache.stats import CacheStats
+from cache.cache_stats import CacheStats
 from reader.decode import Decoders
-from reader.pool import Consumer, Counters, Part, ReaderStats
+from reader.pool import Consumer, Part
 from reader.published import PUBLISH_INTERVAL_S, publish
-from reader.schedule.rest import Segment
+from reader.schedule.rest import RunSegment
+from reader.stats import ReaderCounters, ReaderStats
 
 
 @dataclass
-class Cursor:
+class IterationCursor:
     """Where a process's running iteration is: its consumer, epoch, logical worker and worker count, and
     the runs of the epoch before it (an elastic resume's, `reader.schedule.rest`)."""
 
@@ -24,18 +25,18 @@ class Cursor:
     epoch: int
     logical: int
     num_workers: int
-    history: tuple[Segment, ...] = ()
+    history: tuple[RunSegment, ...] = ()
 
 
 @dataclass
-class ProcessState:
+class ReaderProcessState:
     """What one process owns while reading: footers, decoders, counters, the running iteration."""
 
     pid: int
     parts: tuple[Part, ...]
     decoders: Decoders
-    counters: Counters = field(default_factory=Counters)
-    cursor: Cursor | None = None
+    counters: ReaderCounters = field(default_factory=ReaderCounters)
+    cursor: IterationCursor | None = None
     stats_path: str | None = None
     published: bool = False
     published_at: float = float("-inf")
@@ -60,7 +61,7 @@ class ProcessState:
             self.published = True
 
 
-def publishing(consumer: Consumer, process: ProcessState) -> Iterator[dict[str, Any]]:
+def publishing(consumer: Consumer, process: ReaderProcessState) -> Iterator[dict[str, Any]]:
     """Iterate `consumer`, publishing the process's counters once more when the iteration ends."""
     try:
         yield from consumer

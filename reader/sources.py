@@ -12,13 +12,13 @@ from reader.depth import Quantizer, is_depth
 from reader.errors import DatasetError
 from reader.format.catalog import Catalog
 from reader.format.v3 import INFO_PATH
-from reader.plan import FETCH_THREADS, ReadPlan
 from reader.pool import Options
+from reader.read_plan import FETCH_THREADS, ReadPlan
 from reader.windows import Windows, delta_indices
 
 
 @dataclass(frozen=True)
-class Source:
+class StreamSource:
     """One source of the stream: its dataset, its view of the node cache, how it is read, which of its
     episodes, and the keys left out of its samples (a mixture's keys not common to every source)."""
 
@@ -29,7 +29,7 @@ class Source:
     drop: frozenset[str]
 
 
-def data_file_size(source: Source, rel: str) -> int:
+def data_file_size(source: StreamSource, rel: str) -> int:
     """The size of data file `rel` of `source`: from its index, else of the whole file fetched into the cache."""
     size = source.catalog.file_sizes.get(rel)
     if size is not None:
@@ -47,7 +47,7 @@ def open_sources(
     *,
     cache_dir: str | os.PathLike[str],
     cache_max_bytes: int | None,
-) -> tuple[Source, ...]:
+) -> tuple[StreamSource, ...]:
     """Each source of `plan`, read with the `shared` options plus its own windows, quantizers and checks.
 
     Args:
@@ -91,7 +91,7 @@ def open_sources(
             max_bytes=cache_max_bytes,
             max_workers=FETCH_THREADS,
         )
-        sources.append(Source(catalog, cache, options, planned.episodes, planned.drop))
+        sources.append(StreamSource(catalog, cache, options, planned.episodes, planned.drop))
     return tuple(sources)
 
 

@@ -26,18 +26,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cache.checks import check_int
+from cache.arguments import check_int
 from reader.errors import StateError
 from reader.loader_math import loader_resume
 from reader.schedule import Schedule
-from reader.schedule.rest import RestSchedule, Segment, rest_after
+from reader.schedule.rest import RestSchedule, RunSegment, rest_after
 
 # 2: the order of lrs 0.2 (pieces emitted in runs, one cyclic pool order); a version 1 state would
 # resume another order, so it is refused.
 STATE_VERSION = 2
 _LOADER_KEYS = ("batches_consumed", "batch_size", "num_workers")
 _CONSUMER_KEYS = ("worker", "num_workers", "samples")
-# A `before` entry, in `Segment`'s field order.
+# A `before` entry, in `RunSegment`'s field order.
 _SEGMENT_KEYS = ("world_size", "num_workers", "batch_size", "batches_consumed", "episode_pool_size")
 
 
@@ -120,22 +120,22 @@ class Resume:
     consumer: tuple[int, int] | None = None
     world_size: int = 1
     pool_size: int = 1
-    before: tuple[Segment, ...] = ()
+    before: tuple[RunSegment, ...] = ()
 
     @property
-    def segment(self) -> Segment | None:
+    def segment(self) -> RunSegment | None:
         """The run it counts batches of, as a segment (None for the consumer kind)."""
         if self.batches is None:
             return None
         consumed, batch_size = self.batches
-        return Segment(self.world_size, self.num_workers, batch_size, consumed, self.pool_size)
+        return RunSegment(self.world_size, self.num_workers, batch_size, consumed, self.pool_size)
 
     def continues(self, *, world_size: int, num_workers: int, pool_size: int) -> bool:
         """Whether a run on this topology continues the saved run exactly (same emission orders, each
         worker from its position), rather than streaming the rest of the epoch on a new topology."""
         return (self.world_size, self.num_workers, self.pool_size) == (world_size, num_workers, pool_size)
 
-    def history(self, *, world_size: int, num_workers: int, pool_size: int) -> tuple[Segment, ...]:
+    def history(self, *, world_size: int, num_workers: int, pool_size: int) -> tuple[RunSegment, ...]:
         """The runs of the epoch before a run on this topology: `before`, plus the saved run itself
         where the new one does not continue it."""
         segment = self.segment
@@ -250,8 +250,8 @@ def parse_state(
     )
 
 
-def _segments(raw: Any) -> tuple[Segment, ...]:
-    """The `before` list of a loader state: the epoch's earlier runs, each a dict of `Segment.to_json`."""
+def _segments(raw: Any) -> tuple[RunSegment, ...]:
+    """The `before` list of a loader state: the epoch's earlier runs, each a dict of `RunSegment.to_json`."""
     if not isinstance(raw, list):
         raise StateError(f"Invalid state before ({type(raw).__name__}). Expected a list of earlier runs.")
     segments = []
@@ -261,7 +261,7 @@ def _segments(raw: Any) -> tuple[Segment, ...]:
             raise StateError(f"Invalid state before[{i}] ({keys}). Expected the keys {list(_SEGMENT_KEYS)}.")
         low = {"world_size": 1, "batch_size": 1, "episode_pool_size": 1}
         values = [_int(item, name, low.get(name, 0)) for name in _SEGMENT_KEYS]
-        segments.append(Segment(*values))
+        segments.append(RunSegment(*values))
     return tuple(segments)
 
 
@@ -280,7 +280,7 @@ def _int(
 
 def resumed_schedule(
     schedule: Schedule, epoch: int, resume: Resume | None
-) -> tuple[Schedule | RestSchedule, tuple[Segment, ...]]:
+) -> tuple[Schedule | RestSchedule, tuple[RunSegment, ...]]:
     """The order a run on `schedule`'s topology streams `epoch` in after loading `resume`: the whole
     epoch's, or after earlier runs on other topologies, the rest of it (`reader.schedule.rest`); and
     those earlier runs.

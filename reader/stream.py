@@ -22,24 +22,25 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from cache import NodeCache, Remote, aggregate_stats
-from cache.checks import check_int
+from cache import NodeCache, Remote, sum_cache_stats
+from cache.arguments import check_int
+from cache.cache_stats import CacheStats, discard_counters
 from cache.exits import cleanup_on_sigterm
-from cache.stats import CacheStats, discard_counters
 from reader.decode import Decoders, SeekMode, check_device
 from reader.depth import DepthUnit, check_unit
 from reader.errors import StateError
 from reader.format.catalog import Catalog, EpisodeRef
 from reader.metadata import DatasetMeta
-from reader.plan import ReadPlan, default_pool_size
-from reader.pool import Consumer, Options, Part, ReaderStats
+from reader.pool import Consumer, Options, Part
 from reader.published import published_path, read_published
+from reader.read_plan import ReadPlan, default_pool_size
 from reader.rows import RowGroupReader
-from reader.runtime import Cursor, ProcessState, publishing
+from reader.runtime import IterationCursor, ReaderProcessState, publishing
 from reader.schedule import Schedule
-from reader.schedule.rest import RestSchedule, Segment, consumed_counts, rest_after
-from reader.sources import Source, data_file_size, open_sources
+from reader.schedule.rest import RestSchedule, RunSegment, consumed_counts, rest_after
+from reader.sources import StreamSource, data_file_size, open_sources
 from reader.state import Resume, parse_state, resumed_schedule
+from reader.stats import ReaderStats
 from reader.windows import Windows
 
 DEFAULT_PREFETCH_EPISODES = 8
@@ -177,7 +178,7 @@ class EpisodeStream(IterableDataset):
             decode_ahead=decode_ahead if decode_threads else 0,
             depth_unit=check_unit(depth_output_unit),
         )
-        self.sources: tuple[Source, ...] = open_sources(
+        self.sources: tuple[StreamSource, ...] = open_sources(
             self.plan, shared, delta_timestamps, cache_dir=cache_dir, cache_max_bytes=cache_max_bytes
         )
         self._decoding = (
@@ -192,7 +193,7 @@ class EpisodeStream(IterableDataset):
         )
         self.identity = self.plan.identity
         self._resume: Resume | None = None
-        self._process: ProcessState | None = None
+        self._process: ReaderProcessState | None = None
         self._meta: DatasetMeta | None = None
         self._run = uuid.uuid4().hex[:12]  # names this stream's published counters (see `stats`)
 
@@ -246,7 +247,7 @@ class EpisodeStream(IterableDataset):
         """How the stream reads (a mixture's sources differ only in windows and depth: `sources[i].options`)."""
         return self.sources[0].options
 
-    def _only(self, what: str) -> Source:
+    def _only(self, what: str) -> StreamSource:
         if self.mixture:
             raise AttributeError(f"A mixture has one {what} per source. Expected stream.sources[i].{what}.")
         return self.sources[0]
@@ -327,7 +328,7 @@ class EpisodeStream(IterableDataset):
             options=self.options,
             counters=process.counters,
         )
-        process.cursor = Cursor(consumer, self.epoch, logical, num_workers, history)
+        process.cursor = IterationCursor(consumer, self.epoch, logical, num_workers, history)
         return publishing(consumer, process)
 
     def _pending(self) -> Resume | None:
@@ -339,7 +340,7 @@ class EpisodeStream(IterableDataset):
             world_size=self.world_size, num_workers=num_workers, pool_size=self.episode_pool_size
         )
 
-    def _history(self, num_workers: int) -> tuple[Segment, ...]:
+    def _history(self, num_workers: int) -> tuple[RunSegment, ...]:
         """The runs of the current epoch before this one (an elastic resume's), for `num_workers`."""
         resume = self._pending()
         if resume is None:
@@ -348,7 +349,7 @@ class EpisodeStream(IterableDataset):
             world_size=self.world_size, num_workers=num_workers, pool_size=self.episode_pool_size
         )
 
-    def _resumed_schedule(self, num_workers: int) -> tuple[Schedule | RestSchedule, tuple[Segment, ...]]:
+    def _resumed_schedule(self, num_workers: int) -> tuple[Schedule | RestSchedule, tuple[RunSegment, ...]]:
         """The order this run streams the current epoch in, and the epoch's earlier runs (`resumed_schedule`)."""
         return resumed_schedule(self.schedule(num_workers), self.epoch, self._pending())
 
@@ -446,7 +447,7 @@ class EpisodeStream(IterableDataset):
 
         Each process publishes its counters under the cache directory (`.lrs/reader-stats/`) at most once
         a second while it iterates and when its iteration ends, so a running worker's share can lag by
-        up to a second. The cache counters are then `cache.aggregate_stats` for this dataset: every
+        up to a second. The cache counters are then `cache.sum_cache_stats` for this dataset: every
         process that used this cache directory for it, earlier runs included.
         """
         if not all_processes:
@@ -460,7 +461,7 @@ class EpisodeStream(IterableDataset):
     def _cache_stats(self) -> CacheStats:
         total = CacheStats()
         for fingerprint in dict.fromkeys(s.catalog.fingerprint for s in self.sources):
-            total = total + aggregate_stats(self.cache.cache_dir, fingerprint=fingerprint)
+            total = total + sum_cache_stats(self.cache.cache_dir, fingerprint=fingerprint)
         return total
 
     def __getstate__(self) -> dict[str, Any]:
@@ -478,7 +479,7 @@ class EpisodeStream(IterableDataset):
         cleanup_on_sigterm(self._cleanup)
         return path
 
-    def _runtime(self) -> ProcessState:
+    def _runtime(self) -> ReaderProcessState:
         process = self._process
         if process is None or process.pid != os.getpid():
             capacity, device, seek_mode = self._decoding
@@ -498,7 +499,7 @@ class EpisodeStream(IterableDataset):
                 )
                 for i, s in enumerate(self.sources)
             )
-            process = self._process = ProcessState(
+            process = self._process = ReaderProcessState(
                 pid=os.getpid(),
                 parts=parts,
                 decoders=Decoders(capacity, device=device, seek_mode=seek_mode),

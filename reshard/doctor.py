@@ -3,7 +3,7 @@
 Public datasets ship defects: orphan files no episode references, videos short of the frames their
 episodes need, zero-byte videos, row counts that do not add up. `reshard` refuses such a source at its
 first defect; `doctor` runs every check to the end and lists them all, each naming the file, the episode
-and the field. The checks are the ones `reshard` and `verify` make (`reshard.checks`), collected instead
+and the field. The checks are the ones `reshard` and `verify` make (`reshard.source_checks`), collected instead
 of raised, plus what only a whole-dataset view can see (orphans):
 
 1. `metadata`: `meta/info.json`, `meta/episodes/` and the tasks load (a failure ends the report);
@@ -33,8 +33,8 @@ from typing import Any
 from cache.progress import progress_bar
 from cache.remote import redact
 from reader.errors import DatasetError
-from reshard.checks import iter_row_defects, iter_video_defects
-from reshard.source import Source, check_pointers, iter_missing_files, listed_files, open_source
+from reshard.source import V3Source, check_pointers, iter_missing_files, listed_files, open_source
+from reshard.source_checks import iter_row_defects, iter_video_defects
 from reshard.video.extent import decoded_frame_times, frames_in_range
 
 
@@ -136,7 +136,7 @@ def doctor(
 
 
 def examine(
-    source: Source, report: Report | None = None, *, decode: bool = False, progress: bool = False
+    source: V3Source, report: Report | None = None, *, decode: bool = False, progress: bool = False
 ) -> Report:
     """Run every check after `metadata` on an opened source, adding to `report` (a new one if None)."""
     report = report or Report(source.url, checks=["metadata"])
@@ -174,7 +174,7 @@ def examine(
     return report
 
 
-def _rows(source: Source, rel: str) -> Iterator[DatasetError]:
+def _rows(source: V3Source, rel: str) -> Iterator[DatasetError]:
     """`iter_row_defects`, with a file it cannot read as a defect of each of its episodes."""
     try:
         yield from iter_row_defects(source, rel)
@@ -187,7 +187,7 @@ def _rows(source: Source, rel: str) -> Iterator[DatasetError]:
         yield DatasetError(problem, file=source.remote.display(rel), episode=episode.episode_index)
 
 
-def _orphans(source: Source, listed: set[str]) -> Iterator[Defect]:
+def _orphans(source: V3Source, listed: set[str]) -> Iterator[Defect]:
     referenced = set(source.data_files()) | set(source.video_files())
     for rel in sorted(listed - referenced):
         if rel.endswith((".parquet", ".mp4")):
@@ -198,14 +198,14 @@ def _orphans(source: Source, listed: set[str]) -> Iterator[Defect]:
             )
 
 
-def _size(source: Source, rel: str) -> int:
+def _size(source: V3Source, rel: str) -> int:
     try:
         return source.remote.size(rel)
     except (OSError, DatasetError):
         return 0
 
 
-def _empty(source: Source, sizes: Mapping[str, int]) -> Iterator[DatasetError]:
+def _empty(source: V3Source, sizes: Mapping[str, int]) -> Iterator[DatasetError]:
     """Each episode of a video file of 0 bytes (`sizes`: the files present, by path)."""
     for key in source.video_keys:
         for rel, episodes in source.episodes_by_video_file(key).items():
@@ -219,7 +219,7 @@ def _empty(source: Source, sizes: Mapping[str, int]) -> Iterator[DatasetError]:
                     )
 
 
-def _decoded(source: Source, videos: list[str], progress: bool) -> Iterator[DatasetError]:
+def _decoded(source: V3Source, videos: list[str], progress: bool) -> Iterator[DatasetError]:
     """Decode every frame of each video and count, per episode, the frames inside its time range (a file
     cut short keeps the frames decoded before the cut)."""
     import av

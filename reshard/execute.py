@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 from tqdm import tqdm
 
-from cache.checks import format_index_list, parse_index_list
+from cache.arguments import format_index_list, parse_index_list
 from cache.progress import progress_bar
 from cache.remote import Remote
 from cache.store import atomic_write
@@ -38,13 +38,13 @@ from reshard.meta import (
     DataRecord,
     Record,
     VideoRecord,
-    file_sha256,
+    path_sha256,
     record_from_json,
     record_to_json,
 )
-from reshard.plan import DataTask, Task, VideoTask
-from reshard.source import Source
+from reshard.source import V3Source
 from reshard.tables import write_data_file
+from reshard.task_plan import DataTask, Task, VideoTask
 from reshard.video.encode import CRF_RANGE, DEFAULT_CRF, DEFAULT_PRESET
 from reshard.video.write import DEFAULT_GOP, VIDEO_MODES, X26X_PRESETS, VideoMode, write_episode_video
 
@@ -220,7 +220,7 @@ class TaskContext:
     so a file written in a worker would differ by a few bytes from the same file written inline.
     """
 
-    source: Source
+    source: V3Source
     work: Path
     options: ReshardOptions
     schema_ipc: bytes = field(repr=False)
@@ -260,7 +260,7 @@ def _run_data_task(
             compression=ctx.compression,
             on_episode=on_episode,
         )
-        record = DataRecord(task.path, tmp.stat().st_size, file_sha256(tmp), tuple(spans))
+        record = DataRecord(task.path, tmp.stat().st_size, path_sha256(tmp), tuple(spans))
         ws.finish(task.path, tmp, record)
     finally:
         tmp.unlink(missing_ok=True)
@@ -296,7 +296,7 @@ def _run_video_task(
                 record = VideoRecord(
                     path=video.path,
                     bytes=tmp.stat().st_size,
-                    sha256=file_sha256(tmp),
+                    sha256=path_sha256(tmp),
                     episode=video.episode,
                     key=video.key,
                     codec=result.codec,
@@ -318,7 +318,7 @@ def _run_video_task(
     return written
 
 
-def video_settings(source: Source, key: str, options: ReshardOptions) -> tuple[int, int | None]:
+def video_settings(source: V3Source, key: str, options: ReshardOptions) -> tuple[int, int | None]:
     """The (gop, crf) passed to the video step for camera `key`.
 
     The GOP defaults to the source's `video.g`, else 2. In copy mode the crf defaults to the source's
@@ -423,7 +423,7 @@ def _stop_workers(pool: ProcessPoolExecutor, *, grace_s: float = 30.0) -> None:
             process.join()
 
 
-class _Progress:
+class _ReshardProgress:
     """Two bars, tables and videos, counting episodes (tqdm shows episodes/s and ETA).
 
     Args:
@@ -471,7 +471,7 @@ def run_tasks(tasks: list[Task], ctx: TaskContext, *, workers: int, quiet: bool)
     ws = Workspace(ctx.work)
     # One look at the completion records serves the skip, the bars and the pool's progress.
     pending = [(task, left) for task in tasks if (left := _episodes_left(task, ws))]
-    progress = _Progress(pending, quiet=quiet)
+    progress = _ReshardProgress(pending, quiet=quiet)
     written: list[VideoRecord] = []
     try:
         if workers <= 1 or len(pending) <= 1:
@@ -485,7 +485,7 @@ def run_tasks(tasks: list[Task], ctx: TaskContext, *, workers: int, quiet: bool)
 
 
 def _run_pool(
-    pending: list[tuple[Task, int]], ctx: TaskContext, workers: int, progress: _Progress
+    pending: list[tuple[Task, int]], ctx: TaskContext, workers: int, progress: _ReshardProgress
 ) -> list[VideoRecord]:
     spawn = multiprocessing.get_context("spawn")
     written: list[VideoRecord] = []

@@ -23,7 +23,7 @@ from reader.errors import DatasetError, LayoutError
 from reader.format.index import LAYOUT_JSON, parse_layout_json
 from reader.format.locate import footer_bytes
 from reshard.execute import local_copy
-from reshard.source import Source, describe, open_source
+from reshard.source import V3Source, describe, open_source
 from reshard.video.compare import probe_video
 from reshard.video.encode import DEFAULT_CRF, DEFAULT_PRESET
 
@@ -61,7 +61,7 @@ def _spread(values: list[float] | list[int]) -> dict[str, float] | None:
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
-def _footers(source: Source, tmp: Path) -> dict[str, str]:
+def _footers(source: V3Source, tmp: Path) -> dict[str, str]:
     """A local parquet file holding each data file's footer: the file itself when local."""
     paths = {}
     for number, rel in enumerate(source.data_files()):
@@ -77,7 +77,7 @@ def _sql_list(paths: list[str]) -> str:
     return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
 
 
-def _data_report(source: Source, tmp: Path) -> dict[str, Any]:
+def _data_report(source: V3Source, tmp: Path) -> dict[str, Any]:
     footers = _footers(source, tmp)
     for rel, path in footers.items():  # a bad file is named here, not in a DuckDB traceback
         try:
@@ -150,7 +150,7 @@ def _top_level(schema: list[tuple[str, str | None, int | None]]) -> dict[str, st
     return columns
 
 
-def _video_report(source: Source, key: str, probe_files: int, tmp: Path) -> dict[str, Any]:
+def _video_report(source: V3Source, key: str, probe_files: int, tmp: Path) -> dict[str, Any]:
     info = source.info.features[key].get("info", {})
     by_file = source.episodes_by_video_file(key)
     report: dict[str, Any] = {

@@ -49,10 +49,10 @@ from reader.format.index import (
 from reader.format.parquet import replace_columns
 from reader.format.v3 import DEFAULT_EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH
 from reshard import DISTRIBUTION
-from reshard.plan import Plan
-from reshard.selection import DROPPED_JSON
-from reshard.source import Source
+from reshard.dropped import DROPPED_JSON
+from reshard.source import V3Source
 from reshard.tables import RowGroupSpan
+from reshard.task_plan import ReshardPlan
 from reshard.video.encode import DEFAULT_PRESET
 
 _HUB_REVISION = re.compile(r"^hf://datasets/[^/]+/[^/@]+@([^/]+)")
@@ -131,7 +131,7 @@ def record_from_json(data: bytes) -> Record:
     return VideoRecord(**raw)
 
 
-def file_sha256(path: str | os.PathLike[str]) -> str:
+def path_sha256(path: str | os.PathLike[str]) -> str:
     """The sha256 of a local file."""
     with open(path, "rb") as handle:
         return store.file_sha256(handle.fileno())
@@ -146,7 +146,7 @@ def tool_version() -> str:
 
 
 def build_meta(
-    source: Source, plan: Plan, records: dict[str, Record], params: dict[str, Any]
+    source: V3Source, plan: ReshardPlan, records: dict[str, Record], params: dict[str, Any]
 ) -> list[tuple[str, bytes]]:
     """Every metadata file of the output, as bytes, in publish order (`meta/lrs/layout.json` last).
 
@@ -175,7 +175,7 @@ def build_meta(
     return files
 
 
-def stats_json(source: Source) -> bytes | None:
+def stats_json(source: V3Source) -> bytes | None:
     """`meta/stats.json` of the output: the source's bytes, or with episodes left out, the aggregation of
     the kept episodes' stats; None where the source has none."""
     if not source.whole.remote.exists(STATS_PATH):
@@ -195,7 +195,7 @@ def _parquet_bytes(table: pa.Table) -> bytes:
     return sink.getvalue()
 
 
-def episodes_files(source: Source, plan: Plan) -> list[tuple[str, bytes]]:
+def episodes_files(source: V3Source, plan: ReshardPlan) -> list[tuple[str, bytes]]:
     """`meta/episodes/` files with every pointer true, partitioned into files as the source's were."""
     table = source.episodes_table  # by episode index: row e is episode e
     data_task, videos = plan.data_task_of(), plan.video_outputs()
@@ -227,7 +227,7 @@ def _partition(table: pa.Table) -> list[tuple[str, pa.Table]]:
     return parts
 
 
-def index_entries(source: Source, plan: Plan, records: dict[str, Record]) -> list[EpisodeEntry]:
+def index_entries(source: V3Source, plan: ReshardPlan, records: dict[str, Record]) -> list[EpisodeEntry]:
     """One `meta/lrs/episodes.parquet` entry per episode, from the data and video records."""
     spans: dict[int, tuple[str, RowGroupSpan]] = {}
     for task in plan.data:
@@ -262,7 +262,7 @@ def index_entries(source: Source, plan: Plan, records: dict[str, Record]) -> lis
     return entries
 
 
-def info_json(source: Source, params: dict[str, Any], video_records: list[VideoRecord]) -> bytes:
+def info_json(source: V3Source, params: dict[str, Any], video_records: list[VideoRecord]) -> bytes:
     """`meta/info.json` of the output: the source's, with totals, file bound and video info as written."""
     raw = json.loads(json.dumps(source.info.raw))
     raw["total_episodes"] = len(source.episodes)
@@ -329,7 +329,7 @@ def reencoded_videos(records: Iterable[Record]) -> list[tuple[int, str, str]]:
     )
 
 
-def layout_json(source: Source, params: dict[str, Any], video_records: list[VideoRecord]) -> bytes:
+def layout_json(source: V3Source, params: dict[str, Any], video_records: list[VideoRecord]) -> bytes:
     """`meta/lrs/layout.json`: layout version, tool, source, parameters, re-encoded episodes."""
     reencoded = reencoded_videos(video_records)
     doc = {

@@ -1,8 +1,8 @@
 """`lrs prewarm`: fill a node's cache with what its ranks will read first, in the order they will read it.
 
-The plan comes from the training run's own read plan (`reader.plan.ReadPlan`, which its `EpisodeStream`
+The plan comes from the training run's own read plan (`reader.read_plan.ReadPlan`, which its `EpisodeStream`
 builds from the same sources, episode selection, pool size, shuffle, seed and world size;
-`reader.prewarm` turns its schedule into files), without torch, and the files land in the very cache
+`reader.fetch_plan` turns its schedule into files), without torch, and the files land in the very cache
 the stream reads through (`EpisodeStream(..., cache_dir=DIR)`: same directory, same
 dataset fingerprint, same size and sha256 expectations). A training run started afterwards with the
 same parameters finds them there. Reruns skip what is cached, so an interrupted prewarm resumes.
@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cache import FetchError, NodeCache, Remote
-from cache.checks import check_int
-from cache.prewarm import FetchSummary, FileRequest, fetch_in_order
+from cache.arguments import check_int
+from cache.ordered_fetch import FetchSummary, FileRequest, fetch_in_order
 from cache.progress import human_bytes
 from reader.errors import LayoutError
+from reader.fetch_plan import FetchPlan, Needs, check_ranks, plan_needs, plan_prewarm
 from reader.format.catalog import Catalog
 from reader.format.index import FILES_INDEX, files_from_table
 from reader.format.parquet import parse_parquet
-from reader.plan import DEFAULT_POOL_SIZE, FETCH_THREADS, ReadPlan
-from reader.prewarm import Needs, Plan, check_ranks, plan_needs, plan_prewarm
+from reader.read_plan import DEFAULT_POOL_SIZE, FETCH_THREADS, ReadPlan
 from reader.state import parse_state
 
 __all__ = ["PrewarmSummary", "prewarm"]
@@ -38,7 +38,7 @@ _SIZE_THREADS = 8
 
 @dataclass(frozen=True)
 class PrewarmSummary(FetchSummary):
-    """What a prewarm planned and did: the fetch's counts (`cache.prewarm.FetchSummary`, with `seconds`
+    """What a prewarm planned and did: the fetch's counts (`cache.ordered_fetch.FetchSummary`, with `seconds`
     counting the planning too, the rate `describe` prints is over it) and the plan's.
 
     Attributes:
@@ -63,11 +63,11 @@ class PrewarmSummary(FetchSummary):
     limited_by: str | None = None
     dry_run: bool = False
     in_place: bool = False
-    plan: Plan | None = field(default=None, repr=False, compare=False)
+    plan: FetchPlan | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(
-        cls, fetched: FetchSummary, plan: Plan, *, seconds: float, dry_run: bool, in_place: bool
+        cls, fetched: FetchSummary, plan: FetchPlan, *, seconds: float, dry_run: bool, in_place: bool
     ) -> PrewarmSummary:
         """The summary of a run of `plan` that did `fetched`."""
         return cls(

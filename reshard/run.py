@@ -34,7 +34,7 @@ from typing import Any
 
 import av
 
-from cache.checks import local_dir
+from cache.arguments import local_dir
 from cache.exits import Terminated
 from cache.remote import redact
 from cache.store import atomic_write
@@ -42,8 +42,9 @@ from reader.depth import is_depth
 from reader.errors import DatasetError
 from reader.format.index import LAYOUT_JSON, parse_layout_json
 from reader.format.locate import read_footer
-from reshard.checks import defects_error, describe_defect, iter_video_defects, raise_defects
+from reshard.defects import defects_error, describe_defect, raise_defects
 from reshard.doctor import Defect, examine
+from reshard.dropped import SKIPPED_BY_USER, Dropped, Selection, make_selection, parse_episode_list
 from reshard.errors import ReshardError, WorkerDied
 from reshard.execute import (
     DEFAULT_OPTIONS,
@@ -57,9 +58,10 @@ from reshard.execute import (
 from reshard.fingerprint import SourceFingerprint, describe_change
 from reshard.lock import job_lock
 from reshard.meta import Record, build_meta, reencoded_videos
-from reshard.plan import Plan, VideoTask, make_plan
-from reshard.selection import SKIPPED_BY_USER, Dropped, Selection, make_selection, parse_episode_list, select
-from reshard.source import Source, check_files_exist, open_source
+from reshard.selection import select
+from reshard.source import V3Source, check_files_exist, open_source
+from reshard.source_checks import iter_video_defects
+from reshard.task_plan import ReshardPlan, VideoTask, make_plan
 from reshard.video.encode import size_refusal, target_pix_fmt
 
 log = logging.getLogger(__name__)
@@ -129,7 +131,7 @@ def slurm_part(environ: dict[str, str] | None = None) -> tuple[int, int] | None:
     return index, count
 
 
-def _check_apart(source: Source, out: Path, work: Path) -> None:
+def _check_apart(source: V3Source, out: Path, work: Path) -> None:
     """`--out` (and the work directory) may neither be nor lie inside a local source, nor hold it: the
     output would land inside the dataset it is read from, or replace it."""
     root = source.remote.local_path("")
@@ -161,13 +163,13 @@ def _check_same_filesystem(work: Path, out: Path) -> None:
         )
 
 
-def source_sizes(source: Source) -> dict[str, int]:
+def source_sizes(source: V3Source) -> dict[str, int]:
     """The byte size of every source data file (one listing, or one request per file where listing fails)."""
     sizes = list_files(source.remote, "data")
     return {rel: sizes[rel] if sizes.get(rel) else source.remote.size(rel) for rel in source.data_files()}
 
 
-def _context(source: Source, work: Path, options: ReshardOptions) -> TaskContext:
+def _context(source: V3Source, work: Path, options: ReshardOptions) -> TaskContext:
     first = source.data_files()[0]
     footer = read_footer(source.remote, first)
     codec = footer.row_group(0).column(0).compression.lower() if footer.num_row_groups else "snappy"
@@ -180,7 +182,7 @@ def _context(source: Source, work: Path, options: ReshardOptions) -> TaskContext
     )
 
 
-def check_video_files(source: Source, tasks: list[VideoTask]) -> None:
+def check_video_files(source: V3Source, tasks: list[VideoTask]) -> None:
     """The tasks' source videos are readable and hold their episodes' time ranges.
 
     Raises:
@@ -192,7 +194,7 @@ def check_video_files(source: Source, tasks: list[VideoTask]) -> None:
     )
 
 
-def check_frame_sizes(source: Source, tasks: list[VideoTask], mode: str) -> None:
+def check_frame_sizes(source: V3Source, tasks: list[VideoTask], mode: str) -> None:
     """Every camera's frame size fits the re-encode's pixel format (`target_pix_fmt`), read from the headers
     of the tasks' source videos: an `h264` re-encode cannot hold an odd width or height.
 
@@ -214,7 +216,7 @@ def check_frame_sizes(source: Source, tasks: list[VideoTask], mode: str) -> None
             raise ReshardError(f"{where}: camera {key!r}: {size_refusal(mode, width, height)}")
 
 
-def every_defect(source: Source, first: DatasetError, *, quiet: bool) -> DatasetError:
+def every_defect(source: V3Source, first: DatasetError, *, quiet: bool) -> DatasetError:
     """The error of a reshard stopped by the defect `first`: with every defect of the source counted and
     every defective episode named (`lrs doctor`'s checks, run once the reshard has failed)."""
     log.info("%s: checking the whole source for other defects", first.file)
@@ -227,7 +229,7 @@ def every_defect(source: Source, first: DatasetError, *, quiet: bool) -> Dataset
 _HARMLESS = ("orphans", "rows")
 
 
-def select_episodes(source: Source, options: ReshardOptions, ws: Workspace, *, quiet: bool) -> Source:
+def select_episodes(source: V3Source, options: ReshardOptions, ws: Workspace, *, quiet: bool) -> V3Source:
     """The source with the episodes `options` leaves out dropped and the rest renumbered.
 
     The selection is made once per job and kept in the work directory, so that every part, a rerun and
@@ -268,7 +270,7 @@ def select_episodes(source: Source, options: ReshardOptions, ws: Workspace, *, q
     return kept
 
 
-def _job_doc(source: Source, options: ReshardOptions) -> dict[str, Any]:
+def _job_doc(source: V3Source, options: ReshardOptions) -> dict[str, Any]:
     return {"source": redact(source.url), "params": options.to_json()}
 
 
@@ -311,7 +313,7 @@ def _differences(recorded: dict[str, Any], doc: dict[str, Any]) -> str:
     )
 
 
-def _completed(out: Path, doc: dict[str, Any], source: Source) -> bool:
+def _completed(out: Path, doc: dict[str, Any], source: V3Source) -> bool:
     """Whether `out` holds a finished reshard of this job; refuses one of another job or of another
     version of the source."""
     path = out / LAYOUT_JSON
@@ -335,7 +337,7 @@ def _completed(out: Path, doc: dict[str, Any], source: Source) -> bool:
     return True
 
 
-def _check_source(ws: Workspace, out: Path, source: Source) -> None:
+def _check_source(ws: Workspace, out: Path, source: V3Source) -> None:
     """The source is the one the unfinished job in `ws` began with (`source.json`): else its finished
     outputs, planned from the old metadata, would be published with meta built from the new."""
     path = ws.root / SOURCE_JSON_NAME
@@ -427,7 +429,7 @@ def _local(path: str | os.PathLike[str], name: str, hint: str) -> Path:
 
 
 def _run_locked(
-    source: Source,
+    source: V3Source,
     out: Path,
     ws: Workspace,
     options: ReshardOptions,
@@ -524,7 +526,7 @@ def _disk_errors(ws: Workspace, part: tuple[int, int] | None, *, kept: bool) -> 
 
 
 def finalize(
-    source: Source, plan: Plan, ws: Workspace, out: Path, options: ReshardOptions
+    source: V3Source, plan: ReshardPlan, ws: Workspace, out: Path, options: ReshardOptions
 ) -> dict[str, Record]:
     """Write meta from the completion records and publish everything into `out`, `layout.json` last.
 

@@ -2,7 +2,7 @@
 
 `open_source` reads metadata only (info, episodes, tasks, stats) and checks that every file the
 episodes point at exists; bulk files are read later, lazily, by whoever needs them. The deeper checks,
-which read the `index` columns and the video headers, are in `reshard.checks`.
+which read the `index` columns and the video headers, are in `reshard.source_checks`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -38,15 +38,13 @@ from reader.format.v3 import (
     read_episode_files,
 )
 from reader.metadata import parse_stats
-from reshard.checks import raise_defects
+from reshard.defects import raise_defects
+from reshard.dropped import Selection
 from reshard.fingerprint import SourceFingerprint
-
-if TYPE_CHECKING:
-    from reshard.selection import Selection
 
 
 @dataclass(frozen=True)
-class Source(OpenedDataset):
+class V3Source(OpenedDataset):
     """An opened v3 dataset: metadata in memory, files behind `remote`.
 
     Attributes:
@@ -73,17 +71,19 @@ class Source(OpenedDataset):
     stats: dict[str, Any]
     episodes_table: pa.Table = field(repr=False)
     episode_files: list[str] = field(default_factory=list)
-    parent: Source | None = field(default=None, repr=False)
+    parent: V3Source | None = field(default=None, repr=False)
     selection: Selection | None = field(default=None, repr=False)
     fingerprint: SourceFingerprint | None = field(default=None, repr=False)
     warnings: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         kept = f" of {len(self.parent.episodes)}" if self.parent else ""
-        return f"Source({self.remote.url!r}, episodes={len(self.episodes)}{kept}, frames={self.total_frames})"
+        return (
+            f"V3Source({self.remote.url!r}, episodes={len(self.episodes)}{kept}, frames={self.total_frames})"
+        )
 
     @property
-    def whole(self) -> Source:
+    def whole(self) -> V3Source:
         """The source with every episode (itself, unless episodes are left out)."""
         return self.parent or self
 
@@ -139,7 +139,7 @@ class Source(OpenedDataset):
 
 def open_source(
     url: str, *, storage_options: dict[str, Any] | None = None, check_files: bool = True
-) -> Source:
+) -> V3Source:
     """Open a v3.0 dataset and validate its metadata.
 
     Args:
@@ -191,7 +191,7 @@ def open_source(
     )
     missing = missing_optional_columns(table.column_names, info.video_keys)
     warnings = (optional_columns_warning(missing, file=remote.display(EPISODES_DIR)),) if missing else ()
-    source = Source(
+    source = V3Source(
         remote, info, episodes, tasks, stats, table, episode_files, fingerprint=fingerprint, warnings=warnings
     )
     check_pointers(source)
@@ -202,7 +202,7 @@ def open_source(
     return source
 
 
-def true_pointers(source: Source, listed: set[str] | None) -> Source:
+def true_pointers(source: V3Source, listed: set[str] | None) -> V3Source:
     """`source` with each episode's data pointer naming the file its rows are in, where `meta/episodes`
     names another (`reader.format.locate`), and a warning saying so."""
     episodes, warning = find_rows(source.remote, source.info, source.episodes, listed)
@@ -218,7 +218,7 @@ def _find(remote: Remote, rel: str) -> list[str]:
         return []
 
 
-def check_pointers(source: Source) -> None:
+def check_pointers(source: V3Source) -> None:
     """Episode ranges tile `[0, total_frames)` in order; timestamps agree with lengths and fps.
 
     Raises:
@@ -255,7 +255,7 @@ def check_pointers(source: Source) -> None:
                 )
 
 
-def check_files_exist(source: Source) -> None:
+def check_files_exist(source: V3Source) -> None:
     """Every file an episode points at exists (one recursive listing per top directory).
 
     Raises:
@@ -265,7 +265,7 @@ def check_files_exist(source: Source) -> None:
     raise_defects(list(iter_missing_files(source, listed_files(source))), source.url)
 
 
-def listed_files(source: Source) -> set[str] | None:
+def listed_files(source: V3Source) -> set[str] | None:
     """The dataset-relative paths under `data/` and `videos/`, or None where the store cannot list
     (plain HTTP)."""
     present = set()
@@ -278,7 +278,7 @@ def listed_files(source: Source) -> set[str] | None:
     return present
 
 
-def iter_missing_files(source: Source, present: set[str] | None) -> Iterator[DatasetError]:
+def iter_missing_files(source: V3Source, present: set[str] | None) -> Iterator[DatasetError]:
     """Each file an episode points at that does not exist, once per (file, episode); `present` is
     `listed_files` (None: one existence check per file)."""
     if present is None:
@@ -297,7 +297,7 @@ def iter_missing_files(source: Source, present: set[str] | None) -> Iterator[Dat
                 )
 
 
-def describe(source: Source) -> dict[str, Any]:
+def describe(source: V3Source) -> dict[str, Any]:
     """A short JSON-able summary of a source."""
     lengths = [e.length for e in source.episodes]
     return {

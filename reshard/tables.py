@@ -1,7 +1,7 @@
 """The table step of a reshard: write one output data file, one row group per episode, rows in index order.
 
 Memory stays bounded by the source's row groups: a source file is read one row group at a time
-(`EpisodeRows`), each episode's rows are sliced out of the row groups that hold them, written as one
+(`SourceFileRows`), each episode's rows are sliced out of the row groups that hold them, written as one
 row group, and dropped. A row group spanning many episodes (datasets converted from v2.1) is read once
 and sliced for each of them.
 """
@@ -21,10 +21,10 @@ import pyarrow.parquet as pq
 
 from reader.errors import DatasetError
 from reader.format.parquet import row_group_span
-from reshard.checks import CHECKED_COLUMNS, check_kept_rows
-from reshard.plan import DataTask
 from reshard.selection import renumber_rows
-from reshard.source import Source
+from reshard.source import V3Source
+from reshard.source_checks import CHECKED_COLUMNS, check_kept_rows
+from reshard.task_plan import DataTask
 
 INDEX_COLUMNS = ["index", "episode_index", "frame_index"]
 T = TypeVar("T")
@@ -69,7 +69,7 @@ def _short(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name}: {f.type}" for f in schema)
 
 
-class EpisodeRows:
+class SourceFileRows:
     """The rows of the episodes of one source data file, read one row group at a time.
 
     Opening reads the file's footer and its `index`, `episode_index` and `frame_index` columns, and
@@ -78,7 +78,7 @@ class EpisodeRows:
     """
 
     def __init__(
-        self, source: Source, rel: str, local_path: str, schema: pa.Schema, *, episode: int | None = None
+        self, source: V3Source, rel: str, local_path: str, schema: pa.Schema, *, episode: int | None = None
     ) -> None:
         self.where = source.remote.display(rel)
         self._file = self._read(lambda: pq.ParquetFile(local_path), episode)
@@ -168,7 +168,7 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
 
 def write_data_file(
     task: DataTask,
-    source: Source,
+    source: V3Source,
     local: LocalFile,
     out_path: str,
     *,
@@ -223,13 +223,17 @@ def range_crc32(handle: BinaryIO, offset: int, size: int) -> int:
     return zlib.crc32(handle.read(size))
 
 
-def _episodes_rows(task: DataTask, source: Source, local: LocalFile, schema: pa.Schema) -> Iterator[pa.Table]:
+def _episodes_rows(
+    task: DataTask, source: V3Source, local: LocalFile, schema: pa.Schema
+) -> Iterator[pa.Table]:
     """The rows of each episode of the task, in order; one source file open at a time."""
     by_file = itertools.groupby(task.episodes, key=lambda i: source.data_file(source.episodes[i]))
     for rel, indices in by_file:
         episodes = list(indices)
         with local(rel) as path:
-            reader = EpisodeRows(source, rel, path, schema, episode=source.origin(episodes[0]).episode_index)
+            reader = SourceFileRows(
+                source, rel, path, schema, episode=source.origin(episodes[0]).episode_index
+            )
             try:
                 for episode in episodes:
                     yield reader.episode(episode)

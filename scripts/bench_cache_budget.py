@@ -69,7 +69,7 @@ def _prewarm(
     cache_dir: str, url: str, sizes: dict[str, int], rels: list[str], max_bytes: int | None
 ) -> tuple[float, float]:
     """Wall and CPU seconds (every thread) of one prewarm."""
-    from cache.prewarm import FileRequest, fetch_in_order
+    from cache.ordered_fetch import FileRequest, fetch_in_order
 
     cache = _cache(cache_dir, url, max_bytes)
     started, cpu = time.perf_counter(), time.process_time()

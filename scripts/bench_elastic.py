@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from reader.loader_math import batches_per_epoch, loader_resume  # noqa: E402
 from reader.schedule import Schedule  # noqa: E402
-from reader.schedule.rest import RestSchedule, Segment, rest_after  # noqa: E402
+from reader.schedule.rest import RestSchedule, RunSegment, rest_after  # noqa: E402
 
 OLD = (8, 8, 32)  # world_size, num_workers, batch_size
 NEW = (16, 4, 32)
@@ -61,7 +61,7 @@ def measure(episodes: int, repeat: int) -> dict[str, Any]:
     rng = np.random.default_rng(episodes)
     lengths = tuple(int(n) for n in rng.integers(200, 800, size=episodes))
     base = Schedule(lengths, seed=1, world_size=OLD[0], num_workers=OLD[1], pool_size=POOL)
-    stop = Segment(OLD[0], OLD[1], OLD[2], batches_per_epoch(base.worker_samples(), OLD[2]) // 2, POOL)
+    stop = RunSegment(OLD[0], OLD[1], OLD[2], batches_per_epoch(base.worker_samples(), OLD[2]) // 2, POOL)
     seconds = []
     for _ in range(repeat):
         tracemalloc.start()

@@ -160,7 +160,7 @@ def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
     import torch
     from torch.utils.data import DataLoader
 
-    from cache import aggregate_stats
+    from cache import sum_cache_stats
     from reader import EpisodeStream, collate
     from tests.servers import Faults, RangeServer
 
@@ -197,7 +197,7 @@ def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
         del loader  # joins the workers, so that their CPU time is counted
         cpu = _cpu_seconds() - cpu
         samples = sum(s["samples"] for s in stats)
-        fetched = aggregate_stats(cache_dir).bytes_fetched
+        fetched = sum_cache_stats(cache_dir).bytes_fetched
         return {
             **timing,
             "open_s": opened,

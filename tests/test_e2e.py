@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from reshard.cli import EXIT_CHECK_FAILED, cli
 from reshard.demo import pipeline as demo_module
-from reshard.demo.checks import check_exactly_once, check_frames_shown, check_prewarm_served, check_resume
 from reshard.demo.config import DemoCheckError, DemoConfig
+from reshard.demo.invariants import check_exactly_once, check_frames_shown, check_prewarm_served, check_resume
 from reshard.demo.pipeline import (
     MARKER,
     SUBDIRS,
@@ -28,7 +28,7 @@ from reshard.demo.pipeline import (
     render_table,
     run_demo,
 )
-from reshard.demo.stream import Sample, StreamRun, open_stream
+from reshard.demo.training_loop import Sample, StreamRun, open_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = DemoConfig(episodes=6, cameras=2, height=64, width=80, min_length=12, max_length=30, batch_size=4)
@@ -130,7 +130,7 @@ def _sample(episode: int, frame: int, cameras: int = 1, digest: str = "d") -> Sa
 
 
 def _run(batches: list[list[Sample]], start_batch: int = 0) -> StreamRun:
-    from reader.pool import ReaderStats
+    from reader.stats import ReaderStats
 
     return StreamRun(tuple(tuple(b) for b in batches), start_batch, 0.1, 1.0, 100.0, ReaderStats())
 
@@ -185,7 +185,7 @@ def test_a_continuation_that_differs_fails(mutate: Callable[[Any], Any], message
 @pytest.mark.parametrize("limited_by", [None, "max_bytes"], ids=["complete", "limited"])
 def test_a_stream_that_still_downloads_after_a_complete_prewarm_fails(limited_by: str | None) -> None:
     from cache import CacheStats
-    from reader.pool import ReaderStats
+    from reader.stats import ReaderStats
     from reshard.prewarm import PrewarmSummary
 
     prewarmed = PrewarmSummary(

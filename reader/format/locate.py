@@ -6,7 +6,7 @@ it overflow). lerobot's reader loads every data file and finds rows by their `in
 notices; lrs reads the rows where they are in the same way. Only the footers are read: a data file holds
 whole episodes in `index` order, so the `index` column's statistics (lowest, highest) and the row count
 tell which episodes a file holds. The rows themselves are checked later, where they are read
-(`reshard.checks`, `reader.rows.read_episode`), against `index` and `episode_index`.
+(`reshard.source_checks`, `reader.rows.read_episode`), against `index` and `episode_index`.
 
 Cost: one footer per data file (its size and one ranged read remotely, 8 files at a time), and the
 `index` column of a file only where its footer has no statistics.
@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from cache.checks import format_index_list
+from cache.arguments import format_index_list
 from cache.errors import LrsError
 from reader.errors import DatasetError
 from reader.format.parquet import parse_parquet

@@ -434,7 +434,7 @@ def read_episode_files(remote: Any, info: Info) -> list[tuple[str, pa.Table, byt
 
 
 class OpenedDataset:
-    """What an opened dataset (`Catalog`, `Layout`, `reshard.source.Source`) says the same way, from its
+    """What an opened dataset (`Catalog`, `Layout`, `reshard.source.V3Source`) says the same way, from its
     `remote` and its `info`: its URL, cameras and fps."""
 
     remote: Remote

@@ -12,64 +12,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from cache.checks import check_int
-from reader.schedule.order import (
-    _BLOCK_STEPS,
-    _FEISTEL_ROUNDS,
-    _GOLDEN,
-    _ODD,
-    _U64,
-    RUN_FRAMES,
-    Piece,
-    Share,
-    _piece_rows,
-    deal,
-)
+from cache.arguments import check_int
+from reader.schedule.keys import FEISTEL_ROUNDS, GOLDEN, hash64, permute_within
+from reader.schedule.order import RUN_FRAMES, Piece, Share, deal, piece_rows
 
-# ---------------------------------------------------------------------------------------------------------
-# Counter-based randomness: any round's order and any frame of a piece's permutation is computed directly
-# from (key, counters), so a resume never replays earlier rounds and whole blocks vectorize.
-
-
-def _mix64(x: np.ndarray) -> np.ndarray:
-    """The splitmix64 finalizer: a bijective 64-bit mixer (uint64 arrays wrap, as intended)."""
-    x = x ^ (x >> _U64(30))
-    x = x * _U64(0xBF58476D1CE4E5B9)
-    x = x ^ (x >> _U64(27))
-    x = x * _U64(0x94D049BB133111EB)
-    return x ^ (x >> _U64(31))
-
-
-def _hash(key: np.uint64, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """A 64-bit pseudo-random value per (key, a, b), for 1-D int arrays a and b."""
-    return _mix64(_mix64(key ^ (a.astype(_U64) * _GOLDEN)) + b.astype(_U64) * _ODD)
-
-
-def _feistel(keys: np.ndarray, piece: np.ndarray, x: np.ndarray, half: np.ndarray) -> np.ndarray:
-    """A keyed bijection of [0, 4**half) per piece (balanced Feistel network of `half`-bit halves)."""
-    mask = (_U64(1) << half) - _U64(1)
-    left, right = x >> half, x & mask
-    for key in keys:
-        left, right = right, left ^ (_hash(key, piece, right) & mask)
-    return (left << half) | right
-
-
-def _permute_within(keys: np.ndarray, piece: np.ndarray, t: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """Element `t` of a pseudo-random permutation of `range(length)`, one permutation per piece.
-
-    Cycle-walking: the Feistel bijection is over the smallest power of four >= length (< 4 * length), and
-    out-of-range outputs are fed back in until they land in range; that restricts a bijection of the
-    larger domain to a bijection of [0, length), on average in fewer than four passes.
-    """
-    piece = piece.astype(_U64)
-    length = length.astype(_U64)
-    half = ((np.frexp((length - _U64(1)).astype(np.float64))[1] + 1) // 2).astype(_U64)
-    y = _feistel(keys, piece, t.astype(_U64), half)
-    todo = np.flatnonzero(y >= length)
-    while todo.size:
-        y[todo] = _feistel(keys, piece[todo], y[todo], half[todo])
-        todo = todo[y[todo] >= length[todo]]
-    return y.astype(np.int64)
+# Steps computed per block when an emission is walked or searched (bounds the arrays' size).
+_BLOCK_STEPS = 4096
 
 
 def _run_frames(
@@ -97,8 +45,8 @@ def _run_frames(
         if rest.size:
             t = t.copy()
             left = share.length[piece[rest]] - prefix[rest]
-            t[rest] = prefix[rest] + _permute_within(
-                keys[::-1] ^ _GOLDEN, piece[rest], t[rest] - prefix[rest], left
+            t[rest] = prefix[rest] + permute_within(
+                keys[::-1] ^ GOLDEN, piece[rest], t[rest] - prefix[rest], left
             )
     head, runs = share.head[piece], share.runs[piece]
     u = t - head
@@ -107,7 +55,7 @@ def _run_frames(
     if inside.size:
         run = u[inside] // RUN_FRAMES
         if keys is not None:
-            run = _permute_within(keys, piece[inside], run, runs[inside])
+            run = permute_within(keys, piece[inside], run, runs[inside])
         frame[inside] = share.full0[piece[inside]] + run * share.stride + u[inside] % RUN_FRAMES
     tail = np.flatnonzero(u >= runs * RUN_FRAMES)
     frame[tail] = share.tail0[piece[tail]] + u[tail] - runs[tail] * RUN_FRAMES
@@ -134,7 +82,7 @@ def _round_major(key: np.uint64, rnd: np.ndarray, piece: np.ndarray) -> np.ndarr
     while the pool is full; a fresh order per round would put them anywhere from 1 to 2K - 1 samples
     apart. Ties of the 64-bit hash fall back to input order, which is piece order in every caller.
     """
-    return np.lexsort((_hash(key, np.zeros_like(rnd), piece), rnd))
+    return np.lexsort((hash64(key, np.zeros_like(rnd), piece), rnd))
 
 
 def _spans(first: np.ndarray, count: np.ndarray) -> np.ndarray:
@@ -256,13 +204,13 @@ class Emission:
         if isinstance(pieces, Share):
             share = pieces
         else:  # pieces one consumer emits whole
-            rows = _piece_rows(pieces)
+            rows = piece_rows(pieces)
             share = deal(rows, np.zeros(len(rows), dtype=np.int64), 1, 0)
         rows = share.rows
         self._share = share
         self.pool_size = check_int("pool_size", pool_size, 1)
         self.shuffle = bool(shuffle)
-        keys = stream.generate_state(1 + _FEISTEL_ROUNDS, dtype=np.uint64)
+        keys = stream.generate_state(1 + FEISTEL_ROUNDS, dtype=np.uint64)
         self._round_key, self._frame_keys = keys[0], keys[1:]
         self._episodes, self._starts, self._lengths = rows[:, 0], rows[:, 1], share.length
         self._offsets = np.concatenate([[0], np.cumsum(self._lengths)]).astype(np.int64)

@@ -7,8 +7,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from cache.checks import check_int
-from reader.schedule.order import _MAX_EPOCH, _MAX_SEED, _TAG_MIXTURE, _as_lengths, _cut
+from cache.arguments import check_int
+from reader.schedule.keys import MAX_EPOCH, MAX_SEED, TAG_MIXTURE
+from reader.schedule.order import as_lengths, cut_pieces
 
 # ---------------------------------------------------------------------------------------------------------
 # Weighted mixtures: which frames of each source an epoch holds.
@@ -89,10 +90,10 @@ def mixture_entries(
         samples: samples of the epoch.
         seed, epoch, shuffle: as the schedule's.
     """
-    lengths = _as_lengths(lengths)
+    lengths = as_lengths(lengths)
     source_of = np.asarray(sources, dtype=np.int64)
-    seed = check_int("seed", seed, 0, _MAX_SEED)
-    epoch = check_int("epoch", epoch, 0, _MAX_EPOCH)
+    seed = check_int("seed", seed, 0, MAX_SEED)
+    epoch = check_int("epoch", epoch, 0, MAX_EPOCH)
     positions, starts, stops = (
         [np.zeros(0, dtype=np.int64)],
         [np.zeros(0, dtype=np.int64)],
@@ -116,7 +117,7 @@ def mixture_entries(
         order = _ring_order(members.size, seed=seed, source=s, shuffle=shuffle)
         low = epoch * rest % size
         for a, b in ((low, min(size, low + rest)), (0, max(0, low + rest - size))):
-            rows = _cut(order, member_lengths, a, b)
+            rows = cut_pieces(order, member_lengths, a, b)
             positions.append(members[rows[:, 0]])
             starts.append(rows[:, 1])
             stops.append(rows[:, 2])
@@ -126,5 +127,5 @@ def mixture_entries(
 def _ring_order(n: int, *, seed: int, source: int, shuffle: bool) -> np.ndarray:
     if not shuffle:
         return np.arange(n, dtype=np.int64)
-    words = [_TAG_MIXTURE, seed & 0xFFFFFFFF, seed >> 32, source]
+    words = [TAG_MIXTURE, seed & 0xFFFFFFFF, seed >> 32, source]
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(words))).permutation(n).astype(np.int64)

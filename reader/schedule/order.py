@@ -8,22 +8,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cache.checks import check_int
+from cache.arguments import check_int
+from reader.schedule.keys import TAG_CONSUMER, TAG_ORDER, seed_words
 
-# Domain tags keep the (seed, epoch) stream of the episode order apart from the consumers' streams.
-_TAG_ORDER = 0x6F72
-_TAG_CONSUMER = 0x636E
-_TAG_MIXTURE = 0x6D78
-_MAX_SEED = 2**64
-_MAX_EPOCH = 2**32
-_FEISTEL_ROUNDS = 4
-_BLOCK_STEPS = 4096
 # Consecutive frames a piece emits in a row (one per round); see `_run_frames`. Part of the order: a
 # resume state is for one value (the state's version names it).
 RUN_FRAMES = 8
-_U64 = np.uint64
-_GOLDEN = _U64(0x9E3779B97F4A7C15)
-_ODD = _U64(0xD6E8FEB86659FD93)
 
 
 @dataclass(frozen=True)
@@ -74,7 +64,7 @@ class Topology:
         return self.world_size * self.workers_per_rank
 
 
-def _as_lengths(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
+def as_lengths(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
     """Validate episode lengths (frames per selected episode) and return them as an int64 array."""
     array = np.asarray(lengths)
     if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
@@ -98,18 +88,11 @@ def epoch_order(n_episodes: int, *, seed: int, epoch: int, shuffle: bool) -> np.
         An int64 permutation of `range(n_episodes)`, the same for the same (seed, epoch).
     """
     n = check_int("n_episodes", n_episodes, 0)
-    words = _seed_words(seed, epoch)
+    words = seed_words(seed, epoch)
     if not shuffle:
         return np.arange(n, dtype=np.int64)
-    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([_TAG_ORDER, *words])))
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([TAG_ORDER, *words])))
     return rng.permutation(n).astype(np.int64)
-
-
-def _seed_words(seed: int, epoch: int) -> list[int]:
-    """Fixed-width 32-bit words of (seed, epoch), so distinct inputs never alias in a SeedSequence."""
-    seed = check_int("seed", seed, 0, _MAX_SEED)
-    epoch = check_int("epoch", epoch, 0, _MAX_EPOCH)
-    return [seed & 0xFFFFFFFF, seed >> 32, epoch]
 
 
 def samples_per_rank(total_frames: int, world_size: int) -> int:
@@ -191,7 +174,7 @@ def deal(rows: np.ndarray, offsets: np.ndarray, num_workers: int, worker: int) -
     )
 
 
-def _cut(order: np.ndarray, lengths: np.ndarray, low: int, high: int) -> np.ndarray:
+def cut_pieces(order: np.ndarray, lengths: np.ndarray, low: int, high: int) -> np.ndarray:
     """Rows (episode, start, stop) of the pieces covering frames [low, high) of `lengths[order]` concatenated."""
     if low >= high:
         return np.zeros((0, 3), dtype=np.int64)
@@ -207,7 +190,7 @@ def _cut(order: np.ndarray, lengths: np.ndarray, low: int, high: int) -> np.ndar
     return rows[rows[:, 2] > rows[:, 1]]
 
 
-def _consumer_share(
+def consumer_share(
     lengths: Sequence[int] | np.ndarray,
     *,
     seed: int,
@@ -218,10 +201,10 @@ def _consumer_share(
 ) -> Share:
     """`starts`: the first frame of each entry in its episode (a weighted mixture's entries may begin
     mid-episode); the pieces then hold episode frames, not entry frames."""
-    lengths = _as_lengths(lengths)
+    lengths = as_lengths(lengths)
     order = epoch_order(lengths.size, seed=seed, epoch=epoch, shuffle=shuffle)
     rank_low, rank_high = rank_range(int(lengths.sum()), topology.world_size, topology.rank)
-    rows = _cut(order, lengths, rank_low, rank_high)
+    rows = cut_pieces(order, lengths, rank_low, rank_high)
     offsets = np.cumsum(rows[:, 2] - rows[:, 1]) - (rows[:, 2] - rows[:, 1])
     if starts is not None and rows.size:
         rows[:, 1:] += starts[rows[:, 0], None]
@@ -244,11 +227,11 @@ def consumer_pieces(
         The rank's pieces (contiguous frame ranges of one episode) that this consumer emits frames of;
         with several workers, each emits its runs of every piece (see `deal`).
     """
-    share = _consumer_share(lengths, seed=seed, epoch=epoch, shuffle=shuffle, topology=topology)
+    share = consumer_share(lengths, seed=seed, epoch=epoch, shuffle=shuffle, topology=topology)
     return [Piece(*row) for row in share.rows.tolist()]
 
 
-def _piece_rows(pieces: Sequence[Piece] | np.ndarray) -> np.ndarray:
+def piece_rows(pieces: Sequence[Piece] | np.ndarray) -> np.ndarray:
     """Pieces as validated int64 rows (episode, start, stop)."""
     if not isinstance(pieces, np.ndarray):
         return np.asarray([(p.episode, p.start, p.stop) for p in pieces], dtype=np.int64).reshape(-1, 3)
@@ -262,5 +245,5 @@ def _piece_rows(pieces: Sequence[Piece] | np.ndarray) -> np.ndarray:
 
 def consumer_stream(seed: int, epoch: int, topology: Topology) -> np.random.SeedSequence:
     """The random stream of one consumer: derived from (seed, epoch, rank, worker) only."""
-    words = _seed_words(seed, epoch)
-    return np.random.SeedSequence([_TAG_CONSUMER, *words, topology.rank, topology.worker])
+    words = seed_words(seed, epoch)
+    return np.random.SeedSequence([TAG_CONSUMER, *words, topology.rank, topology.worker])

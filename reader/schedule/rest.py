@@ -1,7 +1,7 @@
 """The rest of an epoch after a preemption, on another topology (elastic resume), as pure functions.
 
 A job stopped after every rank consumed `batches_consumed` batches of `batch_size` with `num_workers`
-workers (a `Segment`) has consumed a set of frames that follows from the schedule alone: each logical
+workers (a `RunSegment`) has consumed a set of frames that follows from the schedule alone: each logical
 worker's first `n_w` emitted samples (`reader.loader_math.loader_resume`). The rest of the epoch is every
 other frame of the epoch's entries. `rest_after` computes it, for any number of segments run one after
 another (a job preempted twice in one epoch, each time on another topology).
@@ -24,25 +24,24 @@ from typing import Any
 
 import numpy as np
 
-from cache.checks import check_int
+from cache.arguments import check_int
 from reader.loader_math import loader_resume
 from reader.schedule.emission import Emission, Step
+from reader.schedule.epoch_schedule import EpochPlan, Schedule
+from reader.schedule.keys import TAG_REST
 from reader.schedule.mixture import Entries
 from reader.schedule.order import (
     Piece,
     Topology,
-    _consumer_share,
+    consumer_share,
     consumer_stream,
     samples_per_rank,
     worker_share,
 )
 
-# Keeps the rest's consumer streams apart from the epoch's own.
-_TAG_REST = 0x7273
-
 
 @dataclass(frozen=True)
-class Segment:
+class RunSegment:
     """One run of a job inside an epoch: its topology and how far every rank got.
 
     Attributes:
@@ -120,7 +119,7 @@ class Rest:
         return Rest(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), self.frames[keep])
 
 
-def consumed_counts(plan: Any, segment: Segment) -> tuple[int, ...]:
+def consumed_counts(plan: EpochPlan, segment: RunSegment) -> tuple[int, ...]:
     """The samples each logical worker of a rank consumed in `segment`, run on `plan` (a `Schedule` for
     a segment from the epoch's start, or a `RestSchedule` after earlier segments): arithmetic only.
 
@@ -139,7 +138,7 @@ def consumed_counts(plan: Any, segment: Segment) -> tuple[int, ...]:
     return counts.samples_consumed
 
 
-def segment_consumed(plan: Any, epoch: int, segment: Segment) -> tuple[np.ndarray, np.ndarray]:
+def segment_consumed(plan: EpochPlan, epoch: int, segment: RunSegment) -> tuple[np.ndarray, np.ndarray]:
     """The (entry, virtual frame) of every sample the ranks consumed in `segment`, run on `plan`
     (see `consumed_counts`)."""
     counts = consumed_counts(plan, segment)
@@ -162,7 +161,7 @@ def segment_consumed(plan: Any, epoch: int, segment: Segment) -> tuple[np.ndarra
     return np.concatenate(entries), np.concatenate(frames)
 
 
-def rest_after(base: Any, epoch: int, segments: Sequence[Segment]) -> Rest:
+def rest_after(base: Schedule, epoch: int, segments: Sequence[RunSegment]) -> Rest:
     """The frames of `epoch` left after `segments`, run one after another from its start.
 
     Args:
@@ -175,7 +174,7 @@ def rest_after(base: Any, epoch: int, segments: Sequence[Segment]) -> Rest:
     """
     entries = base.entries(epoch)
     rest = Rest.whole(entries.stops - entries.starts)
-    plan: Any = base
+    plan: EpochPlan = base
     for segment in segments:
         entry, virtual = segment_consumed(plan, epoch, segment)
         rest = rest.without(entry, virtual)
@@ -234,7 +233,7 @@ class _MappedEmission:
 
 
 class RestSchedule:
-    """The rest of one epoch on a topology: the `Schedule` interface the stream and prewarm use.
+    """The rest of one epoch on a topology: an `EpochPlan`, as `Schedule` is, for the stream and prewarm.
 
     Args:
         base: the run's `Schedule`, with the new topology (world size, workers, pool size).
@@ -242,7 +241,7 @@ class RestSchedule:
         rest: its remaining frames (`rest_after`).
     """
 
-    def __init__(self, base: Any, epoch: int, rest: Rest) -> None:
+    def __init__(self, base: Schedule, epoch: int, rest: Rest) -> None:
         self.base, self.epoch, self.rest = base, epoch, rest
         self._entries = base.entries(epoch)
 
@@ -291,7 +290,7 @@ class RestSchedule:
         """The emission plan over the virtual entries (frames `0..n_i-1` of what remains of entry i)."""
         self._check_epoch(epoch)
         topology = Topology(self.base.world_size, rank, self.base.num_workers, worker)
-        share = _consumer_share(
+        share = consumer_share(
             self.rest.lengths, seed=self.base.seed, epoch=epoch, shuffle=self.base.shuffle, topology=topology
         )
         stream = consumer_stream(self.base.seed, epoch, topology)
@@ -300,7 +299,7 @@ class RestSchedule:
             share,
             pool_size=self.base.pool_size,
             shuffle=self.base.shuffle,
-            stream=np.random.SeedSequence([_TAG_REST, *words, self.rest.total]),
+            stream=np.random.SeedSequence([TAG_REST, *words, self.rest.total]),
         )
 
     def emission(self, epoch: int, rank: int, worker: int) -> _MappedEmission:

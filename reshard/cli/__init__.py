@@ -1,8 +1,8 @@
 """The `lrs` command line: a thin click layer over the library; errors become one-line messages.
 
-`reshard.cli.base` holds the group and the shared helpers; each command family is a module here
-(`reshard`: reshard, verify, inspect; `prewarm`; `push`; `sample`: sample, describe, demo). This module
-adds them to the group, so the commands depend on `base` and nothing depends on a command.
+`reshard.cli.base` holds the group and the shared helpers, `reshard.cli.types` the parameter types; each
+command is a module here (`<name>_command`). This module adds them to the group, so the commands depend
+on `base` and `types` and nothing depends on a command.
 """
 
 from __future__ import annotations
@@ -50,10 +50,15 @@ with _quiet_sigint_while_importing():
         hoist_global_flags,
         quiet_requested,
     )
-    from reshard.cli.prewarm import prewarm_command
-    from reshard.cli.push import push_command
-    from reshard.cli.reshard import doctor_cmd, inspect_cmd, reshard_cmd, verify_cmd
-    from reshard.cli.sample import demo, describe_cmd, sample
+    from reshard.cli.demo_command import demo
+    from reshard.cli.describe_command import describe_cmd
+    from reshard.cli.doctor_command import doctor_cmd
+    from reshard.cli.inspect_command import inspect_cmd
+    from reshard.cli.prewarm_command import prewarm_command
+    from reshard.cli.push_command import push_command
+    from reshard.cli.reshard_command import reshard_cmd
+    from reshard.cli.sample_command import sample
+    from reshard.cli.verify_command import verify_cmd
 
 __all__ = ["EXIT_CHECK_FAILED", "EXIT_ERROR", "cli", "handle_errors", "main", "quiet_requested"]
 

@@ -1,7 +1,7 @@
 """The `lrs` group and what every command shares: exit codes, one-line errors, the global flags.
 
-The commands live beside it (`reshard.cli.reshard`, `.prewarm`, `.push`, `.sample`) and import this
-module; `reshard.cli` adds them to the group, so nothing here imports a command.
+The commands live beside it (`reshard.cli.<name>_command`) and import this module; `reshard.cli` adds
+them to the group, so nothing here imports a command.
 """
 
 from __future__ import annotations
@@ -11,12 +11,10 @@ import logging
 import sys
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from cache.checks import local_dir
 from cache.errors import LrsError
 from cache.remote import redact
 from reshard import DISTRIBUTION
@@ -46,27 +44,6 @@ def handle_errors(fn: F) -> F:
             raise LrsClickError(redact(str(exc))) from exc
 
     return wrapper  # type: ignore[return-value]
-
-
-class LocalDir(click.Path):
-    """A local directory, never a URL: `file:///abs/dir` is the directory it names; `s3://...`, `hf://...`
-    and every other URL are a usage error saying what to do instead (`hint`), so that no URL becomes a
-    local folder named after its scheme."""
-
-    def __init__(self, *, hint: str, exists: bool = False) -> None:
-        super().__init__(exists=exists, file_okay=False, path_type=Path)
-        self.hint = hint
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, str):
-            name = "directory" if param is None else param.human_readable_name
-            if isinstance(param, click.Option):
-                name = param.opts[0]
-            try:
-                value = local_dir(value, name, hint=self.hint)
-            except ValueError as exc:
-                self.fail(str(exc), param, ctx)
-        return super().convert(value, param, ctx)
 
 
 # What to do instead of a URL where a command writes a local directory.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cache.checks import check_int
-from reshard.demo.sample import SampleSpec
+from cache.arguments import check_int
+from reshard.demo.sample_spec import SampleSpec
 from reshard.errors import VerifyError
 from reshard.execute import ReshardOptions
 

@@ -8,8 +8,8 @@ the middle of the epoch -> check that the continuation equals the rest of the un
 
 Every step is a plain function returning a frozen record, so tests can run the flow (or a step) without
 the command line. A failed check raises `DemoCheckError`; `lrs demo` then exits with status 1. The
-settings are `reshard.demo.config`, the training loop `reshard.demo.stream`, the checks (pure)
-`reshard.demo.checks`.
+settings are `reshard.demo.config`, the training loop `reshard.demo.training_loop`, the checks (pure)
+`reshard.demo.invariants`.
 
 The bucket is a `file://` URL, which lrs treats as remote storage (`cache.Remote.reads_in_place`): prewarm
 copies its files into the node cache and the reader then finds them there, exactly as with a real bucket.
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cache.progress import human_bytes
-from reshard.demo.checks import check_exactly_once, check_frames_shown, check_prewarm_served, check_resume
 from reshard.demo.config import DemoCheckError, DemoConfig
+from reshard.demo.invariants import check_exactly_once, check_frames_shown, check_prewarm_served, check_resume
 from reshard.demo.sample import write_sample
-from reshard.demo.stream import StreamRun, stream_epoch
+from reshard.demo.training_loop import StreamRun, stream_epoch
 from reshard.errors import LrsError
 from reshard.execute import ReshardOptions
 from reshard.prewarm import PrewarmSummary, prewarm

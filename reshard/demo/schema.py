@@ -12,7 +12,7 @@ import pyarrow as pa
 from reader.depth import Quantizer
 
 if TYPE_CHECKING:
-    from reshard.demo.sample import SampleSpec
+    from reshard.demo.sample_spec import SampleSpec
 
 STATE_DIM = 6
 

@@ -15,7 +15,7 @@ from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
-from cache.retry import RetryPolicy, http_status
+from cache.backoff import RetryPolicy, http_status
 from reshard.push.target import LocalFile, RemoteFile
 
 # One `batch_bucket_files` call is one xet upload commit plus one /batch request: bound both its file count

@@ -32,7 +32,7 @@ from cache.progress import human_bytes, progress_bar
 from cache.remote import resolve
 from reader.format.index import FILES_INDEX, LAYOUT_JSON, LRS_DIR, files_from_table
 from reshard.errors import LayoutError, PushError
-from reshard.meta import file_sha256
+from reshard.meta import path_sha256
 from reshard.push.hf import HfBucketTarget
 from reshard.push.retry import retrying, scrub
 from reshard.push.target import FsspecTarget, LocalFile, RemoteFile, Target
@@ -200,7 +200,7 @@ def check_content(item: LocalFile) -> None:
     """
     if item.sha256 is None:
         return
-    actual = file_sha256(item.path)
+    actual = path_sha256(item.path)
     if actual != item.sha256:
         raise LayoutError(
             f"Invalid content of {item.rel} (sha256 {actual[:16]}...). Expected sha256 {item.sha256[:16]}... "
@@ -325,7 +325,7 @@ def check_remote(files: list[LocalFile], remote: dict[str, RemoteFile], *, url: 
             )
 
 
-class _Progress:
+class _PushProgress:
     """A bytes progress bar plus the caller's callback, advanced from worker threads one at a time."""
 
     def __init__(self, total: int, *, quiet: bool, callback: Callable[[int], None] | None) -> None:
@@ -353,7 +353,7 @@ def _upload_phases(
     quiet: bool,
     progress: Callable[[int], None] | None,
 ) -> None:
-    bar = _Progress(sum(f.bytes for f in upload), quiet=quiet, callback=progress)
+    bar = _PushProgress(sum(f.bytes for f in upload), quiet=quiet, callback=progress)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lrs-push")
     try:
         for phase in sorted({publish_phase(f.rel) for f in upload}):
@@ -365,7 +365,7 @@ def _upload_phases(
         bar.close()
 
 
-def _upload_unit(target: Target, unit: list[LocalFile], bar: _Progress) -> None:
+def _upload_unit(target: Target, unit: list[LocalFile], bar: _PushProgress) -> None:
     for item in unit:
         check_content(item)
     where = f"{target.url}/{unit[0].rel}" + (f" (+{len(unit) - 1} files)" if len(unit) > 1 else "")

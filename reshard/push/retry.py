@@ -1,6 +1,6 @@
 """Retries and secrets for `lrs push`: one retry policy for every store, and no credential in a message.
 
-`retrying` runs one request under `cache.retry.with_retries` and turns a final failure into a
+`retrying` runs one request under `cache.backoff.with_retries` and turns a final failure into a
 `PushError` whose text went through `scrub`; the chained exception is dropped on purpose, since its own
 message (printed with `--debug`) may quote a signed URL or a token.
 """
@@ -12,8 +12,8 @@ import os
 from collections.abc import Callable
 from typing import TypeVar
 
+from cache.backoff import DEFAULT_RETRY, RetryPolicy, http_status, redact, with_retries
 from cache.errors import FetchError
-from cache.retry import DEFAULT_RETRY, RetryPolicy, http_status, redact, with_retries
 from reshard.errors import PushError
 
 T = TypeVar("T")

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from cache.backoff import DEFAULT_RETRY, RetryPolicy
 from cache.errors import LrsError
 from cache.remote import Remote
-from cache.retry import DEFAULT_RETRY, RetryPolicy
 from reader.format.index import FILES_INDEX, files_from_table
 from reader.format.parquet import parse_parquet
-from reshard.meta import file_sha256
+from reshard.meta import path_sha256
 
 # Uploads to a local directory land in `<name><PARTIAL_MARK><random>` first, then are renamed.
 PARTIAL_MARK = ".lrs-partial-"
@@ -141,7 +141,7 @@ class FsspecTarget:
         path = self.remote.local_path(local.rel)
         if path is None:
             return None
-        return file_sha256(path) == (local.sha256 or file_sha256(local.path))
+        return path_sha256(path) == (local.sha256 or path_sha256(local.path))
 
     def published_sha256(self) -> dict[str, str]:
         """The published dataset's `meta/lrs/files.parquet`, read fresh (empty if none or unreadable)."""

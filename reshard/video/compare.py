@@ -18,8 +18,8 @@ import numpy as np
 from reshard.video.frames import (
     EPS_S,
     TIMESTAMP_TOLERANCE_S,
-    Segment,
-    VideoRef,
+    EpisodeSpan,
+    VideoFileRef,
     all_frames,
     codec_name,
     demux,
@@ -132,7 +132,7 @@ def probe_video(path: str, *, episode: int | None = None, camera: str | None = N
     Raises:
         DatasetError: the file is missing, unreadable or has no video stream.
     """
-    ref = VideoRef(path, episode, camera)
+    ref = VideoFileRef(path, episode, camera)
     with open_video(ref, threads=None) as (container, stream):
         tb = stream.time_base
         times, keys, end = [], [], 0.0
@@ -225,8 +225,8 @@ def compare_episode_video(
     """
     if length < 1 or not (math.isfinite(fps) and fps > 0):
         raise ValueError(f"Invalid length/fps ({length}, {fps}). Expected length >= 1 and fps > 0.")
-    segment = Segment(from_timestamp, length, frame_rate(fps))
-    src_ref, out_ref = VideoRef(src_path, episode, camera), VideoRef(out_path, episode, camera)
+    segment = EpisodeSpan(from_timestamp, length, frame_rate(fps))
+    src_ref, out_ref = VideoFileRef(src_path, episode, camera), VideoFileRef(out_path, episode, camera)
     threads = 1 if threads is None else threads
     tally = _Tally(segment)
     with open_video(src_ref, threads) as (src, src_stream), open_video(out_ref, threads) as (out, out_stream):
@@ -247,7 +247,7 @@ def compare_episode_video(
 
 @dataclass
 class _Tally:
-    segment: Segment
+    segment: EpisodeSpan
     problems: list[str] = field(default_factory=list)
     squared_errors: list[float] = field(default_factory=list)
     colour: ColourFit = field(default_factory=ColourFit)

@@ -14,7 +14,7 @@ from typing import Any
 
 import av
 
-from reshard.video.frames import EPS_S, Segment, VideoRef, VideoStream, demux, nearest, seek
+from reshard.video.frames import EPS_S, EpisodeSpan, VideoFileRef, VideoStream, demux, nearest, seek
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,9 @@ class Demuxed:
     packet: av.Packet = field(repr=False)
 
 
-def demux_window(container: Any, stream: VideoStream, segment: Segment, ref: VideoRef) -> list[Demuxed]:
+def demux_window(
+    container: Any, stream: VideoStream, segment: EpisodeSpan, ref: VideoFileRef
+) -> list[Demuxed]:
     """Packets in decode order from the keyframe at or before the episode until none can be in it.
 
     If the demuxer's seek lands past the episode's start, the packets are read from the file's start.
@@ -42,9 +44,9 @@ def demux_window(container: Any, stream: VideoStream, segment: Segment, ref: Vid
 def _demux_until(
     container: Any,
     stream: VideoStream,
-    segment: Segment,
+    segment: EpisodeSpan,
     seek_to: float | None,
-    ref: VideoRef,
+    ref: VideoFileRef,
 ) -> list[Demuxed]:
     end = segment.window[1]
     tb = stream.time_base
@@ -59,7 +61,9 @@ def _demux_until(
     return packets
 
 
-def copy_plan(packets: list[Demuxed], segment: Segment, ref: VideoRef) -> list[tuple[Demuxed, int]] | str:
+def copy_plan(
+    packets: list[Demuxed], segment: EpisodeSpan, ref: VideoFileRef
+) -> list[tuple[Demuxed, int]] | str:
     """The episode's packets in decode order with their output frame index, or why they cannot be copied."""
     start, end = segment.window
     window = [p for p in packets if start <= p.time < end]

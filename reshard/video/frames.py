@@ -36,7 +36,7 @@ def frame_rate(fps: float | Fraction) -> Fraction:
 
 
 @dataclass(frozen=True)
-class VideoRef:
+class VideoFileRef:
     """A video file and the episode / camera it is read for, to name them in errors."""
 
     path: str
@@ -50,7 +50,7 @@ class VideoRef:
 
 
 @contextlib.contextmanager
-def open_video(ref: VideoRef, threads: int | None = 1) -> Iterator[tuple[Any, VideoStream]]:
+def open_video(ref: VideoFileRef, threads: int | None = 1) -> Iterator[tuple[Any, VideoStream]]:
     """Open a video file for reading; yields the container and its first video stream.
 
     Args:
@@ -80,7 +80,7 @@ def codec_name(stream: VideoStream) -> str:
     return stream.codec_context.codec.canonical_name
 
 
-def demux(container: Any, stream: VideoStream, ref: VideoRef) -> Iterator[av.Packet]:
+def demux(container: Any, stream: VideoStream, ref: VideoFileRef) -> Iterator[av.Packet]:
     """The stream's packets in decode order (flush packets included), read errors as `DatasetError`."""
     try:
         yield from container.demux(stream)
@@ -88,7 +88,7 @@ def demux(container: Any, stream: VideoStream, ref: VideoRef) -> Iterator[av.Pac
         raise ref.error(f"not a readable video ({exc})") from exc
 
 
-def seek(container: Any, stream: VideoStream, timestamp_s: float | None, ref: VideoRef) -> None:
+def seek(container: Any, stream: VideoStream, timestamp_s: float | None, ref: VideoFileRef) -> None:
     """Seek to the keyframe at or before `timestamp_s` (None: the start of the file)."""
     if timestamp_s is None:
         offset = stream.start_time or 0
@@ -100,7 +100,9 @@ def seek(container: Any, stream: VideoStream, timestamp_s: float | None, ref: Vi
         raise ref.error(f"cannot seek to {timestamp_s} s ({exc})") from exc
 
 
-def all_frames(container: Any, stream: VideoStream, ref: VideoRef) -> Iterator[tuple[float, av.VideoFrame]]:
+def all_frames(
+    container: Any, stream: VideoStream, ref: VideoFileRef
+) -> Iterator[tuple[float, av.VideoFrame]]:
     """(time in s, frame) in presentation order, from the current position to the end."""
     for packet in demux(container, stream, ref):
         try:
@@ -114,7 +116,7 @@ def all_frames(container: Any, stream: VideoStream, ref: VideoRef) -> Iterator[t
 
 
 def frames_from(
-    container: Any, stream: VideoStream, start_s: float, ref: VideoRef
+    container: Any, stream: VideoStream, start_s: float, ref: VideoFileRef
 ) -> Iterator[tuple[float, av.VideoFrame]]:
     """(time in s, frame) in presentation order, from the keyframe at or before `start_s`.
 
@@ -138,7 +140,7 @@ def frames_from(
 
 
 @dataclass(frozen=True)
-class Segment:
+class EpisodeSpan:
     """An episode's frames inside a source file: frame `i` is wanted at `from_timestamp + i / fps`."""
 
     from_timestamp: float
@@ -159,7 +161,9 @@ class Segment:
         return self.target(0) - self.half_frame_s, self.target(self.length - 1) + self.half_frame_s
 
 
-def nearest(items: Iterable[tuple[float, T]], segment: Segment, ref: VideoRef) -> Iterator[tuple[int, T]]:
+def nearest(
+    items: Iterable[tuple[float, T]], segment: EpisodeSpan, ref: VideoFileRef
+) -> Iterator[tuple[int, T]]:
     """Pick, for each frame `i`, the item nearest in time to `segment.target(i)` (lerobot's rule).
 
     Args:
@@ -191,13 +195,13 @@ def nearest(items: Iterable[tuple[float, T]], segment: Segment, ref: VideoRef) -
         i += 1
 
 
-def _checked(t: float, item: T, i: int, segment: Segment, ref: VideoRef) -> T:
+def _checked(t: float, item: T, i: int, segment: EpisodeSpan, ref: VideoFileRef) -> T:
     if abs(t - segment.target(i)) >= segment.half_frame_s - EPS_S:
         raise _missing(i, t, segment, ref)
     return item
 
 
-def _missing(i: int, t: float | None, segment: Segment, ref: VideoRef) -> DatasetError:
+def _missing(i: int, t: float | None, segment: EpisodeSpan, ref: VideoFileRef) -> DatasetError:
     found = "no frame" if t is None else f"nearest frame at {t:.4f} s"
     return ref.error(
         f"Invalid video segment (frame {i} of {segment.length} wanted at {segment.target(i):.4f} s, {found}). "

@@ -58,8 +58,8 @@ from reshard.video.encode import (
     target_pix_fmt,
 )
 from reshard.video.frames import (
-    Segment,
-    VideoRef,
+    EpisodeSpan,
+    VideoFileRef,
     VideoStream,
     codec_name,
     frame_rate,
@@ -180,8 +180,8 @@ def write_episode_video(
         bframes=bframes,
         threads=threads,
     )
-    ref = VideoRef(src_path, episode, camera)
-    segment = Segment(from_timestamp, length, frame_rate(fps))
+    ref = VideoFileRef(src_path, episode, camera)
+    segment = EpisodeSpan(from_timestamp, length, frame_rate(fps))
     threads = 1 if threads is None else threads
     if mode == "copy" or depth:
         return _copy_episode(
@@ -269,7 +269,7 @@ class _Encode:
 
 
 def _reencode(
-    ref: VideoRef, out_path: str, segment: Segment, encode: _Encode, reason: str | None = None
+    ref: VideoFileRef, out_path: str, segment: EpisodeSpan, encode: _Encode, reason: str | None = None
 ) -> EpisodeVideo:
     tb = 1 / segment.rate
     with open_video(ref, encode.threads) as (container, stream):
@@ -306,8 +306,8 @@ def _reencode(
 
 def _open_encoder(
     out: av.container.OutputContainer,
-    ref: VideoRef,
-    segment: Segment,
+    ref: VideoFileRef,
+    segment: EpisodeSpan,
     width: int,
     height: int,
     encode: _Encode,
@@ -328,16 +328,16 @@ def _open_encoder(
     return ostream
 
 
-def _decoded_pix_fmt(path: str, ref: VideoRef) -> str:
+def _decoded_pix_fmt(path: str, ref: VideoFileRef) -> str:
     """The pixel format a decoder reports for a written file (full-range 4:2:0 HEVC reads as yuvj420p)."""
-    with open_video(VideoRef(path, ref.episode, ref.camera), threads=None) as (_, stream):
+    with open_video(VideoFileRef(path, ref.episode, ref.camera), threads=None) as (_, stream):
         return stream.codec_context.pix_fmt
 
 
 def _copy_episode(
-    ref: VideoRef,
+    ref: VideoFileRef,
     out_path: str,
-    segment: Segment,
+    segment: EpisodeSpan,
     *,
     gop: int | None,
     crf: int | None,
@@ -400,7 +400,7 @@ def _preset_fits(codec: str, preset: str | None) -> bool:
 
 
 def _write_copy(
-    stream: VideoStream, plan: list[tuple[Demuxed, int]], out_path: str, segment: Segment
+    stream: VideoStream, plan: list[tuple[Demuxed, int]], out_path: str, segment: EpisodeSpan
 ) -> None:
     """Remux, retimed: presentation rank k -> pts k / fps; decode position j -> dts (j - delay) / fps."""
     tb = 1 / segment.rate

@@ -9,8 +9,8 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cache.backoff import RetryPolicy
 from cache.remote import Remote, resolve
-from cache.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from cache.node import NodeCache

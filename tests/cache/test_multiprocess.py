@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cache import NodeCache, aggregate_stats
+from cache import NodeCache, sum_cache_stats
 from cache.budget import disk_usage
 from cache.ledger import ledger_of
 from cache.store import FileLock
@@ -86,7 +86,7 @@ def test_processes_share_one_cache_under_faults(tmp_path, serve, cache_dir, max_
         exit_codes = _run(processes)
 
     assert exit_codes == [0] * PROCESSES  # every byte read was the source's byte
-    stats = aggregate_stats(cache_dir)
+    stats = sum_cache_stats(cache_dir)
     downloads = server.count(ranged=False, complete=True)
     assert stats.misses == downloads  # every miss is one successful download, no more
     assert stats.range_reads == server.count(ranged=True, complete=True)

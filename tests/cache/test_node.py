@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from cache import CacheError, CacheStats, FetchError, IntegrityError, NodeCache, aggregate_stats, resolve
-from cache import stats as cache_stats_module
+from cache import CacheError, CacheStats, FetchError, IntegrityError, NodeCache, resolve, sum_cache_stats
+from cache import cache_stats as cache_stats_module
 from cache.budget import disk_usage
 from cache.store import FileLock
 from tests.cache.conftest import UNIT
@@ -261,8 +261,8 @@ def test_counters_aggregate_across_cache_objects(source, serve, open_cache, cach
     assert _zero_seconds(two.stats()) == CacheStats(
         hits=1, misses=2, bytes_fetched=2 * UNIT, evictions=1, bytes_evicted=UNIT
     )
-    assert aggregate_stats(cache_dir) == one.stats() + two.stats()
-    assert aggregate_stats(cache_dir, fingerprint="other") == CacheStats()
+    assert sum_cache_stats(cache_dir) == one.stats() + two.stats()
+    assert sum_cache_stats(cache_dir, fingerprint="other") == CacheStats()
 
 
 def test_aggregate_stats_rejects_foreign_files(cache_dir):
@@ -270,7 +270,7 @@ def test_aggregate_stats_rejects_foreign_files(cache_dir):
     stats_dir.mkdir(parents=True)
     (stats_dir / "1-x.json").write_text('{"counters": {"hits": 1, "bogus": 2}, "fingerprint": "f"}')
     with pytest.raises(CacheError, match=r"Invalid cache counters file \(.+1-x\.json\): KeyError\('bogus'\)"):
-        aggregate_stats(cache_dir)
+        sum_cache_stats(cache_dir)
 
 
 def test_read_range_from_remote_then_from_cache(source, serve, open_cache):
@@ -505,15 +505,15 @@ def test_forked_child_does_not_keep_its_parents_pins(source, serve, open_cache):
 def test_counters_that_cannot_be_written_do_not_fail_a_read(tmp_path: Path) -> None:
     """The counters are advisory: a cache directory whose stats cannot be written (removed under a
     running download, a full disk) loses the figures, not the read."""
-    from cache.stats import Counters
+    from cache.cache_stats import CacheCounters
 
     (tmp_path / "gone").write_bytes(b"")  # a file where the cache directory should be: no write works
-    counters = Counters(str(tmp_path / "gone"), "fp")
+    counters = CacheCounters(str(tmp_path / "gone"), "fp")
     counters.add(hits=1)
     assert counters.snapshot().hits == 1
     (tmp_path / "gone").unlink()
     counters.add(hits=1)  # written once it can be, with everything counted
-    assert aggregate_stats(tmp_path / "gone").hits == 2
+    assert sum_cache_stats(tmp_path / "gone").hits == 2
 
 
 def test_downloads_under_a_budget_list_no_directory(source, serve, open_cache, monkeypatch):
@@ -552,7 +552,7 @@ def test_counters_are_written_once_an_interval_not_per_download(
         cache.fetch(rel)
     assert len(writes) == 1  # the first add; the rest waits for the interval (was: every download)
     cache.close()
-    assert aggregate_stats(cache_dir) == cache.stats()  # all of it written at close
+    assert sum_cache_stats(cache_dir) == cache.stats()  # all of it written at close
 
 
 def _hit_and_exit(cache: NodeCache, rels: list[str]) -> None:
@@ -574,7 +574,7 @@ def test_uses_and_counters_of_an_exiting_process_are_written(source, serve, open
     child.start()
     child.join(60)
     assert child.exitcode == 0
-    assert aggregate_stats(cache_dir).hits == 2  # the child's counters, written as it exited
+    assert sum_cache_stats(cache_dir).hits == 2  # the child's counters, written as it exited
     cache.fetch("d.bin", size=UNIT)  # b then a were used in the child: c is the least recently used
     assert in_cache(cache, "a.bin", "b.bin", "c.bin", "d.bin") == ["a.bin", "b.bin", "d.bin"]
 

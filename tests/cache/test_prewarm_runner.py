@@ -12,7 +12,7 @@ import pytest
 
 from cache import CacheStats, FetchError, IntegrityError
 from cache.ledger import ledger_of
-from cache.prewarm import FetchSummary, FileRequest, fetch_in_order
+from cache.ordered_fetch import FetchSummary, FileRequest, fetch_in_order
 from tests.cache.helpers import FINGERPRINT, SourceFile, read
 from tests.servers import Faults
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from cache.backoff import RetryPolicy
 from cache.errors import FetchError
 from cache.remote import resolve
-from cache.retry import RetryPolicy
 from tests.servers import Faults, RangeServer
 
 FILES = {"a.json": b'{"a": 1}', "dir/b.bin": bytes(range(256)) * 4, "empty": b""}

@@ -8,7 +8,7 @@ from aiohttp import ClientPayloadError, ClientResponseError, RequestInfo
 from aiohttp.http_exceptions import ContentLengthError
 from yarl import URL
 
-from cache.retry import is_transient
+from cache.backoff import is_transient
 from tests.cache.helpers import fast_remote
 from tests.servers import Faults
 

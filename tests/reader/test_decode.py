@@ -11,7 +11,7 @@ from torchcodec.decoders import VideoDecoder
 
 from reader.decode import Decoders, VideoWhere, _closest, check_device, decode_frames
 from reader.errors import DecodeError
-from reshard.demo.frames import read_frame_id
+from reshard.demo.frame_marks import read_frame_id
 from tests.reader.reference import SMALL, sample_pair
 
 WHERE = VideoWhere(episode=3, camera="observation.images.cam1", file="videos/x.mp4")

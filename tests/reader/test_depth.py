@@ -19,8 +19,8 @@ from reader import EpisodeStream
 from reader.depth import DEPTH_QMAX, Quantizer, is_depth
 from reader.errors import DatasetError, DecodeError
 from reshard.cli import cli
-from reshard.demo.frames import depth_frame, read_frame_id
-from reshard.demo.sample import SampleSpec
+from reshard.demo.frame_marks import depth_frame, read_frame_id
+from reshard.demo.sample_spec import SampleSpec
 from tests.conftest import DEPTH_SPEC
 
 DEPTH, RGB = "observation.images.depth0", "observation.images.cam0"

@@ -21,7 +21,7 @@ from reader import EpisodeStream, ResumableLoader, loader_state_of
 from reader.errors import StateError
 from reader.loader_math import batches_per_epoch, loader_resume
 from reader.schedule import Schedule
-from reader.schedule.rest import RestSchedule, Segment, rest_after, segment_consumed
+from reader.schedule.rest import RestSchedule, RunSegment, rest_after, segment_consumed
 from tests.reader.loader_job import job, torchrun
 from tests.reader.reference import SMALL, sample_pair
 
@@ -64,7 +64,7 @@ def test_the_rest_on_any_topology_is_every_frame_once(weighted: bool, shuffle: b
         universe = Counter(_frames_of_epoch(base, 1))
         last = batches_per_epoch(base.worker_samples(), 4)
         for cut in (0, 5, last - 1, last):
-            old = Segment(2, 2, 4, cut, 4)
+            old = RunSegment(2, 2, 4, cut, 4)
             before = [p for rank in _run(base, 1, 4, cut) for p in rank]
             for world, workers, batch in NEW_TOPOLOGIES:
                 rest = RestSchedule(base.with_topology(world, workers, 8), 1, rest_after(base, 1, [old]))
@@ -88,9 +88,9 @@ def _frames_of_epoch(schedule: Schedule, epoch: int) -> list[tuple[int, int]]:
 def test_a_second_stop_inside_the_rest_resumes_again() -> None:
     lengths = tuple(range(3, 40, 2))
     base = Schedule(lengths, seed=9, world_size=2, num_workers=2, pool_size=4)
-    first = Segment(2, 2, 4, 11, 4)
+    first = RunSegment(2, 2, 4, 11, 4)
     rest = RestSchedule(base.with_topology(3, 1, 5), 0, rest_after(base, 0, [first]))
-    second = Segment(3, 1, 2, 9, 5)
+    second = RunSegment(3, 1, 2, 9, 5)
     final = RestSchedule(base.with_topology(1, 2, 6), 0, rest_after(base, 0, [first, second]))
     seen = Counter(p for r in _run(base, 0, 4, 11) for p in r)
     seen += Counter(p for r in _run(rest, 0, 2, 9) for p in r)
@@ -103,7 +103,7 @@ def test_a_second_stop_inside_the_rest_resumes_again() -> None:
 def test_a_segment_past_its_epoch_is_refused() -> None:
     base = Schedule((10, 10), seed=0, world_size=2, num_workers=1, pool_size=2)
     with pytest.raises(ValueError, match=r"Invalid batches_consumed \(6\)\. Expected at most 5"):
-        rest_after(base, 0, [Segment(2, 1, 2, 6, 2)])
+        rest_after(base, 0, [RunSegment(2, 1, 2, 6, 2)])
 
 
 # --- end to end --------------------------------------------------------------------------------------

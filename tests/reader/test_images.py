@@ -134,7 +134,7 @@ def test_a_broken_image_is_a_decode_error() -> None:
 
 
 def test_lrs_sample_writes_image_cameras_that_reshard_and_read(tmp_path: Path) -> None:
-    from reshard.demo.frames import read_frame_id
+    from reshard.demo.frame_marks import read_frame_id
     from reshard.demo.sample import write_sample
 
     v3, out = tmp_path / "v3", tmp_path / "lrs"

@@ -16,9 +16,9 @@ import pytest
 import reader.pool
 import reader.stream
 from cache import NodeCache
-from cache.prewarm import FileRequest
+from cache.ordered_fetch import FileRequest
+from reader.fetch_plan import consumer_needs, node_needs, plan_needs, plan_prewarm, stream_needs
 from reader.format.catalog import EpisodeRef, VideoRef
-from reader.prewarm import consumer_needs, node_needs, plan_needs, plan_prewarm, stream_needs
 from reader.schedule import Schedule
 from reader.state import parse_state
 from reader.stream import EpisodeStream

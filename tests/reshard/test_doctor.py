@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from reshard.checks import read_video_extent
 from reshard.cli import cli
 from reshard.source import open_source
+from reshard.source_checks import read_video_extent
 from tests.reshard.defects import CAM0, CAM1, shorten, video
 
 

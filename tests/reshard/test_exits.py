@@ -151,7 +151,7 @@ def test_an_interrupt_exits_128_plus_the_signal(
     def interrupted(*args: object, **kwargs: object) -> None:
         raise raised()
 
-    monkeypatch.setattr(sys.modules["reshard.cli.sample"], "open_source", interrupted)
+    monkeypatch.setattr(sys.modules["reshard.cli.describe_command"], "open_source", interrupted)
     monkeypatch.setattr(sys, "argv", ["lrs", "describe", "x"])
     previous = signal.getsignal(signal.SIGTERM)
     try:

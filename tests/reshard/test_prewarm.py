@@ -15,13 +15,14 @@ import pytest
 from click.testing import CliRunner
 from torch.utils.data import DataLoader
 
-import reshard.cli.prewarm  # noqa: F401 - registers `lrs prewarm`
-from cache import CacheStats, aggregate_stats
+import reshard.cli.prewarm_command  # noqa: F401 - registers `lrs prewarm`
+from cache import CacheStats, sum_cache_stats
 from cache.progress import human_bytes
-from reader.prewarm import piece_files
+from reader.fetch_plan import piece_files
 from reader.stream import EpisodeStream
 from reshard.cli import cli
-from reshard.cli.prewarm import ByteSize, NodeRanks, node_ranks
+from reshard.cli.prewarm_command import NodeRanks, node_ranks
+from reshard.cli.types import ByteSize
 from reshard.prewarm import PrewarmSummary, prewarm
 from tests.servers import RangeServer, Request
 
@@ -74,9 +75,9 @@ def test_training_after_prewarm_downloads_nothing(root: Path, tmp_path: Path) ->
     with RangeServer(root) as server:
         summary = prewarm(server.url, str(cache_dir), num_workers=2, progress=False, **RUN)
         prewarmed = downloads(server)
-        before = aggregate_stats(cache_dir)
+        before = sum_cache_stats(cache_dir)
         assert train(server.url, cache_dir) == 244
-        reader = delta(aggregate_stats(cache_dir), before)
+        reader = delta(sum_cache_stats(cache_dir), before)
         assert downloads(server) == prewarmed  # the training run sent no data or video request
     assert summary.files == summary.files_fetched == len(prewarmed) > 0
     assert summary.bytes == summary.bytes_fetched > 0 and summary.files_cached == 0
@@ -127,7 +128,7 @@ def test_byte_limits_fetch_a_prefix_of_the_plan(
     assert fetched == everything[: len(fetched)] and 0 < len(fetched) < len(everything)
     assert summary.bytes <= 100_000 < summary.bytes + sizes[everything[len(fetched)]]
     assert summary.limited_by == limit and summary.files_fetched == len(fetched)
-    assert aggregate_stats(cache_dir).evictions == 0
+    assert sum_cache_stats(cache_dir).evictions == 0
 
 
 def test_rerun_resumes_and_then_fetches_nothing(sample_resharded_ds: Path, tmp_path: Path) -> None:
@@ -447,7 +448,7 @@ def test_cli_prewarms_a_mixture(sample_ds: Path, sample_resharded_ds: Path, tmp_
 
 
 def test_a_dry_run_plans_without_torch(sample_resharded_ds: Path, tmp_path: Path) -> None:
-    """The plan is the reader's own (`reader.plan.ReadPlan`), built without importing torch."""
+    """The plan is the reader's own (`reader.read_plan.ReadPlan`), built without importing torch."""
     code = (
         "import sys\n"
         "from reshard.cli import main\n"

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-import reshard.cli.push  # noqa: F401 - registers `lrs push`
+import reshard.cli.push_command  # noqa: F401 - registers `lrs push`
 from reader.format.index import FILES_INDEX, LAYOUT_JSON, FileEntry, files_to_table
 from reshard.cli import cli
 from reshard.errors import LayoutError, PushError

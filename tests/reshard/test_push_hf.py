@@ -24,7 +24,7 @@ from huggingface_hub import BucketFile, BucketFolder, HfApi
 from huggingface_hub.errors import BucketBatchError, BucketNotFoundError, HfHubHTTPError
 from huggingface_hub.utils import are_progress_bars_disabled
 
-import reshard.cli.push  # noqa: F401 - registers `lrs push`
+import reshard.cli.push_command  # noqa: F401 - registers `lrs push`
 from reader.format.index import LAYOUT_JSON
 from reshard.cli import cli
 from reshard.errors import PushError
@@ -268,7 +268,7 @@ def test_hub_retries_print_one_line_each_through_lrs_logging() -> None:
     code = (
         "import logging, sys\n"
         "logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')\n"
-        "from reshard.cli.push import _one_line_per_hub_warning\n"
+        "from reshard.cli.push_command import _one_line_per_hub_warning\n"
         "_one_line_per_hub_warning()\n"
         "from huggingface_hub.utils import http_backoff\n"
         "try:\n"

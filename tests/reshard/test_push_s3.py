@@ -15,7 +15,7 @@ import pytest
 import s3fs
 from click.testing import CliRunner
 
-import reshard.cli.push  # noqa: F401 - registers `lrs push`
+import reshard.cli.push_command  # noqa: F401 - registers `lrs push`
 from reader.format.index import LAYOUT_JSON
 from reshard.cli import cli
 from reshard.errors import PushError

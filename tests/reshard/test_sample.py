@@ -10,10 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 from torchcodec.decoders import VideoDecoder
 
-from reshard.checks import validate
-from reshard.demo.frames import draw_frame, read_frame_id
-from reshard.demo.sample import SampleSpec, write_sample
+from reshard.demo.frame_marks import draw_frame, read_frame_id
+from reshard.demo.sample import write_sample
+from reshard.demo.sample_spec import SampleSpec
 from reshard.source import open_source
+from reshard.source_checks import validate
 
 
 def _digest(root: Path) -> dict[str, str]:

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from reader.errors import DatasetError
-from reshard.checks import check_rows, check_videos, validate
 from reshard.demo.sample import write_sample
 from reshard.source import describe, open_source
+from reshard.source_checks import check_rows, check_videos, validate
 from tests.servers import RangeServer
 
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"

@@ -276,7 +276,7 @@ def test_nan_values_copied_from_the_source_verify_equal(sample_ds: Path, tmp_pat
     differed)."""
     import shutil
 
-    from reshard.verify_source import tables_equal
+    from reshard.verify.against_source import tables_equal
 
     src = tmp_path / "src"
     shutil.copytree(sample_ds, src)

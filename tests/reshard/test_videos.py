@@ -28,9 +28,9 @@ from av.video.reformatter import ColorRange
 from torchcodec.decoders import VideoDecoder
 
 from reader.errors import DatasetError
-from reshard.demo.encode import concat_remux, encode_frames
-from reshard.demo.frames import draw_frame, read_frame_id
+from reshard.demo.frame_marks import draw_frame, read_frame_id
 from reshard.demo.sample import write_sample
+from reshard.demo.sample_video import concat_remux, encode_frames
 from reshard.errors import ReshardError
 from reshard.source import open_source
 from reshard.video import write as videos

@@ -14,8 +14,7 @@ it (`as_resharded`): the kept episodes, renumbered.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,34 +24,24 @@ import pyarrow.parquet as pq
 from cache.remote import Remote
 from reader.depth import is_depth
 from reader.format.v3 import EPISODES_DIR, STATS_PATH, TASKS_PATH
+from reshard.dropped import DROPPED_JSON, Selection
 from reshard.meta import stats_json
-from reshard.selection import DROPPED_JSON, Selection, select
-from reshard.source import Source
-from reshard.tables import EpisodeRows
-from reshard.video.compare import MAX_GAIN_ERROR, MAX_OFFSET, ColourFit, compare_episode_video
-
-if TYPE_CHECKING:
-    from reshard.verify import _Run
+from reshard.selection import select
+from reshard.source import V3Source
+from reshard.tables import SourceFileRows
+from reshard.verify.context import VerifyRun, VideoQuality
+from reshard.video.compare import (
+    MAX_GAIN_ERROR,
+    MAX_OFFSET,
+    ColourFit,
+    compare_episode_video,
+)
 
 # The v3 pointer columns of meta/episodes: rewritten by reshard, compared with the source's otherwise.
 _POINTER_PREFIXES = ("data/", "videos/", "dataset_from_index", "dataset_to_index", "meta/episodes/")
 
 
-@dataclass(frozen=True)
-class VideoQuality:
-    """How one episode video compares with its source (`gain`, `offset`: its `ColourFit`)."""
-
-    episode: int
-    key: str
-    reencoded: bool
-    identical: bool
-    psnr_min_db: float
-    psnr_mean_db: float
-    gain: float = 1.0
-    offset: float = 0.0
-
-
-def as_resharded(source: Source, remote: Remote) -> Source:
+def as_resharded(source: V3Source, remote: Remote) -> V3Source:
     """The source as the output saw it: where the output left episodes out (`meta/lrs/dropped.json`),
     the kept ones, renumbered."""
     if remote.exists(DROPPED_JSON):
@@ -64,7 +53,7 @@ def as_resharded(source: Source, remote: Remote) -> Source:
 # --- 6. source tables ---------------------------------------------------------------------------------
 
 
-def check_source_tables(run: _Run) -> None:
+def check_source_tables(run: VerifyRun) -> None:
     src, out = run.source, run.dataset
     if src is None:
         return
@@ -90,10 +79,10 @@ def check_source_tables(run: _Run) -> None:
 class _SourceRows:
     """The source rows of episodes visited in order: one source data file open at a time."""
 
-    def __init__(self, run: _Run, source: Source) -> None:
+    def __init__(self, run: VerifyRun, source: V3Source) -> None:
         self.run, self.source = run, source
         self.stack = contextlib.ExitStack()
-        self.current: tuple[str, EpisodeRows] | None = None
+        self.current: tuple[str, SourceFileRows] | None = None
         self.schema: pa.Schema | None = None
 
     def __enter__(self) -> _SourceRows:
@@ -109,14 +98,14 @@ class _SourceRows:
             self.stack.close()
             path = self.stack.enter_context(self.run.local(self.source.remote, rel))
             self.schema = self.schema or pq.read_schema(path)
-            rows = EpisodeRows(self.source, rel, path, self.schema)
+            rows = SourceFileRows(self.source, rel, path, self.schema)
             self.stack.callback(rows.close)
             self.current = (rel, rows)
         table = self.current[1].episode(ep)
         return table.replace_schema_metadata(self.schema.metadata if self.schema else None)
 
 
-def _compare_episode_columns(run: _Run, src: Source, out: Source) -> None:
+def _compare_episode_columns(run: VerifyRun, src: V3Source, out: V3Source) -> None:
     a, b = src.episodes_table, out.episodes_table
     for name in a.column_names:
         if name.startswith(_POINTER_PREFIXES):
@@ -125,7 +114,7 @@ def _compare_episode_columns(run: _Run, src: Source, out: Source) -> None:
             run.fail("source-tables", f"Invalid column {name!r}. Expected the source's values.", EPISODES_DIR)
 
 
-def _compare_rows(run: _Run, entry: Any, got: pa.Table, expected: pa.Table) -> None:
+def _compare_rows(run: VerifyRun, entry: Any, got: pa.Table, expected: pa.Table) -> None:
     ep, rel = entry.episode_index, entry.data_path
     if got.schema.metadata != expected.schema.metadata or not got.schema.equals(expected.schema):
         run.fail("source-tables", "Invalid schema or schema metadata. Expected the source's.", rel, ep)
@@ -161,7 +150,7 @@ def _nan_equal(x: pa.ChunkedArray | pa.Array, y: pa.ChunkedArray | pa.Array) -> 
 # --- 7. source videos ---------------------------------------------------------------------------------
 
 
-def check_source_videos(run: _Run) -> None:
+def check_source_videos(run: VerifyRun) -> None:
     src, layout = run.source, run.layout
     if src is None:
         return
@@ -206,7 +195,7 @@ def check_source_videos(run: _Run) -> None:
         _judge_colour(run, key, colour)
 
 
-def _judge_colour(run: _Run, key: str, fit: ColourFit) -> None:
+def _judge_colour(run: VerifyRun, key: str, fit: ColourFit) -> None:
     """A camera's re-encoded frames keep the source's colours: a contrast stretch or a shift (a range or
     matrix lost on the way) can keep every frame above the PSNR floor."""
     if fit.moved():
@@ -218,7 +207,7 @@ def _judge_colour(run: _Run, key: str, fit: ColourFit) -> None:
         )
 
 
-def _judge(run: _Run, rel: str, ep: int, result: Any, reencoded: bool, *, depth: bool = False) -> None:
+def _judge(run: VerifyRun, rel: str, ep: int, result: Any, reencoded: bool, *, depth: bool = False) -> None:
     for problem in result.problems:
         run.fail("source-videos", problem, rel, ep)
     if depth and not result.identical:

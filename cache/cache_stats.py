@@ -2,7 +2,7 @@
 
 Each cache object writes its counters to `<cache_dir>/.lrs/stats/<pid>-<token>.json` (atomically) at most
 once a second while they change, when the cache is closed and when the process exits (a DataLoader
-worker included), so a process that is killed loses at most a second of counts. `aggregate_stats` sums
+worker included), so a process that is killed loses at most a second of counts. `sum_cache_stats` sums
 the files of every process, dead or alive.
 """
 
@@ -66,7 +66,7 @@ class CacheStats:
 _FIELDS = frozenset(f.name for f in dataclasses.fields(CacheStats))
 
 
-class Counters:
+class CacheCounters:
     """Thread-safe counters of one cache object in one process, mirrored to a per-process file.
 
     Args:
@@ -128,7 +128,7 @@ class Counters:
 
 
 # The counters of this process, written once more when it exits.
-_live: weakref.WeakSet[Counters] = weakref.WeakSet()
+_live: weakref.WeakSet[CacheCounters] = weakref.WeakSet()
 
 
 def discard_counters(cache_dir: str) -> None:
@@ -146,7 +146,7 @@ def _flush_live() -> None:
         counters.flush()
 
 
-def aggregate_stats(cache_dir: str | os.PathLike[str], *, fingerprint: str | None = None) -> CacheStats:
+def sum_cache_stats(cache_dir: str | os.PathLike[str], *, fingerprint: str | None = None) -> CacheStats:
     """Sum the counters every process wrote under `cache_dir` (only one dataset's, if `fingerprint`).
 
     Raises:

@@ -19,7 +19,7 @@ from typing import Any, overload
 import numpy as np
 
 from cache import LrsError, Remote
-from cache.checks import check_int
+from cache.arguments import check_int
 from reader.errors import DatasetError
 from reader.format.catalog import Catalog, EpisodeRef
 from reader.schedule import Schedule, check_weights

@@ -112,7 +112,7 @@ Task = DataTask | VideoTask
 
 
 @dataclass(frozen=True)
-class Plan:
+class ReshardPlan:
     """Every output file of a reshard and the tasks that write them.
 
     Attributes:
@@ -124,7 +124,7 @@ class Plan:
     videos: tuple[VideoTask, ...]
 
     def __repr__(self) -> str:
-        return f"Plan(data files={len(self.data)}, video tasks={len(self.videos)}, outputs={len(self.outputs())})"
+        return f"ReshardPlan(data files={len(self.data)}, video tasks={len(self.videos)}, outputs={len(self.outputs())})"
 
     def tasks(self) -> list[Task]:
         """Every task, in the plan's fixed order."""
@@ -164,7 +164,7 @@ def make_plan(
     source_bytes: Mapping[str, int],
     *,
     data_file_mb: float,
-) -> Plan:
+) -> ReshardPlan:
     """Plan a reshard from metadata alone.
 
     Args:
@@ -179,7 +179,7 @@ def make_plan(
     if not data_file_mb > 0:
         raise ValueError(f"Invalid data_file_mb ({data_file_mb}). Expected > 0.")
     chunks_size = int(info.raw.get("chunks_size") or DEFAULT_CHUNKS_SIZE)
-    return Plan(
+    return ReshardPlan(
         data=_plan_data(info, episodes, source_bytes, int(data_file_mb * _MB), chunks_size),
         videos=_plan_videos(info, episodes, chunks_size),
     )

@@ -1,5 +1,5 @@
 """lerobot's statistics of a dataset: per feature and episode (`feature_stats`, `image_stats`,
-`depth_stats`), then over the dataset (`aggregate_stats`), shaped and named as lerobot 0.6.1 writes them
+`depth_stats`), then over the dataset (`dataset_stats`), shaped and named as lerobot 0.6.1 writes them
 in `meta/stats.json` and the `stats/...` columns of the episodes table."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def depth_stats(millimetres: np.ndarray) -> dict[str, np.ndarray]:
     return _channel_stats(millimetres.reshape(-1, 1), len(millimetres))
 
 
-def aggregate_stats(per_episode: list[dict[str, dict[str, np.ndarray]]]) -> dict[str, dict[str, Any]]:
+def dataset_stats(per_episode: list[dict[str, dict[str, np.ndarray]]]) -> dict[str, dict[str, Any]]:
     """Dataset stats from episode stats: exact min/max/mean/std, count-weighted quantiles (as lerobot)."""
     out: dict[str, dict[str, Any]] = {}
     for key in per_episode[0] if per_episode else []:

@@ -8,91 +8,19 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from cache.checks import index_range
-from reshard.cli.base import LocalDir, dry_run_option, handle_errors, quiet_option, quiet_requested
+from reshard.cli.base import dry_run_option, handle_errors, quiet_option, quiet_requested
+from reshard.cli.types import ByteSize, IndexList, LocalDir, Weights
 
 if TYPE_CHECKING:
-    from reader.prewarm import Plan
+    from reader.fetch_plan import FetchPlan
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?b)?\s*$", re.IGNORECASE)
-_UNITS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 _SHOWN_FILES = 10
-
-
-class CommaList(click.ParamType):
-    """Comma-separated items, each part parsed by `parse`; a tuple (a default, or a value click converted
-    before) passes through.
-
-    Args:
-        name: the metavar.
-        parse: the items one part stands for; raises ValueError for a malformed part.
-        what, expected: the error message's `Invalid <what> (<value>). Expected <expected>.`
-    """
-
-    def __init__(self, name: str, parse: Callable[[str], Sequence[Any]], *, what: str, expected: str) -> None:
-        self.name, self.parse, self.what, self.expected = name, parse, what, expected
-
-    def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> tuple[Any, ...]:
-        if isinstance(value, tuple):
-            return value
-        try:
-            return tuple(item for part in str(value).split(",") for item in self.parse(part.strip()))
-        except ValueError:
-            self.fail(f"Invalid {self.what} ({value}). Expected {self.expected}.", param, ctx)
-
-
-def _weight(part: str) -> list[float]:
-    return [float(part)]
-
-
-class Weights(CommaList):
-    """A mixture's weights: 3,1 or 0.7,0.3."""
-
-    def __init__(self) -> None:
-        super().__init__("W,W,...", _weight, what="weights", expected="numbers separated by commas, e.g. 3,1")
-
-
-class IndexList(CommaList):
-    """Episode or rank indices: `0,3,7` or ranges `0-99,120`."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "LIST", index_range, what="list", expected="integers and ranges like 0,3,7 or 0-99,120"
-        )
-
-
-class ByteSize(click.ParamType):
-    """A byte count with the units' true meanings: `50GB` is 50 x 1000^3 bytes, `50GiB` 50 x 1024^3;
-    a bare letter (`50G`, `500M`) is binary, as `du -h` and `ls -h` print sizes; `1048576` is bytes."""
-
-    name = "SIZE"
-
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            count = value
-        else:
-            match = _SIZE.match(str(value))
-            count = 0
-            if match:
-                decimal = (match[3] or "").lower() == "b" and match[2] != ""
-                count = int(float(match[1]) * (1000 if decimal else 1024) ** _UNITS[match[2].lower()])
-        if count < 1:
-            self.fail(
-                f"Invalid size ({value}). Expected a positive byte count like 50GiB, 50GB, 500M or 1048576.",
-                param,
-                ctx,
-            )
-        return count
 
 
 @dataclass(frozen=True)
@@ -294,7 +222,7 @@ def prewarm_command(
     Without --num-episodes or --max-bytes it fetches everything the node reads in one epoch, within the
     cache budget. Files already cached are skipped, so a rerun resumes an interrupted prewarm.
     """
-    from reader.plan import default_pool_size
+    from reader.read_plan import default_pool_size
     from reshard.prewarm import prewarm
 
     topology = node_ranks(world_size, ranks, node_rank, nnodes, nproc_per_node)
@@ -341,7 +269,9 @@ def prewarm_command(
     click.echo(summary.describe())
 
 
-def _echo_plan(plan: Plan, *, world_size: int, num_workers: int, pool: int, mixture: bool = False) -> None:
+def _echo_plan(
+    plan: FetchPlan, *, world_size: int, num_workers: int, pool: int, mixture: bool = False
+) -> None:
     from cache.progress import human_bytes
 
     ranks = sorted({rank for rank, _ in plan.consumers})

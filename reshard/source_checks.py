@@ -2,30 +2,29 @@
 
 `reshard` runs them per file as it writes (`check_rows`, or with episodes left out `check_kept_rows`),
 `lrs doctor` collects every defect (`iter_row_defects`, `iter_video_defects`), and `validate` runs them
-all at once. Each defect names the file, the episode and the field; `raise_defects` turns many into one
-error that counts them and names every defective episode.
+all at once. Each defect names the file, the episode and the field; `reshard.defects.raise_defects`
+turns many into one error that counts them and names every defective episode.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
-from cache.checks import format_index_list
-from cache.retry import redact
 from reader.errors import DatasetError
 from reader.format.parquet import parse_parquet
 from reader.format.v3 import EpisodeInfo, VideoSegment
+from reshard.defects import describe_defect, raise_defects
 from reshard.video.extent import VideoExtent, frames_in_range, video_extent
 
 if TYPE_CHECKING:
-    from reshard.source import Source
+    from reshard.source import V3Source
 
 
-def check_rows(source: Source, data_file: str, table: pa.Table | None = None) -> None:
+def check_rows(source: V3Source, data_file: str, table: pa.Table | None = None) -> None:
     """`iter_row_defects`, raising the first.
 
     Raises:
@@ -35,7 +34,7 @@ def check_rows(source: Source, data_file: str, table: pa.Table | None = None) ->
         raise defect
 
 
-def check_kept_rows(source: Source, data_file: str, table: pa.Table | None = None) -> None:
+def check_kept_rows(source: V3Source, data_file: str, table: pa.Table | None = None) -> None:
     """`iter_row_defects` of the whole source, but those of the episodes `source` leaves out, and
     those outside every episode its selection records as ignored.
 
@@ -56,51 +55,9 @@ def check_kept_rows(source: Source, data_file: str, table: pa.Table | None = Non
     )
 
 
-class Located(Protocol):
-    """A defect as `DatasetError` and `doctor.Defect` both hold it."""
-
-    problem: str
-    file: str | None
-    episode: int | None
-    field: str | None
-
-
-def describe_defect(defect: Located) -> str:
-    """A defect in one line: where (file, field) and what is wrong; the episode is said apart."""
-    where = [w for w in (defect.file, defect.field and f"field {defect.field!r}") if w]
-    return f"{', '.join(where)}: {defect.problem}" if where else defect.problem
-
-
-def raise_defects(defects: Sequence[Located], url: str) -> None:
-    """Raise `defects_error` of the defects, if there are any.
-
-    Raises:
-        DatasetError: when `defects` is not empty.
-    """
-    if defects:
-        raise defects_error(defects, url)
-
-
-def defects_error(defects: Sequence[Located], url: str) -> DatasetError:
-    """One error for `defects` (not empty): the first; where there are more, its message counts them and
-    names every defective episode, and says that `lrs doctor` lists each one."""
-    first = defects[0]
-    if len(defects) == 1:
-        if isinstance(first, DatasetError):
-            return first
-        return DatasetError(first.problem, file=first.file, episode=first.episode, field=first.field)
-    episodes = sorted({d.episode for d in defects if d.episode is not None})
-    among = f", in episodes {format_index_list(episodes)}" if episodes else ""
-    return DatasetError(
-        f"{first.problem} ({len(defects)} defects in all{among}; `lrs doctor {redact(url)}` lists each, "
-        "and `lrs reshard --skip-defective` leaves those episodes out)",
-        file=first.file,
-        episode=first.episode,
-        field=first.field,
-    )
-
-
-def iter_row_defects(source: Source, data_file: str, table: pa.Table | None = None) -> Iterator[DatasetError]:
+def iter_row_defects(
+    source: V3Source, data_file: str, table: pa.Table | None = None
+) -> Iterator[DatasetError]:
     """The rows of `data_file` are exactly its episodes' `[dataset_from_index, dataset_to_index)`.
 
     Checks the `index`, `episode_index` and `frame_index` columns: every episode's rows present once,
@@ -138,7 +95,7 @@ def iter_row_defects(source: Source, data_file: str, table: pa.Table | None = No
 
 
 def _check_episode_rows(
-    source: Source,
+    source: V3Source,
     table: pa.Table,
     episode: EpisodeInfo,
     index: np.ndarray,
@@ -187,7 +144,7 @@ TIMESTAMP_TOLERANCE_S = 1e-4
 
 
 def _check_timestamps(
-    source: Source, table: pa.Table, rows: np.ndarray, frame: np.ndarray, episode: int, where: str
+    source: V3Source, table: pa.Table, rows: np.ndarray, frame: np.ndarray, episode: int, where: str
 ) -> None:
     if "timestamp" not in table.column_names:
         return
@@ -236,7 +193,7 @@ def _check_timestamps(
         )
 
 
-def _check_task_index(source: Source, table: pa.Table, rows: np.ndarray, episode: int, where: str) -> None:
+def _check_task_index(source: V3Source, table: pa.Table, rows: np.ndarray, episode: int, where: str) -> None:
     if "task_index" not in table.column_names or not len(rows):
         return
     values = table.column("task_index").to_numpy(zero_copy_only=False)[rows]
@@ -251,7 +208,7 @@ def _check_task_index(source: Source, table: pa.Table, rows: np.ndarray, episode
         )
 
 
-def read_video_extent(source: Source, video_file: str) -> VideoExtent:
+def read_video_extent(source: V3Source, video_file: str) -> VideoExtent:
     """How much of a video file is there (`reshard.video.extent`): its header's end time and, for a file
     cut short, the time of every frame whose packet is whole.
 
@@ -270,7 +227,7 @@ def read_video_extent(source: Source, video_file: str) -> VideoExtent:
         raise DatasetError(str(exc), file=where) from exc
 
 
-def check_videos(source: Source, video_files: Iterable[str] | None = None) -> None:
+def check_videos(source: V3Source, video_files: Iterable[str] | None = None) -> None:
     """Every episode's video time range lies inside its file.
 
     Raises:
@@ -281,7 +238,7 @@ def check_videos(source: Source, video_files: Iterable[str] | None = None) -> No
 
 
 def iter_video_defects(
-    source: Source, video_files: Iterable[str] | None = None, *, per_episode: bool = False
+    source: V3Source, video_files: Iterable[str] | None = None, *, per_episode: bool = False
 ) -> Iterator[DatasetError]:
     """Each video file that is unreadable (with `per_episode`, once for each of its episodes), and each
     episode whose time range its file does not hold (naming the file, the episode and the camera)."""
@@ -332,7 +289,7 @@ def _video_range_problem(
     )
 
 
-def validate(source: Source) -> None:
+def validate(source: V3Source) -> None:
     """All checks, reading every data file's index columns and every video header."""
     for data_file in source.data_files():
         check_rows(source, data_file)

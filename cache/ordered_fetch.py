@@ -1,6 +1,6 @@
 """Fetch an ordered list of files into a node cache: the runner behind `lrs prewarm`.
 
-The caller decides what and in which order (`reader.prewarm` plans it from the reader's schedule); this
+The caller decides what and in which order (`reader.fetch_plan` plans it from the reader's schedule); this
 module only fetches. Downloads run on the cache's own threads (`NodeCache.prefetch`, which starts them in
 submission order); submissions follow the list with at most `ahead` files submitted and unfinished, so
 downloads start in need order and the files needed first tend to land first. A slow file does not hold
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from cache.checks import check_int
+from cache.arguments import check_int
+from cache.cache_stats import CacheStats
 from cache.errors import CacheError, LrsError
 from cache.node import NodeCache
 from cache.progress import progress_bar
-from cache.stats import CacheStats
 
 DEFAULT_AHEAD = 16
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from reshard.cli.base import LocalDir, dry_run_option, handle_errors, quiet_option, quiet_requested
+from reshard.cli.base import dry_run_option, handle_errors, quiet_option, quiet_requested
+from reshard.cli.types import LocalDir
 from reshard.push.publish import push
 
 

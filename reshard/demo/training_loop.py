@@ -18,10 +18,10 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from cache import CacheStats
 from reader.batch import collate
-from reader.pool import ReaderStats
+from reader.stats import ReaderStats
 from reader.stream import EpisodeStream
 from reshard.demo.config import DemoCheckError, DemoConfig
-from reshard.demo.frames import read_frame_id
+from reshard.demo.frame_marks import read_frame_id
 
 _REPORT_TIMEOUT_S = 60.0
 

@@ -16,7 +16,7 @@ Limits cut the merged list: the first N admissions of each consumer, then a byte
 the first file that would exceed it. The cache's own budget is such a limit: a plan larger than the
 cache would evict its first files to make room for its last ones.
 
-Everything here is pure: the schedule and the catalog (a `reader.plan.ReadPlan` holds both) in, a
+Everything here is pure: the schedule and the catalog (a `reader.read_plan.ReadPlan` holds both) in, a
 plan out; no torch. `reshard.prewarm` does the I/O.
 """
 
@@ -26,14 +26,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from cache.checks import check_int
-from cache.prewarm import FileRequest
+from cache.arguments import check_int
+from cache.ordered_fetch import FileRequest
 from reader.format.catalog import EpisodeRef
 from reader.schedule import Emission, Schedule
 from reader.state import Resume, consumer_starts, resumed_schedule
 
 if TYPE_CHECKING:
-    from reader.plan import ReadPlan
+    from reader.read_plan import ReadPlan
     from reader.stream import EpisodeStream
 
 FileKind = Literal["data", "video"]
@@ -113,7 +113,7 @@ class PlannedFile:
 
 
 @dataclass(frozen=True)
-class Plan:
+class FetchPlan:
     """The files to fetch, in order, and what they cover.
 
     Attributes:
@@ -136,7 +136,7 @@ class Plan:
 
     def __repr__(self) -> str:
         return (
-            f"Plan(files={len(self.files)}, bytes={self.bytes}, consumers={len(self.consumers)}, "
+            f"FetchPlan(files={len(self.files)}, bytes={self.bytes}, consumers={len(self.consumers)}, "
             f"pieces={self.pieces}, limited_by={self.limited_by})"
         )
 
@@ -146,7 +146,7 @@ class Plan:
         return sum(f.request.bytes or 0 for f in self.files)
 
     def requests(self) -> list[FileRequest]:
-        """The planned files as the cache runner takes them (`cache.prewarm.fetch_in_order`)."""
+        """The planned files as the cache runner takes them (`cache.ordered_fetch.fetch_in_order`)."""
         return [f.request for f in self.files]
 
     @property
@@ -289,7 +289,7 @@ def plan_prewarm(
     *,
     max_bytes: int | None = None,
     cache_max_bytes: int | None = None,
-) -> Plan:
+) -> FetchPlan:
     """Cut `needs` to the byte limits and attach what each file must be.
 
     Args:
@@ -318,7 +318,7 @@ def plan_prewarm(
     chosen = tuple(planned[:kept])
     keys = {f.need.key for f in chosen}
     covered = [p for p in needs.pieces if keys.issuperset((p.source, path) for path in p.paths)]
-    return Plan(
+    return FetchPlan(
         files=chosen,
         consumers=needs.consumers,
         pieces=len(covered),

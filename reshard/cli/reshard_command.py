@@ -1,4 +1,4 @@
-"""`lrs reshard`, `lrs verify` and `lrs inspect`."""
+"""`lrs reshard SRC --out DIR`: the click layer over `reshard.run.reshard`."""
 
 from __future__ import annotations
 
@@ -7,42 +7,17 @@ from pathlib import Path
 
 import click
 
-from cache.checks import format_index_list
+from cache.arguments import format_index_list
 from reshard.cli.base import (
-    EXIT_CHECK_FAILED,
-    LocalDir,
     handle_errors,
-    json_option,
     quiet_option,
     quiet_requested,
 )
+from reshard.cli.types import LocalDir, PartType
+from reshard.dropped import DROPPED_JSON
 from reshard.execute import ReshardOptions
-from reshard.inspect import inspect_dataset, render
 from reshard.run import reshard, slurm_part
-from reshard.selection import DROPPED_JSON
-from reshard.verify import verify
-from reshard.video.compare import DEFAULT_MIN_PSNR_DB
 from reshard.video.write import VIDEO_MODES
-
-
-class PartType(click.ParamType):
-    """`I/N`: part I (0-based) of N."""
-
-    name = "I/N"
-
-    def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> tuple[int, int]:
-        if isinstance(value, tuple):
-            return value  # type: ignore[return-value]
-        index, _, count = str(value).partition("/")
-        try:
-            part = int(index), int(count)
-        except ValueError:
-            part = (-1, 0)
-        if not 0 <= part[0] < part[1]:
-            self.fail(f"Invalid part ({value}). Expected I/N with 0 <= I < N, e.g. 0/4.", param, ctx)
-        return part
 
 
 @click.command(name="reshard")
@@ -199,74 +174,8 @@ def reshard_cmd(
 
 
 def _depth_keys(out: Path) -> list[str]:
-    import json
 
     from reader.depth import is_depth
 
     features = json.loads((out / "meta/info.json").read_text()).get("features", {})
     return [k for k, f in features.items() if f.get("dtype") == "video" and is_depth(f)]
-
-
-@click.command(name="verify")
-@click.argument("dataset")
-@click.option("--against", help="The v3 source it was resharded from: also check every value and frame.")
-@click.option(
-    "--min-psnr",
-    type=float,
-    default=DEFAULT_MIN_PSNR_DB,
-    show_default=True,
-    help="Lowest per-frame PSNR (dB) accepted for a re-encoded episode video.",
-)
-@json_option
-@handle_errors
-def verify_cmd(dataset: str, against: str | None, min_psnr: float, as_json: bool) -> None:
-    """Check every lrs/1 invariant of DATASET (and with --against, equality with its source).
-
-    Exits 1 with a report of the first class of violation found, 0 when everything holds.
-    """
-    report = verify(dataset, against=against, min_psnr=min_psnr)
-    click.echo(json.dumps(report.to_json(), indent=2) if as_json else report.describe())
-    if not report.ok:
-        click.get_current_context().exit(EXIT_CHECK_FAILED)
-
-
-@click.command(name="inspect")
-@click.argument("url")
-@json_option
-@click.option(
-    "--probe-videos",
-    type=click.IntRange(0),
-    default=2,
-    show_default=True,
-    help="Video files per camera whose keyframes are read (to check episode starts).",
-)
-@handle_errors
-def inspect_cmd(url: str, as_json: bool, probe_videos: int) -> None:
-    """Describe the layout of any v3 dataset: files, row groups, page index, video GOPs, lrs/1 or not."""
-    report = inspect_dataset(url, probe_videos=probe_videos)
-    click.echo(json.dumps(report, indent=2) if as_json else render(report))
-
-
-@click.command(name="doctor")
-@click.argument("source")
-@json_option
-@click.option(
-    "--decode",
-    is_flag=True,
-    help="Decode every video frame and count each episode's (default: headers only).",
-)
-@quiet_option
-@handle_errors
-def doctor_cmd(source: str, as_json: bool, decode: bool, quiet: bool) -> None:
-    """List every defect of the v3 dataset SOURCE (a path or URL), read-only.
-
-    Runs the checks reshard and verify make, to the end instead of stopping at the first: metadata,
-    episode ranges, referenced files, orphan files, each data file's rows, each video's frames. Each
-    defect names the file, the episode and the field. Exits 0 when there is none, 1 when there are.
-    """
-    from reshard.doctor import doctor
-
-    report = doctor(source, decode=decode, progress=not quiet_requested(quiet) and not as_json)
-    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.render())
-    if not report.clean:
-        click.get_current_context().exit(EXIT_CHECK_FAILED)

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from reshard.demo.config import DemoCheckError
-from reshard.demo.stream import Sample, StreamRun
+from reshard.demo.training_loop import Sample, StreamRun
 from reshard.prewarm import PrewarmSummary
 
 

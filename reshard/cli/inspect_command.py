@@ -1,0 +1,30 @@
+"""`lrs inspect URL`: the click layer over `reshard.inspect.inspect_dataset`."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from reshard.cli.base import (
+    handle_errors,
+    json_option,
+)
+from reshard.inspect import inspect_dataset, render
+
+
+@click.command(name="inspect")
+@click.argument("url")
+@json_option
+@click.option(
+    "--probe-videos",
+    type=click.IntRange(0),
+    default=2,
+    show_default=True,
+    help="Video files per camera whose keyframes are read (to check episode starts).",
+)
+@handle_errors
+def inspect_cmd(url: str, as_json: bool, probe_videos: int) -> None:
+    """Describe the layout of any v3 dataset: files, row groups, page index, video GOPs, lrs/1 or not."""
+    report = inspect_dataset(url, probe_videos=probe_videos)
+    click.echo(json.dumps(report, indent=2) if as_json else render(report))

@@ -1,0 +1,190 @@
+"""The output's own check classes of `verify` (2 to 5): `files`, `tables`, `pointers` and `videos`,
+each a function of the `VerifyRun` that records what it finds (see `reshard.verify.runner`)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from reader.errors import DatasetError
+from reader.format.index import FILES_INDEX
+from reader.format.v3 import EPISODES_DIR
+from reshard.execute import list_files
+from reshard.meta import path_sha256
+from reshard.source_checks import check_rows
+from reshard.tables import INDEX_COLUMNS, range_crc32, row_group_ranges
+from reshard.verify.context import VerifyRun
+from reshard.video.compare import probe_video
+
+# --- 2. files -----------------------------------------------------------------------------------------
+
+
+def check_files(run: VerifyRun) -> None:
+    # Stores that cannot list (plain HTTP) give {}: then only listed files are checked, by fetching them.
+    present = list_files(run.remote)
+    for rel, entry in sorted(run.layout.files.items()):
+        if present and rel not in present:
+            run.fail("files", "missing", file=rel)
+            continue
+        try:
+            with run.local(run.remote, rel) as path:
+                size = Path(path).stat().st_size
+                if size != entry.bytes:
+                    run.fail(
+                        "files", f"Invalid size ({size}). Expected {entry.bytes} as files.parquet lists.", rel
+                    )
+                elif path_sha256(path) != entry.sha256:
+                    run.fail("files", "Invalid sha256. Expected the one files.parquet lists.", rel)
+        except FileNotFoundError:
+            run.fail("files", "missing", file=rel)
+    for rel in sorted(set(present) - set(run.layout.files) - {FILES_INDEX}):
+        run.fail("files", "not listed in meta/lrs/files.parquet", file=rel)
+
+
+# --- 3. tables ----------------------------------------------------------------------------------------
+
+
+def check_tables(run: VerifyRun) -> None:
+    by_file: dict[str, list[Any]] = {}
+    for entry in run.layout.episodes:
+        by_file.setdefault(entry.data_path, []).append(entry)
+    for rel, entries in sorted(by_file.items()):
+        with run.local(run.remote, rel) as path:
+            _check_data_file(run, rel, path, entries)
+
+
+def _check_data_file(run: VerifyRun, rel: str, path: str, entries: list[Any]) -> None:
+    meta = pq.read_metadata(path)
+    if meta.num_row_groups != len(entries):
+        run.fail(
+            "tables",
+            f"Invalid row groups ({meta.num_row_groups}). Expected {len(entries)}, one per episode.",
+            rel,
+        )
+        return
+    ranges = row_group_ranges(meta)
+    file = pq.ParquetFile(path)
+    for entry in entries:
+        group = meta.row_group(entry.row_group)
+        ep = entry.episode_index
+        if group.num_rows != entry.length:
+            run.fail(
+                "tables", f"Invalid row group rows ({group.num_rows}). Expected {entry.length}.", rel, ep
+            )
+            continue
+        if ranges[entry.row_group] != (entry.row_group_offset, entry.row_group_bytes):
+            run.fail(
+                "tables",
+                f"Invalid row group byte range ({entry.row_group_offset}, {entry.row_group_bytes}). "
+                f"Expected {ranges[entry.row_group]}, covering all its column chunks.",
+                rel,
+                ep,
+            )
+        if entry.row_group_crc32 is not None:
+            with open(path, "rb") as handle:
+                crc = range_crc32(handle, entry.row_group_offset, entry.row_group_bytes)
+            if crc != entry.row_group_crc32:
+                run.fail(
+                    "tables",
+                    f"Invalid row group CRC-32 ({crc}). Expected {entry.row_group_crc32}, as the index records.",
+                    rel,
+                    ep,
+                )
+        columns = [group.column(c) for c in range(group.num_columns)]
+        # Encoded images get an offset index but no column index (pyarrow keeps no min/max of blobs).
+        blobs = {f"{key}.bytes" for key in run.dataset.info.image_keys}
+        if not all(c.has_offset_index and (c.has_column_index or c.path_in_schema in blobs) for c in columns):
+            run.fail("tables", "Invalid page index (missing). Expected write_page_index=True.", rel, ep)
+        if not all(c.is_stats_set for c in columns):
+            run.fail(
+                "tables", "Invalid column statistics (missing). Expected statistics on every column.", rel, ep
+            )
+        rows = file.read_row_group(entry.row_group, columns=INDEX_COLUMNS)
+        _check_rows(run, rel, entry, rows)
+    try:
+        check_rows(run.dataset, rel, file.read(columns=INDEX_COLUMNS))
+    except DatasetError as exc:
+        run.fail("tables", str(exc), rel)
+
+
+def _check_rows(run: VerifyRun, rel: str, entry: Any, rows: pa.Table) -> None:
+    ep = entry.episode_index
+    index = rows.column("index").to_numpy()
+    expected = np.arange(entry.dataset_from_index, entry.dataset_from_index + entry.length)
+    if not np.array_equal(index, expected):
+        run.fail("tables", f"Invalid index column. Expected {expected[0]}..{expected[-1]} in order.", rel, ep)
+    if not (rows.column("episode_index").to_numpy() == ep).all():
+        run.fail("tables", "Invalid episode_index column. Expected one episode per row group.", rel, ep)
+    if not np.array_equal(rows.column("frame_index").to_numpy(), np.arange(entry.length)):
+        run.fail("tables", f"Invalid frame_index column. Expected 0..{entry.length - 1} in order.", rel, ep)
+
+
+# --- 4. pointers --------------------------------------------------------------------------------------
+
+
+def check_pointers(run: VerifyRun) -> None:
+    info, fps = run.dataset.info, run.dataset.info.fps
+    where = EPISODES_DIR
+    for episode, entry in zip(run.dataset.episodes, run.layout.episodes, strict=True):
+        ep = episode.episode_index
+        data_path = info.data_file(episode.data_chunk_index, episode.data_file_index)
+        if data_path != entry.data_path:
+            run.fail(
+                "pointers", f"Invalid data file ({data_path!r}). Expected {entry.data_path!r}.", where, ep
+            )
+        if (episode.dataset_from_index, episode.length) != (entry.dataset_from_index, entry.length):
+            run.fail(
+                "pointers",
+                f"Invalid rows ([{episode.dataset_from_index}, +{episode.length})). "
+                f"Expected [{entry.dataset_from_index}, +{entry.length}).",
+                where,
+                ep,
+            )
+        for video in entry.videos:
+            segment = episode.video(video.key)
+            path = info.video_file(video.key, segment.chunk_index, segment.file_index)
+            span = (segment.from_timestamp, segment.to_timestamp)
+            if path != video.path:
+                run.fail("pointers", f"Invalid video file ({path!r}). Expected {video.path!r}.", where, ep)
+            if not (span[0] == 0.0 and math.isclose(span[1], episode.length / fps, abs_tol=1e-9)):
+                run.fail(
+                    "pointers",
+                    f"Invalid video time range ({span[0]}, {span[1]}) for {video.key}. "
+                    f"Expected (0.0, {episode.length / fps}).",
+                    where,
+                    ep,
+                )
+
+
+# --- 5. videos ----------------------------------------------------------------------------------------
+
+
+def check_videos(run: VerifyRun) -> None:
+    fps = run.layout.fps
+    for entry in run.layout.episodes:
+        for video in entry.videos:
+            expected = run.layout.info.features[video.key].get("info", {})
+            with run.local(run.remote, video.path) as path:
+                probe = probe_video(path, episode=entry.episode_index, camera=video.key)
+            problems = []
+            if probe.frames != entry.length:
+                problems.append(f"Invalid frame count ({probe.frames}). Expected {entry.length}.")
+            times = np.asarray(probe.frame_times_s)
+            if len(times) == entry.length and not np.allclose(
+                times, np.arange(entry.length) / fps, atol=1e-4
+            ):
+                problems.append("Invalid frame timestamps. Expected frame i at i / fps.")
+            if not probe.starts_on_keyframe or (len(times) and abs(times[0]) > 1e-6):
+                problems.append("Invalid first frame. Expected a keyframe at 0 s.")
+            for name, got in (("video.codec", probe.codec), ("video.pix_fmt", probe.pix_fmt)):
+                if name in expected and expected[name] != got:
+                    problems.append(
+                        f"Invalid {name} ({got!r}). Expected {expected[name]!r} as info.json says."
+                    )
+            for message in problems:
+                run.fail("videos", message, video.path, entry.episode_index)

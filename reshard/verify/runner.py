@@ -1,0 +1,121 @@
+"""Prove an lrs/1 dataset: every invariant of the layout, and with a source, equality with it.
+
+Checks run in classes, in this order, and stop after the first class that finds violations (a broken
+index makes every later check noise):
+
+1. `layout`   meta/lrs/ is present, well-formed and agrees with meta/info.json; the dataset opens as v3.
+2. `files`    every file of files.parquet exists with its size and sha256; no file is unlisted.
+3. `tables`   one row group per episode, rows in index order, frame indices 0..length-1, page index and
+              statistics written, the index's row-group byte range exact.
+4. `pointers` every meta/episodes pointer is true: data file, rows, video file, timestamps 0..length/fps.
+5. `videos`   each episode video has `length` frames at i / fps, starting on a keyframe, as info.json says.
+6. `source-tables` (with a source) schema, metadata, tasks, stats and every row equal the source's.
+7. `source-videos` (with a source) decoded frames identical (copied) or above a PSNR floor, with the
+              source's colours (re-encoded).
+
+Classes 2 to 5 are in `reshard.verify.output_checks`, 6 and 7 in `reshard.verify.against_source`; what
+they share in `reshard.verify.context`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cache.backoff import redact
+from cache.remote import resolve
+from reader.errors import DatasetError, LayoutError
+from reader.format.index import LAYOUT_JSON
+from reader.format.layout import Layout
+from reader.format.v3 import INFO_PATH
+from reshard.dropped import DROPPED_JSON
+from reshard.fingerprint import SourceFingerprint, describe_change
+from reshard.source import V3Source, check_files_exist, open_source
+from reshard.verify.against_source import as_resharded, check_source_tables, check_source_videos
+from reshard.verify.context import VerifyRun, Violation
+from reshard.verify.output_checks import check_files, check_pointers, check_tables, check_videos
+from reshard.verify.report import VerifyReport
+from reshard.video.compare import DEFAULT_MIN_PSNR_DB
+
+
+def verify(
+    url: str,
+    *,
+    against: str | None = None,
+    min_psnr: float = DEFAULT_MIN_PSNR_DB,
+    storage_options: dict[str, Any] | None = None,
+) -> VerifyReport:
+    """Check every lrs/1 invariant of the dataset at `url`, and with `against` its equality with the source.
+
+    Args:
+        url: the lrs/1 dataset (path or URL).
+        against: the v3 source it was resharded from.
+        min_psnr: the lowest per-frame PSNR (dB) accepted for a re-encoded episode video.
+        storage_options: passed to the fsspec filesystems.
+
+    Returns:
+        The checks passed and the violations of the first failing class.
+
+    Raises:
+        DatasetError: `against` is not a readable v3 dataset, or `url` holds no dataset at all (no
+            `meta/info.json`): nothing to check, which is an input error, not a failed check.
+    """
+    # The files are checked for the episodes the output kept (`_as_resharded`).
+    source = open_source(against, storage_options=storage_options, check_files=False) if against else None
+    remote = resolve(url, storage_options=storage_options)
+    if not remote.exists(INFO_PATH):
+        raise DatasetError("missing: not a LeRobot dataset root", file=remote.display(INFO_PATH))
+    try:
+        layout = Layout.load(remote)
+        # Missing files are the next class's business, reported there with the rest.
+        dataset = open_source(remote.url, storage_options=storage_options, check_files=False)
+    except (LayoutError, DatasetError) as exc:
+        violation = Violation("layout", str(exc))
+        return VerifyReport(remote.url, source.url if source else None, (), (violation,))
+    checks: list[tuple[str, Callable[[VerifyRun], None]]] = [
+        ("files", check_files),
+        ("tables", check_tables),
+        ("pointers", check_pointers),
+        ("videos", check_videos),
+    ]
+    changed = _source_change(layout, source) if source is not None else None
+    if changed is not None:
+        checks.append(("source-tables", lambda run: run.fail("source-tables", changed, LAYOUT_JSON)))
+    elif source is not None:
+        checks += [("source-tables", check_source_tables), ("source-videos", check_source_videos)]
+        try:
+            source = as_resharded(source, remote)
+        except (DatasetError, ValueError) as exc:
+            violation = Violation("source-tables", str(exc), DROPPED_JSON)
+            return VerifyReport(remote.url, source.url, ("layout",), (violation,))
+        check_files_exist(source)
+    passed = ["layout"]
+    with tempfile.TemporaryDirectory(prefix="lrs-verify-") as tmp:
+        run = VerifyRun(remote, Path(tmp), min_psnr, layout, dataset, source)
+        for name, check in checks:
+            check(run)
+            if run.violations:
+                break
+            passed.append(name)
+    return VerifyReport(
+        url=remote.url,
+        against=source.url if source else None,
+        passed=tuple(passed),
+        violations=tuple(run.violations),
+        videos=tuple(run.videos),
+    )
+
+
+def _source_change(layout: Layout, source: V3Source) -> str | None:
+    """Where the output records the fingerprint of the source it was made from and `source` has another,
+    the violation saying so (its checks would only find the consequences: other lengths, other rows)."""
+    recorded = SourceFingerprint.from_json(layout.layout.get("source", {}).get("fingerprint"))
+    if recorded is None or source.fingerprint is None or recorded == source.fingerprint:
+        return None
+    return (
+        f"{redact(layout.url)} was resharded from another version of {redact(source.url)}: "
+        f"{describe_change(recorded, source.fingerprint)}. Expected the source it was resharded from, whose "
+        "metadata fingerprint meta/lrs/layout.json records."
+    )
