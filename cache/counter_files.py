@@ -54,6 +54,7 @@ class CounterFile:
         self._payload = payload
         self._lock = threading.Lock()
         self._dirty = False
+        self._discarded = False
         self._flushed_at = float("-inf")
         _live.add(self)
         at_exit(_flush_live)
@@ -71,7 +72,7 @@ class CounterFile:
         """Write the file if the counters changed since the last write; a failed write is tried again
         at the next change an interval later, or at the next `flush`."""
         with self._lock:
-            if not self._dirty:
+            if not self._dirty or self._discarded:
                 return
             self._flushed_at = time.monotonic()
             try:
@@ -84,6 +85,18 @@ class CounterFile:
 
 # The counters files of this process, written once more when it exits.
 _live: weakref.WeakSet[CounterFile] = weakref.WeakSet()
+
+
+def discard_counter_files(directory: str) -> None:
+    """Write no more counters files of this process under `directory`, which its owner is removing (a
+    stream's temporary cache, at exit: a later write would make the directory again, for a stats file
+    alone)."""
+    root = os.path.join(os.path.abspath(directory), "")
+    for file in list(_live):
+        if os.path.abspath(file.path).startswith(root):
+            _live.discard(file)
+            with file._lock:
+                file._discarded = True
 
 
 def _flush_live() -> None:

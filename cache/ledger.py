@@ -40,6 +40,7 @@ lock, not by the order).
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import sqlite3
@@ -152,9 +153,8 @@ class Ledger:
                 self._drop_connection()
                 if not isinstance(exc, sqlite3.OperationalError):
                     self._ino = -1  # damaged (not merely busy or failing to write): rebuild it
-                raise CacheError(
-                    f"Invalid cache ledger ({self.path}): {exc}. Expected a readable SQLite database "
-                    "(it is rebuilt from the cache directory at the next operation)."
+                raise _ledger_error(
+                    self.path, exc, " (it is rebuilt from the cache directory at the next operation)"
                 ) from exc
             raise
 
@@ -226,9 +226,7 @@ class Ledger:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
                 if attempt or isinstance(exc, sqlite3.OperationalError):
-                    raise CacheError(
-                        f"Invalid cache ledger ({self.path}): {exc}. Expected a readable SQLite database."
-                    ) from exc
+                    raise _ledger_error(self.path, exc) from exc
                 self._drop_connection()
                 self._ino = -1  # unreadable: rebuild
         raise AssertionError("unreachable")
@@ -510,3 +508,14 @@ def _forget_inherited() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_inherited)
+
+
+def _ledger_error(path: str, exc: sqlite3.DatabaseError, rebuilt: str = "") -> CacheError:
+    """A full disk (SQLite's SQLITE_FULL) said as such, in the words of a cache file that cannot be
+    written; any other SQLite error as a ledger that cannot be read."""
+    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        return CacheError(
+            f"Could not write the cache ledger ({path}): {os.strerror(errno.ENOSPC)} ({exc}). Expected room "
+            "on the cache directory's disk for cache_max_bytes (free space, or lower it)."
+        )
+    return CacheError(f"Invalid cache ledger ({path}): {exc}. Expected a readable SQLite database{rebuilt}.")

@@ -26,6 +26,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from cache import NodeCache, Remote, sum_cache_stats
 from cache.arguments import check_int
 from cache.cache_stats import CacheStats
+from cache.counter_files import discard_counter_files
 from cache.exits import cleanup_on_sigterm
 from cache.process import ProcessLocal
 from reader.decode import Decoders, check_device
@@ -623,4 +624,5 @@ def _remotes(source: Any) -> list[Remote | None] | None:
 
 def _remove_dir(path: str, pid: int) -> None:
     if os.getpid() == pid:
+        discard_counter_files(path)  # at exit, the counters' last write would come after this removal
         shutil.rmtree(path, ignore_errors=True)

@@ -11,14 +11,18 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import pickle
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
+from multiprocessing import resource_tracker
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pyarrow as pa
@@ -317,16 +321,68 @@ def video_settings(source: V3Source, key: str, options: ReshardOptions) -> tuple
 _WORKER_CONTEXT: TaskContext | None = None
 
 
-def _init_worker(ctx: TaskContext) -> None:
+def _init_worker(context_file: Path) -> None:
     global _WORKER_CONTEXT
-    _WORKER_CONTEXT = ctx
-    os.environ.setdefault("SVT_LOG", "1")
-    # Ctrl-C reaches every process of the terminal's group, SIGTERM the ones SLURM or the parent send it
-    # to: a task unwinds (its `finally` removes its temporaries; its finished outputs stay for a rerun),
-    # an idle worker just ends, without the traceback multiprocessing prints for an idle interrupt.
     # Ctrl-C reaches every process of the terminal's group: the parent alone handles it, stopping the
-    # workers with SIGTERM (`_stop_workers`) and removing what they were writing (`reshard.run`).
+    # workers with SIGTERM (`_stop_workers`) and removing what they were writing (`reshard.run`). The
+    # worker started with SIGINT blocked (`_spawning_deaf_to_sigint`); ignoring it discards one that came
+    # during start-up, and from then on none can reach it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    os.environ.setdefault("SVT_LOG", "1")
+    _WORKER_CONTEXT = pickle.loads(context_file.read_bytes())
+
+
+def _write_context(ctx: TaskContext) -> Path:
+    """The workers' context, in a file of tmp/ that each worker reads at start.
+
+    Not in the pool's start-up arguments: those go down a pipe that the parent writes to the end while
+    the child imports, and a child that dies meanwhile (SIGTERM to the job, out of memory) would leave
+    the parent blocked on that write for ever, its signals held (`_spawning_deaf_to_sigint`). A context
+    is 50 KB to megabytes (it holds the source's episodes); a file name never fills a pipe.
+    """
+    path = Workspace(ctx.work).temp(".context.pickle")
+    path.write_bytes(pickle.dumps(ctx))
+    return path
+
+
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _spawning_deaf_to_sigint() -> Iterator[None]:
+    """Start worker processes that never see a Ctrl-C, and hold a SIGINT or SIGTERM that arrives
+    meanwhile until every started worker is whole (then it is raised as it would have been).
+
+    A spawned worker imports for a second or more before `_init_worker` can ignore SIGINT; a Ctrl-C in
+    that time would print its `KeyboardInterrupt` traceback. So the workers start with SIGINT blocked:
+    the mask of the thread that forks is inherited across fork and exec (a Python handler is not, and
+    SIG_IGN here would lose the signal). Meanwhile this process records the signals instead of raising
+    them, so that no worker is left half-started, outside the pool's table and `_stop_workers`' reach;
+    nothing done meanwhile waits on a worker (`_write_context`), so a held signal is raised within
+    milliseconds.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    # The resource tracker unblocks SIGINT after starting itself (multiprocessing.resource_tracker): start
+    # it before the mask is set.
+    resource_tracker.ensure_running()
+    caught: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        caught.append(signum)
+
+    previous = {sig: signal.signal(sig, hold) for sig in _HELD}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a SIGINT held by the mask is recorded here
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+        if caught:
+            signal.raise_signal(caught[0])
 
 
 def _run_in_worker(task: Task) -> list[VideoRecord]:
@@ -420,11 +476,13 @@ def _run_pool(
 ) -> list[VideoRecord]:
     spawn = multiprocessing.get_context("spawn")
     written: list[VideoRecord] = []
-    pool = ProcessPoolExecutor(workers, mp_context=spawn, initializer=_init_worker, initargs=(ctx,))
+    context_file = _write_context(ctx)
+    pool = ProcessPoolExecutor(workers, mp_context=spawn, initializer=_init_worker, initargs=(context_file,))
     try:
         futures: dict[Future[list[VideoRecord]], tuple[Task, int]] = {}
-        for task, left in pending:  # a worker may die while tasks are still being submitted
-            futures[pool.submit(_run_in_worker, task)] = (task, left)
+        with _spawning_deaf_to_sigint():  # submit starts the workers
+            for task, left in pending:  # a worker may die while tasks are still being submitted
+                futures[pool.submit(_run_in_worker, task)] = (task, left)
         remaining = set(futures)
         while remaining:
             done, remaining = wait(remaining, return_when=FIRST_EXCEPTION)
@@ -451,4 +509,5 @@ def _run_pool(
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        context_file.unlink(missing_ok=True)
     return written

@@ -1,18 +1,21 @@
 """Fault cases of how lrs ends (issue 28 items 4, 7, 8, 9): a URL scheme whose filesystem package is
 missing, an unreachable FTP server, the Hub when offline and lerobot's local root, a crf the codec does
-not take, a push into the dataset, Ctrl-C and SIGTERM during a reshard, and a stream's temporary cache
-on SIGTERM."""
+not take, a push into the dataset, Ctrl-C and SIGTERM during a reshard (mid-run and while its workers
+start), and a stream's temporary cache on SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import random
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 from fault_harness import (
     LRS,
     PYTHON,
@@ -108,24 +111,31 @@ def push_into_dataset(ctx: Ctx, case: Case) -> Verdict:
     return error_verdict(proc, match=r"Expected a place outside the source directory")
 
 
-def _interrupted(ctx: Ctx, case: Case, sig: signal.Signals, code: int, group: bool) -> Verdict:
-    """An H.265 reshard (2 workers, long enough to be caught mid-run) stopped by `sig` at 5 random
-    points, then the same command again: equal to an uninterrupted run."""
+def _interrupted(
+    ctx: Ctx,
+    case: Case,
+    sig: signal.Signals,
+    code: int,
+    group: bool,
+    waits: list[Callable[[int, float], float]],
+) -> Verdict:
+    """An H.265 reshard (2 workers, long enough to be caught mid-run) stopped by `sig` once per wait,
+    then the same command again: equal to an uninterrupted run. A wait gets the child's pid and how
+    long an uninterrupted run took, sleeps, and says how long it waited."""
     reference = case.dir / "reference"
     command = ["reshard", str(ctx.sample), "-q", "--workers", "2", "--video", "hevc"]
     took = case.run([PYTHON, "-c", LRS, *command, "--out", str(reference)]).seconds
     expected = tree_sha256(reference)
-    runs = 5
     behaved = landed = 0
     notes = []
-    for i in range(runs):
+    for i, wait in enumerate(waits):
         out = case.dir / f"out{i}"
         argv = [PYTHON, "-c", LRS, *command, "--out", str(out)]
         child = subprocess.Popen(
             argv, env=case.env(), cwd=case.dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True,
         )  # fmt: skip
-        time.sleep(random.Random(i).uniform(0.4, 0.9) * took)
+        waited = wait(child.pid, took)
         if child.poll() is None:
             landed += 1
             (os.killpg if group else os.kill)(child.pid, sig)
@@ -139,25 +149,73 @@ def _interrupted(ctx: Ctx, case: Case, sig: signal.Signals, code: int, group: bo
         good = child.returncode in (0, code, -sig) and clean and same
         behaved += good
         if not good:
-            notes.append(f"run {i}: exit {child.returncode}, tmp clean {clean}, rerun identical {same}")
+            notes.append(
+                f"run {i} ({waited:.2f} s): exit {child.returncode}, tmp clean {clean}, rerun same {same}"
+            )
     return Verdict(
-        behaved == runs and landed > 0,
-        f"{behaved} of {runs} exit {code} (or finished) with tmp/ empty, then identical on rerun "
+        behaved == len(waits) and landed > 0,
+        f"{behaved} of {len(waits)} exit {code} (or finished) with tmp/ empty, then identical on rerun "
         f"({landed} signals landed mid-run)",
         "; ".join(notes),
     )
 
 
+def _mid_run(i: int) -> Callable[[int, float], float]:
+    """Sleep 0.4 to 0.9 of an uninterrupted run's duration (seeded by `i`)."""
+
+    def wait(pid: int, took: float) -> float:
+        delay_s = random.Random(i).uniform(0.4, 0.9) * took
+        time.sleep(delay_s)
+        return delay_s
+
+    return wait
+
+
+def _after_the_pool_starts(delay_s: float) -> Callable[[int, float], float]:
+    """Sleep `delay_s` after the reshard started its first child process (the pool's resource tracker,
+    then its workers, which import for a second or more before they can ignore Ctrl-C)."""
+
+    def wait(pid: int, took: float) -> float:
+        start = time.monotonic()
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(pid)
+            while (
+                process.is_running() and process.status() != psutil.STATUS_ZOMBIE and not process.children()
+            ):
+                time.sleep(0.005)
+        time.sleep(delay_s)
+        return time.monotonic() - start
+
+    return wait
+
+
 @register("sigint-reshard-x5", "signal")
 def sigint_reshard(ctx: Ctx, case: Case) -> Verdict:
     """Ctrl-C: SIGINT to the whole process group, as a terminal sends it."""
-    return _interrupted(ctx, case, signal.SIGINT, 130, group=True)
+    return _interrupted(ctx, case, signal.SIGINT, 130, True, [_mid_run(i) for i in range(5)])
 
 
 @register("sigterm-reshard-x5", "signal")
 def sigterm_reshard(ctx: Ctx, case: Case) -> Verdict:
     """SIGTERM to the lrs process alone, as `kill PID` sends it."""
-    return _interrupted(ctx, case, signal.SIGTERM, 143, group=False)
+    return _interrupted(ctx, case, signal.SIGTERM, 143, False, [_mid_run(i) for i in range(5)])
+
+
+START_DELAYS_S = (0.0, 0.1, 0.25, 0.5, 0.8, 1.2)
+
+
+@register("sigint-while-workers-start-x6", "signal")
+def sigint_at_start(ctx: Ctx, case: Case) -> Verdict:
+    """Ctrl-C to the whole group 0 to 1.2 s after the pool starts its workers: no worker's traceback."""
+    waits = [_after_the_pool_starts(d) for d in START_DELAYS_S]
+    return _interrupted(ctx, case, signal.SIGINT, 130, True, waits)
+
+
+@register("sigterm-while-workers-start-x6", "signal")
+def sigterm_at_start(ctx: Ctx, case: Case) -> Verdict:
+    """SIGTERM to the whole group (as SLURM's scancel sends it) while the pool starts its workers."""
+    waits = [_after_the_pool_starts(d) for d in START_DELAYS_S]
+    return _interrupted(ctx, case, signal.SIGTERM, 143, True, waits)
 
 
 _STREAM = """

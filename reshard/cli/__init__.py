@@ -7,29 +7,59 @@ on `base` and `types` and nothing depends on a command.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
 
-import click
 
-from cache.exits import EXIT_SIGINT, EXIT_SIGTERM, Terminated, raise_on_sigterm
-from reshard.cli.base import (
-    EXIT_CHECK_FAILED,
-    EXIT_ERROR,
-    cli,
-    handle_errors,
-    hoist_global_flags,
-    quiet_requested,
-)
-from reshard.cli.demo_command import demo
-from reshard.cli.describe_command import describe_cmd
-from reshard.cli.doctor_command import doctor_cmd
-from reshard.cli.inspect_command import inspect_cmd
-from reshard.cli.prewarm_command import prewarm_command
-from reshard.cli.push_command import push_command
-from reshard.cli.reshard_command import reshard_cmd
-from reshard.cli.sample_command import sample
-from reshard.cli.train_command import train_cmd
-from reshard.cli.verify_command import verify_cmd
+def _exit_while_starting(signum: int, frame: FrameType | None) -> None:
+    sys.stderr.write("Interrupted (SIGINT) while starting; nothing was done.\n")
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def _quiet_sigint_while_importing() -> Iterator[None]:
+    """Ctrl-C while `lrs` imports its libraries (a second or more on a busy machine) exits 130 in one
+    line instead of a `KeyboardInterrupt` traceback from deep inside an import; nothing has been done
+    yet. Python's own handler is back once the imports are done (and was left alone if not in place)."""
+    ours = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+    if ours:
+        signal.signal(signal.SIGINT, _exit_while_starting)
+    try:
+        yield
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+with _quiet_sigint_while_importing():
+    import click
+
+    from cache.exits import EXIT_SIGINT, EXIT_SIGTERM, Terminated, raise_on_sigterm
+    from reshard.cli.base import (
+        EXIT_CHECK_FAILED,
+        EXIT_ERROR,
+        cli,
+        handle_errors,
+        hoist_global_flags,
+        quiet_requested,
+    )
+    from reshard.cli.demo_command import demo
+    from reshard.cli.describe_command import describe_cmd
+    from reshard.cli.doctor_command import doctor_cmd
+    from reshard.cli.inspect_command import inspect_cmd
+    from reshard.cli.prewarm_command import prewarm_command
+    from reshard.cli.push_command import push_command
+    from reshard.cli.reshard_command import reshard_cmd
+    from reshard.cli.sample_command import sample
+    from reshard.cli.train_command import train_cmd
+    from reshard.cli.verify_command import verify_cmd
 
 __all__ = ["EXIT_CHECK_FAILED", "EXIT_ERROR", "cli", "handle_errors", "main", "quiet_requested"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import sqlite3
 
 import pytest
@@ -214,3 +215,19 @@ def test_a_database_deleted_under_an_open_ledger_is_noticed(layout, ledger):
         os.unlink(ledger.path + suffix)
     _download(budget, ledger, layout, "b.bin", 10)
     assert ledger.rebuilds == 2 and _names(ledger) == ["a.bin", "b.bin"] and _consistent(ledger)
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        (sqlite3.SQLITE_FULL, r"Could not write the cache ledger \(L\): No space left on device"),
+        (sqlite3.SQLITE_CORRUPT, r"Invalid cache ledger \(L\): .*Expected a readable SQLite database\."),
+    ],
+    ids=["disk-full", "damaged"],
+)
+def test_a_full_disk_under_the_ledger_is_said_as_such(code: int, message: str) -> None:
+    from cache.ledger import _ledger_error
+
+    exc = sqlite3.OperationalError("database or disk is full")
+    exc.sqlite_errorcode = code  # what sqlite3 sets on the errors it raises
+    assert re.match(message, str(_ledger_error("L", exc)))

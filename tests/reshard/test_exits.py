@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from click.testing import CliRunner
 
@@ -212,3 +213,55 @@ def test_sigterm_removes_a_streams_temporary_cache(sample_resharded_ds: Path) ->
     child.send_signal(signal.SIGTERM)
     assert child.wait(timeout=30) == -signal.SIGTERM  # still "killed by SIGTERM" to its parent
     assert not os.path.exists(cache_dir)
+
+
+_LRS = "from reshard.cli import main; main()"
+
+
+def _wait_for_a_child(child: subprocess.Popen[str], *, timeout_s: float = 120.0) -> None:
+    """Until `child` has started a process of its own (the reshard's pool: its resource tracker, then
+    the workers), or has ended."""
+    deadline = time.monotonic() + timeout_s
+    while child.poll() is None and not psutil.Process(child.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def _survivors(pgid: int) -> list[psutil.Process]:
+    """Processes of group `pgid` still running 10 s on (zombies, which only wait for init, do not count)."""
+    group = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                group.append(process)
+        except (OSError, psutil.Error):
+            continue
+    return psutil.wait_procs(group, timeout=10)[1]
+
+
+@pytest.mark.parametrize(
+    ("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["sigint", "sigterm"]
+)
+def test_a_signal_while_the_workers_start_is_one_line_and_resumable(
+    sample_ds: Path, tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    """Ctrl-C or SLURM's SIGTERM to every process of the job while the pool's workers start (they
+    import for a second or more): no worker prints a traceback, the job exits 128 + the signal, nothing
+    of it keeps running, and the rerun finishes it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for delay_s in (0.0, 0.2, 0.6):
+        out = tmp_path / f"out{delay_s}"
+        argv = [sys.executable, "-c", _LRS, "reshard", str(sample_ds), "--out", str(out), "-q",
+                "--workers", "2", "--video", "hevc"]  # fmt: skip
+        child = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+        _wait_for_a_child(child)
+        time.sleep(delay_s)
+        os.killpg(child.pid, sig)
+        _, stderr = child.communicate(timeout=120)
+        assert (child.returncode, "Traceback" in stderr) == (code, False), (delay_s, stderr)
+        assert not _survivors(child.pid)
+        work = tmp_path / f".{out.name}.lrs-work"
+        assert not any((work / "tmp").glob("*")) and (work / "options.json").exists()
+    rerun = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0 and not work.exists(), rerun.stderr
