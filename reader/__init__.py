@@ -5,7 +5,8 @@
 `loader_state_of` turns a torchdata StatefulDataLoader's state into such a batch count);
 `collate` is an optional `collate_fn` that hands each batch from a worker over as one shared buffer;
 `DatasetMeta.open(url)` reads a dataset's metadata under lerobot's names (fps, features, stats) without
-a stream.
+a stream. Its errors: `DatasetError` (a bad dataset; `LayoutError` a bad lrs/1 index), `StateError` (a
+resume state that does not fit) and `DecodeError`. `__all__` is the API; other modules are internal.
 
 The stream's names are imported on first use (PEP 562): the contract modules (`reader.format.v3`,
 `reader.format.index`, `reader.format.layout`) stay importable without loading torch and torchcodec, which keeps
@@ -17,6 +18,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from reader.errors import DatasetError, DecodeError, LayoutError, StateError
+
 if TYPE_CHECKING:
     from reader.batch import collate
     from reader.loader import ResumableLoader
@@ -25,7 +28,18 @@ if TYPE_CHECKING:
     from reader.stats import ReaderStats
     from reader.stream import EpisodeStream
 
-__all__ = ["DatasetMeta", "EpisodeStream", "ReaderStats", "ResumableLoader", "collate", "loader_state_of"]
+__all__ = [
+    "DatasetError",
+    "DatasetMeta",
+    "DecodeError",
+    "EpisodeStream",
+    "LayoutError",
+    "ReaderStats",
+    "ResumableLoader",
+    "StateError",
+    "collate",
+    "loader_state_of",
+]
 
 _LAZY = {
     "EpisodeStream": "reader.stream",

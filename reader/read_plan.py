@@ -22,7 +22,7 @@ from cache import LrsError, Remote
 from cache.arguments import check_int
 from reader.errors import DatasetError
 from reader.format.catalog import Catalog, EpisodeRef
-from reader.schedule import Schedule, check_weights
+from reader.schedule import EpochPlan, Schedule, check_weights
 from reader.state import Identity, selection_digest
 
 _log = logging.getLogger("lrs.reader")
@@ -134,7 +134,7 @@ class ReadPlan:
         """The order of a run with this seed and `num_workers` DataLoader workers per rank (0: the main
         process)."""
         return Schedule(
-            self.lengths,
+            tuple(self.lengths),
             seed=seed,
             shuffle=self.shuffle,
             world_size=self.world_size,
@@ -152,7 +152,7 @@ class ReadPlan:
         seed: int,
         epoch: int,
         parts: Sequence[Any] | None = None,
-        schedule: Schedule | None = None,
+        schedule: EpochPlan | None = None,
     ) -> Sequence[tuple[Any, EpisodeRef]]:
         """The source and episode of each entry of `epoch` (`Piece.episode` indexes it): with `parts`,
         each source's `parts[i]`, else the source's index. `schedule`: one already built for `seed`

@@ -8,6 +8,7 @@ from cache.arguments import check_int
 from reshard.demo.sample_spec import SampleSpec
 from reshard.errors import VerifyError
 from reshard.execute import ReshardOptions
+from reshard.video.write import VideoMode
 
 
 class DemoCheckError(VerifyError):
@@ -36,7 +37,7 @@ class DemoConfig:
     width: int = 128
     min_length: int = 30
     max_length: int = 90
-    video: str = "hevc"
+    video: VideoMode = "hevc"
     batch_size: int = 8
     num_workers: int = 2
     episode_pool_size: int = 4
@@ -46,7 +47,7 @@ class DemoConfig:
         lows = {"episodes": 2, "cameras": 1, "batch_size": 1, "num_workers": 0, "episode_pool_size": 1}
         for name, low in lows.items():
             check_int(name, getattr(self, name), low)
-        ReshardOptions(video=self.video)  # type: ignore[arg-type] - validates the mode
+        ReshardOptions(video=self.video)  # validates the mode
         self.spec()  # validates the sample's size and lengths
 
     def spec(self) -> SampleSpec:
