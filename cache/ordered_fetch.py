@@ -223,7 +223,7 @@ def _check_unique(files: Sequence[FileRequest], caches: int) -> None:
 
 def _caches(cache: NodeCache | Sequence[NodeCache]) -> list[NodeCache]:
     """One cache, or one per dataset of a mixture, as a list (`FileRequest.source` indexes it)."""
-    return [cache] if isinstance(cache, NodeCache) else list(cache)
+    return list(cache) if isinstance(cache, Sequence) else [cache]
 
 
 def _stats(caches: Sequence[NodeCache]) -> CacheStats:

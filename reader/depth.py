@@ -50,9 +50,11 @@ def is_depth(feature: Mapping[str, Any]) -> bool:
 
 def check_unit(unit: str) -> DepthUnit:
     """Validate `depth_output_unit`."""
-    if unit not in ("mm", "m"):
-        raise ValueError(f"Invalid depth_output_unit ({unit!r}). Expected 'mm' or 'm'.")
-    return unit  # type: ignore[return-value]
+    if unit == "mm":
+        return "mm"
+    if unit == "m":
+        return "m"
+    raise ValueError(f"Invalid depth_output_unit ({unit!r}). Expected 'mm' or 'm'.")
 
 
 @dataclass(frozen=True)

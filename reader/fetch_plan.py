@@ -303,9 +303,13 @@ def plan_prewarm(
         ValueError: a limit < 1, or a needed file without a request or a size.
     """
     limits: list[tuple[int, LimitName]] = []
-    for value, name in ((max_bytes, "max_bytes"), (cache_max_bytes, "cache_max_bytes")):
+    given: tuple[tuple[int | None, LimitName], ...] = (
+        (max_bytes, "max_bytes"),
+        (cache_max_bytes, "cache_max_bytes"),
+    )
+    for value, name in given:
         if value is not None:
-            limits.append((check_int(name, value, 1), name))  # type: ignore[arg-type]
+            limits.append((check_int(name, value, 1), name))
     planned = [PlannedFile(need, _request(files, need)) for need in needs.files]
     needed_bytes = sum(f.request.bytes or 0 for f in planned)
     cap, cap_name = min(limits) if limits else (None, None)
