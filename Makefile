@@ -31,9 +31,11 @@ faults: setup
 	@mkdir -p bench
 	$(PY) scripts/fault_suite.py --out bench/faults.json $(FAULTS_ARGS)
 
+# ruff, then mypy as configured in pyproject.toml (strict on cache, reader/schedule and reader/format).
 lint: setup
 	$(VENV)/bin/ruff check cache reader reshard tests scripts
 	$(VENV)/bin/ruff format --check cache reader reshard tests scripts
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

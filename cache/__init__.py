@@ -6,7 +6,7 @@ process that used a cache directory. `cache.remote.resolve` turns a URL into the
 """
 
 from cache.cache_stats import CacheStats, sum_cache_stats
-from cache.errors import CacheError, FetchError, IntegrityError, LrsError
+from cache.errors import CacheError, FetchError, IntegrityError, LrsError, MissingBackend
 from cache.node import NodeCache
 from cache.remote import Remote, resolve
 
@@ -16,6 +16,7 @@ __all__ = [
     "FetchError",
     "IntegrityError",
     "LrsError",
+    "MissingBackend",
     "NodeCache",
     "Remote",
     "sum_cache_stats",

@@ -61,7 +61,7 @@ class RetryPolicy:
 DEFAULT_RETRY = RetryPolicy()
 
 
-def http_status(exc: BaseException) -> int | None:
+def http_status(exc: BaseException | None) -> int | None:
     """The HTTP status behind an exception from aiohttp, requests/httpx, huggingface_hub or botocore.
 
     s3fs turns an S3 500/503 into a bare OSError whose cause is botocore's ClientError, which keeps the

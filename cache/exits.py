@@ -41,12 +41,12 @@ def raise_on_sigterm() -> bool:
 
 
 # A finalizer holds its object weakly, so keeping it here keeps nothing else alive; spent ones are pruned.
-_cleanups: list[weakref.finalize] = []
+_cleanups: list[weakref.finalize[Any, Any]] = []
 _previous: Any = None
 _installed_in: int | None = None
 
 
-def cleanup_on_sigterm(finalizer: weakref.finalize) -> None:
+def cleanup_on_sigterm(finalizer: weakref.finalize[Any, Any]) -> None:
     """Run `finalizer` (e.g. the removal of a temporary directory) when SIGTERM arrives, then end as the
     process would have without it. Registered from another thread than the main one, it runs at exit
     only (a handler can only be set from the main thread)."""

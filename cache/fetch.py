@@ -68,7 +68,7 @@ def download_verified(
         IntegrityError: every attempt produced a file of the wrong size or sha256.
         CacheError: the cache's disk is full (or read-only).
     """
-    problem = ""
+    problem: str | None = ""
     for attempt in range(attempts):
         temp = new_temp()
         try:

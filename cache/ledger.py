@@ -253,8 +253,8 @@ class Ledger:
                 reason = _stale(conn)
             except sqlite3.DatabaseError as exc:
                 reason = f"unreadable ({exc})"
-            if reason is None:
-                return conn  # type: ignore[return-value]
+            if reason is None and conn is not None:
+                return conn
             if conn is not None:
                 conn.close()
         log.info("rebuilding the cache ledger %s: %s", self.path, reason)

@@ -223,7 +223,7 @@ def _check_unique(files: Sequence[FileRequest], caches: int) -> None:
 
 def _caches(cache: NodeCache | Sequence[NodeCache]) -> list[NodeCache]:
     """One cache, or one per dataset of a mixture, as a list (`FileRequest.source` indexes it)."""
-    return list(cache) if isinstance(cache, (list, tuple)) else [cache]
+    return list(cache) if isinstance(cache, Sequence) else [cache]
 
 
 def _stats(caches: Sequence[NodeCache]) -> CacheStats:
@@ -231,6 +231,4 @@ def _stats(caches: Sequence[NodeCache]) -> CacheStats:
 
 
 def _delta(after: CacheStats, before: CacheStats) -> CacheStats:
-    return CacheStats(
-        **{name: value - getattr(before, name) for name, value in after.to_dict().items()}  # type: ignore[arg-type]
-    )
+    return CacheStats(**{name: value - getattr(before, name) for name, value in after.to_dict().items()})

@@ -6,7 +6,8 @@
 `collate` is an optional `collate_fn` that hands each batch from a worker over as one shared buffer;
 `ReadSpec` (with its `SourceSpec`s) is what a stream reads, as one JSON-able record (`stream.spec`);
 `DatasetMeta.open(url)` reads a dataset's metadata under lerobot's names (fps, features, stats) without
-a stream.
+a stream. Its errors: `DatasetError` (a bad dataset; `LayoutError` a bad lrs/1 index), `StateError` (a
+resume state that does not fit) and `DecodeError`. `__all__` is the API; other modules are internal.
 
 The stream's names are imported on first use (PEP 562): the contract modules (`reader.format.v3`,
 `reader.format.index`, `reader.format.layout`) stay importable without loading torch and torchcodec, which keeps
@@ -18,6 +19,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from reader.errors import DatasetError, DecodeError, LayoutError, StateError
+
 if TYPE_CHECKING:
     from reader.batch import collate
     from reader.loader import ResumableLoader
@@ -28,12 +31,16 @@ if TYPE_CHECKING:
     from reader.stream import EpisodeStream
 
 __all__ = [
+    "DatasetError",
     "DatasetMeta",
+    "DecodeError",
     "EpisodeStream",
+    "LayoutError",
     "ReadSpec",
     "ReaderStats",
     "ResumableLoader",
     "SourceSpec",
+    "StateError",
     "collate",
     "loader_state_of",
 ]

@@ -42,13 +42,13 @@ def collate(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         key -> stacked tensor (or `default_collate`'s value), in the items' key order.
     """
     if not items or type(items[0]) is not dict:
-        return default_collate(items)  # other mapping types: default_collate keeps their type
+        return default_collate(list(items))  # other mapping types: default_collate keeps their type
     kept = [key for key, value in items[0].items() if isinstance(value, list)]
     if kept:  # Python lists (language annotations, of any length): one list of the samples' values
         rest = collate([{k: v for k, v in item.items() if k not in kept} for item in items])
         return {key: [item[key] for item in items] if key in kept else rest[key] for key in items[0]}
     if get_worker_info() is None:
-        return default_collate(items)
+        return default_collate(list(items))
     first, count = items[0], len(items)
     layout: list[tuple[str, int, torch.Tensor]] = []
     total = 0
@@ -58,7 +58,7 @@ def collate(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             layout.append((key, total, value))
             total += count * value.nbytes
     if not layout:
-        return default_collate(items)
+        return default_collate(list(items))
     buffer = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(max(total, 1)))
     out: dict[str, Any] = {}
     for key, offset, value in layout:

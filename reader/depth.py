@@ -32,7 +32,7 @@ DepthUnit = Literal["mm", "m"]
 DEPTH_QMAX = 4095  # 12-bit codes
 MM_PER_METRE = 1000.0
 _UINT16_MAX = 65535
-DEFAULTS = {"depth_min": 0.01, "depth_max": 10.0, "shift": 3.5, "use_log": True}
+DEFAULTS: dict[str, Any] = {"depth_min": 0.01, "depth_max": 10.0, "shift": 3.5, "use_log": True}
 # Pixel formats a depth plane may be stored in: one plane, more than 8 bits, read without conversion.
 DEPTH_PIX_FMTS = ("gray12le", "gray16le", "gray10le")
 # How far ahead of the last decoded frame a decoder reads forward instead of seeking.
@@ -50,9 +50,11 @@ def is_depth(feature: Mapping[str, Any]) -> bool:
 
 def check_unit(unit: str) -> DepthUnit:
     """Validate `depth_output_unit`."""
-    if unit not in ("mm", "m"):
-        raise ValueError(f"Invalid depth_output_unit ({unit!r}). Expected 'mm' or 'm'.")
-    return unit  # type: ignore[return-value]
+    if unit == "mm":
+        return "mm"
+    if unit == "m":
+        return "m"
+    raise ValueError(f"Invalid depth_output_unit ({unit!r}). Expected 'mm' or 'm'.")
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,9 @@ class DepthDecoder:
         self._pix_fmt = pix_fmt
         rate = self._stream.average_rate or self._stream.base_rate
         self.metadata = _Metadata(float(rate) if rate else 0.0, self._stream.frames or None)
+        if self._stream.time_base is None:
+            self._container.close()
+            raise DecodeError(f"Invalid video {where}: no time base. Expected one on the depth stream.")
         self._time_base: Fraction = self._stream.time_base
         self._frames: Any = None  # the decoding iterator, positioned after `self._last`
         self._last = -1

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from cache.arguments import check_int
 from cache.ordered_fetch import FileRequest
 from reader.format.catalog import EpisodeRef
-from reader.schedule import Emission, Schedule
+from reader.schedule import EmissionPlan, EpochPlan
 from reader.state import Resume, consumer_starts, resumed_schedule
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ def piece_files(ref: EpisodeRef) -> tuple[tuple[FileKind, str], ...]:
 
 
 def consumer_needs(
-    emission: Emission,
+    emission: EmissionPlan,
     refs: Sequence[EpisodeRef],
     *,
     rank: int,
@@ -180,7 +180,7 @@ def consumer_needs(
 
 
 def node_needs(
-    schedule: Schedule,
+    schedule: EpochPlan,
     refs: Sequence[EpisodeRef],
     *,
     epoch: int,
@@ -255,7 +255,7 @@ def plan_needs(
     refs = [s.catalog.episodes[e] for s in plan.sources for e in s.episodes]
     schedule, _ = resumed_schedule(plan.schedule(seed, num_workers), epoch, resume)
     return node_needs(
-        schedule,  # type: ignore[arg-type] - the rest of an epoch has the schedule's interface
+        schedule,
         refs,
         epoch=epoch,
         ranks=range(plan.world_size) if ranks is None else ranks,
@@ -285,7 +285,7 @@ def stream_needs(
 
 def plan_prewarm(
     needs: Needs,
-    files: Mapping[str, FileRequest],
+    files: Mapping[str, FileRequest] | Mapping[tuple[int, str], FileRequest],
     *,
     max_bytes: int | None = None,
     cache_max_bytes: int | None = None,
@@ -303,9 +303,13 @@ def plan_prewarm(
         ValueError: a limit < 1, or a needed file without a request or a size.
     """
     limits: list[tuple[int, LimitName]] = []
-    for value, name in ((max_bytes, "max_bytes"), (cache_max_bytes, "cache_max_bytes")):
+    given: tuple[tuple[int | None, LimitName], ...] = (
+        (max_bytes, "max_bytes"),
+        (cache_max_bytes, "cache_max_bytes"),
+    )
+    for value, name in given:
         if value is not None:
-            limits.append((check_int(name, value, 1), name))  # type: ignore[arg-type]
+            limits.append((check_int(name, value, 1), name))
     planned = [PlannedFile(need, _request(files, need)) for need in needs.files]
     needed_bytes = sum(f.request.bytes or 0 for f in planned)
     cap, cap_name = min(limits) if limits else (None, None)
@@ -341,7 +345,7 @@ def check_ranks(ranks: Sequence[int], world_size: int) -> tuple[int, ...]:
 
 
 def _consumer(
-    emission: Emission,
+    emission: EmissionPlan,
     entries: Sequence[tuple[int, EpisodeRef]],
     *,
     rank: int,

@@ -31,7 +31,7 @@ from reader.errors import DecodeError
 from reader.format.catalog import Catalog, EpisodeRef, VideoRef, changed_since
 from reader.images import decode_image
 from reader.rows import EpisodeRows, RowGroupReader, read_episode
-from reader.schedule import Emission, Step
+from reader.schedule import EmissionPlan, Step
 from reader.stats import ReaderCounters
 from reader.windows import Windows
 
@@ -227,7 +227,7 @@ class Consumer:
 
     def __init__(
         self,
-        emission: Emission,
+        emission: EmissionPlan,
         refs: Sequence[tuple[Part, EpisodeRef]],
         *,
         start: int,

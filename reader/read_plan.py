@@ -21,7 +21,7 @@ from cache import LrsError, Remote
 from reader.errors import DatasetError
 from reader.format.catalog import Catalog, EpisodeRef
 from reader.read_spec import ReadSpec, resolve_topology
-from reader.schedule import Schedule
+from reader.schedule import EpochPlan, Schedule
 from reader.state import Identity, selection_digest
 
 _log = logging.getLogger("lrs.reader")
@@ -80,7 +80,7 @@ class ReadPlan:
         world_size = spec.world_size if spec.world_size is not None else resolve_topology(0, None)[1]
         remotes = list(remotes) if remotes is not None else [None] * len(spec.sources)
         catalogs = [
-            _open_source(r if r is not None else s.url, i, spec.mixture, storage_options)
+            _open_source(r if r is not None else s.url, i, bool(spec.mixture), storage_options)
             for i, (s, r) in enumerate(zip(spec.sources, remotes, strict=True))
         ]
         selections = [
@@ -117,7 +117,7 @@ class ReadPlan:
         """The order of a run with this seed and `num_workers` DataLoader workers per rank (0: the main
         process)."""
         return Schedule(
-            self.lengths,
+            tuple(self.lengths),
             seed=seed,
             shuffle=self.shuffle,
             world_size=self.world_size,
@@ -135,7 +135,7 @@ class ReadPlan:
         seed: int,
         epoch: int,
         parts: Sequence[Any] | None = None,
-        schedule: Schedule | None = None,
+        schedule: EpochPlan | None = None,
     ) -> Sequence[tuple[Any, EpisodeRef]]:
         """The source and episode of each entry of `epoch` (`Piece.episode` indexes it): with `parts`,
         each source's `parts[i]`, else the source's index. `schedule`: one already built for `seed`

@@ -72,14 +72,14 @@ def check_device_name(device: object) -> str:
     """`decode_device` as written: "cpu" or "cuda[:n]" (whether CUDA is there is `reader.decode`'s check)."""
     if device != "cpu" and not (isinstance(device, str) and (device == "cuda" or device.startswith("cuda:"))):
         raise ValueError(f"Invalid decode_device ({device!r}). Expected 'cpu' or 'cuda[:<index>]'.")
-    return device  # type: ignore[return-value]
+    return device
 
 
 def check_seek_mode(mode: object) -> SeekMode:
     """torchcodec's seek mode."""
     if mode not in ("exact", "approximate"):
         raise ValueError(f"Invalid seek_mode ({mode!r}). Expected 'exact' or 'approximate'.")
-    return mode  # type: ignore[return-value]
+    return mode
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ class ReadSpec:
                 raise ValueError(
                     f"Invalid weights ({weights}). Expected a weight for every source or for none."
                 )
-            checked = check_weights(weights, len(weights))
+            checked = check_weights([w for w in weights if w is not None], len(weights))
             object.__setattr__(
                 self, "sources", tuple(_with_weight(s, w) for s, w in zip(self.sources, checked, strict=True))
             )

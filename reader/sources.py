@@ -68,8 +68,8 @@ def open_sources(
         catalog = planned.catalog
         video_keys = catalog.info.video_keys
         keys = [*catalog.column_order, *video_keys]
-        for key in (delta_timestamps or {}) if common is not None else ():
-            if key not in common:
+        for key in delta_timestamps or {}:
+            if common is not None and key not in common:
                 raise ValueError(
                     f"Invalid delta_timestamps key {key!r}. Expected a feature every source of the "
                     f"mixture has: {catalog.remote.url} (source {i}) or another lacks it."

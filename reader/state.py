@@ -41,8 +41,8 @@ _CONSUMER_KEYS = ("worker", "num_workers", "samples")
 _SEGMENT_KEYS = ("world_size", "num_workers", "batch_size", "batches_consumed", "episode_pool_size")
 
 
-def selection_digest(episodes: Sequence[int]) -> str:
-    """A short digest of the selected episode indices (in stream order)."""
+def selection_digest(episodes: Sequence[int | str]) -> str:
+    """A short digest of the selected episode indices (in stream order; a mixture's as "source:index")."""
     return hashlib.sha256(",".join(map(str, episodes)).encode()).hexdigest()[:16]
 
 

@@ -48,7 +48,7 @@ from reader.read_spec import (
 )
 from reader.rows import RowGroupReader
 from reader.runtime import IterationCursor, ReaderProcessState, publishing
-from reader.schedule import Schedule
+from reader.schedule import EpochPlan, Schedule
 from reader.schedule.rest import RestSchedule, RunSegment, consumed_counts, rest_after
 from reader.sources import StreamSource, data_file_size, open_sources
 from reader.state import Resume, parse_state, resumed_schedule
@@ -172,7 +172,11 @@ class EpisodeStream(IterableDataset):
             "depth_output_unit": depth_output_unit,
         }
         if isinstance(source, ReadSpec):
-            given = {"weights": weights, "episodes": episodes, "delta_timestamps": delta_timestamps}
+            given: dict[str, Any] = {
+                "weights": weights,
+                "episodes": episodes,
+                "delta_timestamps": delta_timestamps,
+            }
             given.update(options, shuffle=shuffle, return_uint8=return_uint8)
             _check_spec_alone(given)
             spec = source
@@ -387,7 +391,8 @@ class EpisodeStream(IterableDataset):
         info = get_worker_info()
         num_workers, physical = (info.num_workers, info.id) if info is not None else (0, 0)
         schedule, history = self._resumed_schedule(num_workers)
-        logical, start = physical, 0
+        logical: int | None = physical
+        start = 0
         resume = self._pending()
         if resume is not None and (resume.consumer is not None or self._continues(resume, num_workers)):
             logical, start = resume.start(
@@ -447,10 +452,10 @@ class EpisodeStream(IterableDataset):
             StateError: no arguments and no iteration running in this process.
         """
         given = [v is not None for v in (batches_consumed, batch_size, num_workers)]
-        if all(given):
+        if batches_consumed is not None and batch_size is not None and num_workers is not None:
             state = self.identity.header(seed=self.seed, epoch=self.epoch)
             state.update(batches_consumed=batches_consumed, batch_size=batch_size, num_workers=num_workers)
-            history = self._history(num_workers)  # type: ignore[arg-type]
+            history = self._history(num_workers)
             if history:
                 state["before"] = [s.to_json() for s in history]
             parse_state(state, self.identity, epoch=self.epoch)
@@ -488,14 +493,14 @@ class EpisodeStream(IterableDataset):
             default_pool = lambda batch_size: default_pool_size(batch_size if given else None)  # noqa: E731
         resume, seed = parse_state(state, self.identity, epoch=self.epoch, default_pool=default_pool)
         if seed is not None:
-            Schedule(self.lengths, seed=seed)  # validates it
+            Schedule(tuple(self.lengths), seed=seed)  # validates it
             self.seed = seed
         if resume.before or resume.segment is not None:
             # The runs it names, checked now by arithmetic, each within what its epoch had left (the
             # samples the earlier runs consumed are computed only where there are earlier runs).
             base = self.schedule(0)
             try:
-                run = base
+                run: EpochPlan = base
                 if resume.before:
                     run = RestSchedule(base, resume.epoch, rest_after(base, resume.epoch, resume.before))
                 if resume.segment is not None:

@@ -18,10 +18,17 @@ from reader.errors import DatasetError
 class Located(Protocol):
     """A defect as `DatasetError` and `doctor.Defect` both hold it."""
 
-    problem: str
-    file: str | None
-    episode: int | None
-    field: str | None
+    @property
+    def problem(self) -> str: ...
+
+    @property
+    def file(self) -> str | None: ...
+
+    @property
+    def episode(self) -> int | None: ...
+
+    @property
+    def field(self) -> str | None: ...
 
 
 def describe_defect(defect: Located) -> str:

@@ -490,7 +490,7 @@ def _run_pool(
                 if future.exception() is not None:
                     for other in remaining:
                         other.cancel()
-                    raise future.exception()  # type: ignore[misc]
+                    future.result()  # raises the task's exception
                 written += future.result()
                 progress.task_done(*futures[future])
     except BrokenProcessPool as exc:

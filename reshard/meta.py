@@ -48,7 +48,7 @@ from reader.format.index import (
 )
 from reader.format.parquet import replace_columns
 from reader.format.v3 import DEFAULT_EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH
-from reshard import DISTRIBUTION
+from reshard.distribution import DISTRIBUTION
 from reshard.dropped import DROPPED_JSON
 from reshard.source import V3Source
 from reshard.tables import RowGroupSpan

@@ -156,11 +156,12 @@ def prewarm(
         CacheError: the cache directory cannot be written.
     """
     started = time.monotonic()
-    spec = replace(spec, world_size=resolve_topology(0, spec.world_size)[1])
+    resolved_world = resolve_topology(0, spec.world_size)[1]
+    spec = replace(spec, world_size=resolved_world)
     cache_dir, cache_max_bytes = spec.cache_dir, spec.cache_max_bytes
     if cache_dir is None and not dry_run:
         raise ValueError("Invalid cache_dir (None). Expected the node cache directory of the training run.")
-    _check_arguments(ranks, episodes_per_consumer, max_bytes, spec.world_size)
+    _check_arguments(ranks, episodes_per_consumer, max_bytes, resolved_world)
     plan = ReadPlan.open(spec, storage_options=storage_options)
     seed, num_workers = spec.seed, spec.num_workers or 0
     resume = None

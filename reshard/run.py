@@ -166,7 +166,7 @@ def _check_same_filesystem(work: Path, out: Path) -> None:
 def source_sizes(source: V3Source) -> dict[str, int]:
     """The byte size of every source data file (one listing, or one request per file where listing fails)."""
     sizes = list_files(source.remote, "data")
-    return {rel: sizes[rel] if sizes.get(rel) else source.remote.size(rel) for rel in source.data_files()}
+    return {rel: sizes.get(rel) or source.remote.size(rel) for rel in source.data_files()}
 
 
 def _context(source: V3Source, work: Path, options: ReshardOptions) -> TaskContext:

@@ -8,9 +8,10 @@ and sliced for each of them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from contextlib import AbstractContextManager, closing
 from dataclasses import dataclass
 from typing import BinaryIO, TypeVar
@@ -127,7 +128,7 @@ class SourceFileRows:
         for g in needed:
             if g not in self._groups:
                 self._groups[g] = self._read(
-                    lambda g=g: self._file.read_row_group(g, use_threads=False), episode
+                    functools.partial(self._file.read_row_group, g, use_threads=False), episode
                 )
         table = pa.concat_tables([self._groups[g] for g in needed])
         base = int(self._starts[g0])
@@ -225,7 +226,7 @@ def range_crc32(handle: BinaryIO, offset: int, size: int) -> int:
 
 def _episodes_rows(
     task: DataTask, source: V3Source, local: LocalFile, schema: pa.Schema
-) -> Iterator[pa.Table]:
+) -> Generator[pa.Table, None, None]:
     """The rows of each episode of the task, in order; one source file open at a time."""
     by_file = itertools.groupby(task.episodes, key=lambda i: source.data_file(source.episodes[i]))
     for rel, indices in by_file:

@@ -1,4 +1,5 @@
-"""Shared session fixtures: small generated v3 datasets, read-only (copy one before mutating it).
+"""Shared session fixtures: small generated v3 datasets, read-only (copy one before mutating it), built
+through `tests.support.datasets` (the library's Python API, not the command line).
 
 - `sample_ds`: lerobot-like, 8 episodes, 2 AV1 cameras, 3 episodes per data and video file.
 - `sample_converted_ds`: the same episodes, data row groups spanning several episodes (v2.1 conversions).
@@ -16,29 +17,29 @@ from pathlib import Path
 
 import pytest
 
-from reshard.demo.sample import write_sample
+from tests.support.datasets import resharded, v3_sample
 
 DEPTH_SPEC = {"episodes": 5, "min_length": 6, "max_length": 14, "cameras": 1, "depth_cameras": 1, "seed": 3}
 
 
 @pytest.fixture(scope="session")
 def sample_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_sample(tmp_path_factory.mktemp("sample") / "ds")
+    return v3_sample(tmp_path_factory.mktemp("sample") / "ds")
 
 
 @pytest.fixture(scope="session")
 def sample_converted_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_sample(tmp_path_factory.mktemp("converted") / "ds", converted=True)
+    return v3_sample(tmp_path_factory.mktemp("converted") / "ds", converted=True)
 
 
 @pytest.fixture(scope="session")
 def sample_unaligned_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_sample(tmp_path_factory.mktemp("unaligned") / "ds", keyframe_aligned=False, gop=4)
+    return v3_sample(tmp_path_factory.mktemp("unaligned") / "ds", keyframe_aligned=False, gop=4)
 
 
 @pytest.fixture(scope="session")
 def sample_chunked_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_sample(
+    return v3_sample(
         tmp_path_factory.mktemp("chunked") / "ds",
         episodes=7,
         cameras=0,
@@ -49,16 +50,12 @@ def sample_chunked_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def sample_depth_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_sample(tmp_path_factory.mktemp("depth") / "v3", **DEPTH_SPEC)
+    return v3_sample(tmp_path_factory.mktemp("depth") / "v3", **DEPTH_SPEC)
 
 
 @pytest.fixture(scope="session")
 def sample_resharded_ds(sample_ds: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from reshard.run import reshard
-
-    out = tmp_path_factory.mktemp("resharded") / "out"
-    reshard(str(sample_ds), out, quiet=True)
-    return out
+    return resharded(sample_ds, tmp_path_factory.mktemp("resharded") / "out")
 
 
 @pytest.fixture

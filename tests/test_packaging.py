@@ -7,7 +7,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from reshard import DISTRIBUTION
+from reshard.distribution import DISTRIBUTION
 
 
 def test_the_distribution_is_lrs_lerobot_with_the_lrs_command() -> None:
@@ -27,6 +27,20 @@ def test_imports_hold_in_a_directory_with_cache_and_reader_folders(tmp_path: Pat
         (tmp_path / name).mkdir(parents=True)
     code = "from reader import EpisodeStream, DatasetMeta; from cache import NodeCache; import reshard.cli"
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_packages_load_their_exports_on_first_use() -> None:
+    """`import reshard` and `import reader` (what `lrs --help` loads first) import none of their jobs
+    or the stream until a name is used."""
+    code = (
+        "import sys, reshard, reader\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith(('reshard.', 'reader.')))\n"
+        "assert loaded == ['reader.errors'], loaded\n"
+        "from reshard import reshard as job, validate\n"
+        "assert callable(job) and callable(validate) and 'reshard.run' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 
 

@@ -13,7 +13,9 @@ the same calls in lerobot's own).
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import re
 import shlex
 import shutil
@@ -43,6 +45,8 @@ PLACES = [
     ("/local/lrs-cache", "{w}/cache"),
 ]
 SKIP = ("s3://", "make ", "torchrun ", "lrs train ", "--spec ")
+# The packages (and subpackages) whose `__all__` the README's Python API section lists.
+API = ("cache", "reader", "reshard", "reshard.verify")
 
 
 def blocks(language: str) -> list[str]:
@@ -60,6 +64,53 @@ def commands(block: str) -> list[str]:
     joined = re.sub(r"\\\n\s*", " ", block)
     lines = [line.split("  #")[0].split(" # ")[0].strip() for line in joined.splitlines()]
     return [line for line in lines if line and not line.startswith("#")]
+
+
+def imports(text: str) -> dict[str, set[str]]:
+    """Every `from X import a, b` of lrs's packages in `text`'s python blocks: X -> {a, b}."""
+    found: dict[str, set[str]] = {}
+    for block in re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M):
+        for module, names in re.findall(r"^from ([\w.]+) import ([^#\n]+)", block, flags=re.M):
+            if module.split(".")[0] in ("cache", "reader", "reshard"):
+                found.setdefault(module, set()).update(n.strip() for n in names.split(","))
+    return found
+
+
+def python_api_section() -> str:
+    text = README.read_text()
+    start = text.index("\n## Python API\n")
+    return text[start : text.index("\n### ", start)]
+
+
+def test_the_readme_imports_only_what_packages_declare() -> None:
+    """No README snippet documents a deep path: every name it imports is in its module's `__all__`."""
+    for module, names in imports(README.read_text()).items():
+        declared = getattr(importlib.import_module(module), "__all__", None)
+        assert declared is not None, f"the README imports from {module}, which declares no __all__"
+        assert names <= set(declared), f"{module} does not export {sorted(names - set(declared))}"
+
+
+def test_the_python_api_section_lists_every_export() -> None:
+    listed = imports(python_api_section())
+    assert set(listed) == set(API)
+    for module in API:
+        exported = importlib.import_module(module).__all__
+        assert listed[module] == set(exported), module
+        assert all(hasattr(importlib.import_module(module), name) for name in exported), module
+
+
+@pytest.mark.parametrize("package", API)
+def test_no_export_is_shadowed_by_a_submodule(package: str) -> None:
+    """`from reshard import verify` would give the module `reshard.verify` once it is imported, not a
+    function of that name: an exported name is never a submodule's."""
+    path = importlib.import_module(package).__path__
+    submodules = {m.name for m in pkgutil.iter_modules(path)}
+    assert not submodules & set(importlib.import_module(package).__all__)
+
+
+def test_imports_checker_reads_names_and_skips_other_packages() -> None:
+    text = "```python\nfrom reader import A, B  # x\nfrom torch import T\nfrom reshard.verify import v\n```\n"
+    assert imports(text) == {"reader": {"A", "B"}, "reshard.verify": {"v"}}
 
 
 @pytest.fixture(scope="module")

@@ -120,7 +120,7 @@ class Catalog(OpenedDataset):
     def __repr__(self) -> str:
         return f"Catalog({self.remote.url!r}, {self.kind}, episodes={len(self.episodes)})"
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> str | tuple[Any, ...]:
         if self.kind != "lrs/1":
             return super().__reduce__()
         return (_reopen, (self.remote, self.fingerprint))
@@ -130,7 +130,7 @@ class Catalog(OpenedDataset):
         order, from the index (None for v3, or when the index does not describe each row group once)."""
         if not isinstance(self.episodes, _IndexRefs):
             return None
-        index = self.episodes.index
+        index = self.episodes.episode_index
         mask = pc.equal(index.table.column("data_path"), rel).to_numpy(zero_copy_only=False)
         groups = index.column("row_group")[mask]
         order = np.argsort(groups, kind="stable")
@@ -145,14 +145,14 @@ class Catalog(OpenedDataset):
     def lengths(self) -> np.ndarray:
         """Frames of every episode, by episode index."""
         if isinstance(self.episodes, _IndexRefs):
-            return self.episodes.index.column("length")
+            return self.episodes.episode_index.column("length")
         return np.array([e.length for e in self.episodes], dtype=np.int64)
 
     @property
     def from_indices(self) -> np.ndarray:
         """The `index` of every episode's first row (`dataset_from_index`), by episode index."""
         if isinstance(self.episodes, _IndexRefs):
-            return self.episodes.index.column("dataset_from_index")
+            return self.episodes.episode_index.column("dataset_from_index")
         return np.array([e.dataset_from_index for e in self.episodes], dtype=np.int64)
 
     @classmethod
@@ -204,7 +204,7 @@ class _IndexRefs(RowSequence[EpisodeRef]):
     """An lrs/1 dataset's episodes as `EpisodeRef`s, each made from the columnar index when asked for."""
 
     def __init__(self, index: EpisodeIndex, files: FileIndex) -> None:
-        self.index, self._files = index, files
+        self.episode_index, self._files = index, files
         # Per camera, the files-index row of each episode's video (its sha256), found once by arrays.
         self._video_rows = tuple(
             files.positions(index.table.column(f"videos/{key}/path").combine_chunks())
@@ -212,11 +212,11 @@ class _IndexRefs(RowSequence[EpisodeRef]):
         )
 
     def __len__(self) -> int:
-        return len(self.index)
+        return len(self.episode_index)
 
     def row(self, i: int) -> EpisodeRef:
         """The ref of the episode at position `i` (0 <= i < len)."""
-        e = self.index.row(i)
+        e = self.episode_index.row(i)
         return EpisodeRef(
             episode_index=e.episode_index,
             length=e.length,

@@ -27,7 +27,7 @@ choice; `mixture` draws a weighted mixture's epochs and `rest` the rest of an ep
 
 from __future__ import annotations
 
-from reader.schedule.emission import Admission, Emission, Step
+from reader.schedule.emission import Admission, Emission, EmissionPlan, Step
 from reader.schedule.epoch_schedule import EpochPlan, Schedule
 from reader.schedule.mixture import Entries, check_weights, mixture_entries, source_quotas
 from reader.schedule.order import (
@@ -48,6 +48,7 @@ from reader.schedule.order import (
 __all__ = [
     "Admission",
     "Emission",
+    "EmissionPlan",
     "Entries",
     "EpochPlan",
     "Piece",

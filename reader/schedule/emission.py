@@ -8,7 +8,7 @@ import functools
 import heapq
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -39,7 +39,7 @@ def _run_frames(
     can no longer be refilled it shrinks below a batch, and a piece read forward would put neighbouring
     frames of one episode into one batch.
     """
-    if in_order is not None:
+    if in_order is not None and keys is not None:
         prefix = in_order[piece]
         rest = np.flatnonzero(t >= prefix)
         if rest.size:
@@ -176,6 +176,28 @@ class Admission:
     step: int
     index: int
     piece: Piece
+
+
+class EmissionPlan(Protocol):
+    """What the pool and the fetch plan read of a consumer's emission plan: an `Emission`, or the rest of
+    an epoch's (`reader.schedule.rest.RestSchedule.emission`), whose frames are episode frames too."""
+
+    def __len__(self) -> int: ...
+
+    @property
+    def pieces(self) -> tuple[Piece, ...]: ...
+
+    @property
+    def admission_steps(self) -> np.ndarray: ...
+
+    @property
+    def departure_steps(self) -> np.ndarray: ...
+
+    def entry_of(self, piece: np.ndarray) -> np.ndarray: ...
+
+    def arrays(self, start: int = 0, stop: int | None = None) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def steps(self, start: int = 0) -> Iterator[Step]: ...
 
 
 class Emission:

@@ -14,7 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from cache.arguments import check_int
-from reader.schedule.emission import Emission
+from reader.schedule.emission import Emission, EmissionPlan
 from reader.schedule.keys import seed_words
 from reader.schedule.mixture import Entries, check_weights, mixture_entries
 from reader.schedule.order import (
@@ -35,6 +35,18 @@ class EpochPlan(Protocol):
     of an epoch on a new topology (`reader.schedule.rest.RestSchedule`)."""
 
     @property
+    def lengths(self) -> tuple[int, ...]: ...
+
+    @property
+    def sources(self) -> tuple[int, ...] | None: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def num_workers(self) -> int: ...
+
+    @property
     def epoch_frames(self) -> int: ...
 
     @property
@@ -50,6 +62,13 @@ class EpochPlan(Protocol):
     def with_topology(self, world_size: int, num_workers: int, pool_size: int) -> EpochPlan: ...
 
     def pieces(self, epoch: int, rank: int, worker: int) -> list[Piece]: ...
+
+    def emission(self, epoch: int, rank: int, worker: int) -> EmissionPlan: ...
+
+    def first_samples(self, epoch: int, rank: int, worker: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """The entry of each of the first `count` samples of consumer (rank, worker) in `epoch`, and its
+        frame counted from the first frame this plan streams of that entry."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -181,3 +200,12 @@ class Schedule:
             shuffle=self.shuffle,
             stream=consumer_stream(self.seed, epoch, topology),
         )
+
+    def first_samples(self, epoch: int, rank: int, worker: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """The entry of each of the first `count` samples of consumer (rank, worker) in `epoch`, and its
+        frame counted from the entry's first frame."""
+        emission = self.emission(epoch, rank, worker)
+        piece, frame = emission.arrays(0, count)
+        entry = emission.entry_of(piece)
+        # The emission gives episode frames; a (mixture) entry's frames count from its start.
+        return entry, frame - self.entries(epoch).starts[entry]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -143,21 +142,12 @@ def segment_consumed(plan: EpochPlan, epoch: int, segment: RunSegment) -> tuple[
     (see `consumed_counts`)."""
     counts = consumed_counts(plan, segment)
     schedule = plan.with_topology(segment.world_size, segment.num_workers, segment.pool_size)
-    virtual = isinstance(schedule, RestSchedule)
-    starts = schedule.entries(epoch).starts
     entries, frames = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for rank in range(segment.world_size):
         for worker, n in enumerate(counts):
-            emission = (
-                schedule.virtual_emission(epoch, rank, worker)
-                if virtual
-                else schedule.emission(epoch, rank, worker)
-            )
-            piece, frame = emission.arrays(0, n)
-            entry = emission.entry_of(piece)
+            entry, frame = schedule.first_samples(epoch, rank, worker, n)
             entries.append(entry)
-            # A whole epoch's emission gives episode frames; an entry's frames count from its start.
-            frames.append(frame if virtual else frame - starts[entry])
+            frames.append(frame)
     return np.concatenate(entries), np.concatenate(frames)
 
 
@@ -189,11 +179,16 @@ class _MappedEmission:
         self._emission, self._rest, self._entries = emission, rest, entries
         self._pieces: tuple[Piece, ...] | None = None
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._emission, name)
-
     def __len__(self) -> int:
         return len(self._emission)
+
+    @property
+    def admission_steps(self) -> np.ndarray:
+        return self._emission.admission_steps
+
+    @property
+    def departure_steps(self) -> np.ndarray:
+        return self._emission.departure_steps
 
     def __repr__(self) -> str:
         return f"Rest{self._emission!r}"
@@ -210,10 +205,10 @@ class _MappedEmission:
         return piece, self._frames(piece, virtual)
 
     def steps(self, start: int = 0) -> Iterator[Step]:
-        entry_of, starts = self._emission.entry_of, self._entries.starts
-        offsets, frames = self._rest.offsets, self._rest.frames
+        starts, offsets, frames = self._entries.starts, self._rest.offsets, self._rest.frames
+        entry_of = self._emission.entry_of(np.arange(self._emission.admission_steps.size)).tolist()
         for step in self._emission.steps(start):
-            entry = int(entry_of(step.piece))
+            entry = entry_of[step.piece]
             yield step._replace(frame=int(starts[entry]) + int(frames[offsets[entry] + step.frame]))
 
     def __iter__(self) -> Iterator[Step]:
@@ -253,12 +248,34 @@ class RestSchedule:
             self.base.with_topology(world_size, num_workers, pool_size), self.epoch, self.rest
         )
 
-    def __getattr__(self, name: str) -> Any:
-        # The run's own settings (lengths, sources, seed, shuffle, world_size, num_workers, pool_size, ...)
-        # are the base schedule's; what depends on the frames left is defined below.
-        if name.startswith("_") or name in ("base", "epoch", "rest"):
-            raise AttributeError(name)
-        return getattr(self.base, name)
+    # The run's own settings are the base schedule's; what depends on the frames left is defined below.
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        return self.base.lengths
+
+    @property
+    def sources(self) -> tuple[int, ...] | None:
+        return self.base.sources
+
+    @property
+    def seed(self) -> int:
+        return self.base.seed
+
+    @property
+    def shuffle(self) -> bool:
+        return self.base.shuffle
+
+    @property
+    def world_size(self) -> int:
+        return self.base.world_size
+
+    @property
+    def num_workers(self) -> int:
+        return self.base.num_workers
+
+    @property
+    def pool_size(self) -> int:
+        return self.base.pool_size
 
     @property
     def epoch_frames(self) -> int:
@@ -305,6 +322,13 @@ class RestSchedule:
     def emission(self, epoch: int, rank: int, worker: int) -> _MappedEmission:
         """The emission plan of consumer (rank, worker), in episode frames."""
         return _MappedEmission(self.virtual_emission(epoch, rank, worker), self.rest, self._entries)
+
+    def first_samples(self, epoch: int, rank: int, worker: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """The entry of each of the first `count` samples of consumer (rank, worker) in `epoch`, and its
+        virtual frame (counted in what remains of the entry)."""
+        emission = self.virtual_emission(epoch, rank, worker)
+        piece, frame = emission.arrays(0, count)
+        return emission.entry_of(piece), frame
 
     def pieces(self, epoch: int, rank: int, worker: int) -> list[Piece]:
         return list(self.emission(epoch, rank, worker).pieces)

@@ -17,7 +17,7 @@ import click
 
 from cache.errors import LrsError
 from cache.remote import redact
-from reshard import DISTRIBUTION
+from reshard.distribution import DISTRIBUTION
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -116,7 +116,7 @@ class PartType(click.ParamType):
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> tuple[int, int]:
         if isinstance(value, tuple):
-            return value  # type: ignore[return-value]
+            return value
         index, _, count = str(value).partition("/")
         try:
             part = int(index), int(count)

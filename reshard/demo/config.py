@@ -8,6 +8,7 @@ from cache.arguments import check_int
 from reshard.demo.sample_spec import SampleSpec
 from reshard.errors import VerifyError
 from reshard.execute import ReshardOptions
+from reshard.video.write import VideoMode
 
 
 class DemoCheckError(VerifyError):
@@ -32,7 +33,7 @@ class DemoConfig:
     """
 
     sample: SampleSpec = DEMO_SAMPLE
-    video: str = "hevc"
+    video: VideoMode = "hevc"
     batch_size: int = 8
     num_workers: int = 2
     episode_pool_size: int = 4
@@ -43,4 +44,4 @@ class DemoConfig:
         check_int("batch_size", self.batch_size, 1)
         check_int("num_workers", self.num_workers, 0)
         check_int("episode_pool_size", self.episode_pool_size, 1)
-        ReshardOptions(video=self.video)  # type: ignore[arg-type] - validates the mode
+        ReshardOptions(video=self.video)  # validates the mode

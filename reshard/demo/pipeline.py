@@ -110,7 +110,7 @@ def make_sample(root: Path, config: DemoConfig) -> DatasetStep:
 def reshard_sample(src: Path, out: Path, config: DemoConfig) -> DatasetStep:
     """Reshard the sample into lrs/1 in `out` (videos as `config.video`), without progress bars."""
     began = time.perf_counter()
-    reshard(str(src), out, options=ReshardOptions(video=config.video), quiet=True)  # type: ignore[arg-type]
+    reshard(str(src), out, options=ReshardOptions(video=config.video), quiet=True)
     return _dataset_step(out, began)
 
 

@@ -84,12 +84,16 @@ def concat_remux(parts: list[bytes], out_path: str) -> list[float]:
         out_stream = None
         offset = 0  # in the output stream's time base
         for data in parts:
-            with av.open(io.BytesIO(data)) as src:
+            with av.open(io.BytesIO(data), mode="r") as src:
                 in_stream = src.streams.video[0]
                 if out_stream is None:
                     out_stream = out.add_stream_from_template(in_stream, opaque=True)
                     out_stream.time_base = in_stream.time_base
                 tb = in_stream.time_base
+                if tb is None:
+                    raise ValueError(
+                        f"Invalid sample part {len(starts)} (no time base). Expected a video time base."
+                    )
                 starts.append(float(offset * tb))
                 end = offset
                 for packet in src.demux(in_stream):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from huggingface_hub import HfApi
+from huggingface_hub import BucketFile, HfApi
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
@@ -74,7 +74,7 @@ class HfBucketTarget:
         return {
             item.path[len(base) :]: RemoteFile(int(item.size), item.xet_hash or None)
             for item in items
-            if getattr(item, "type", None) == "file" and item.path.startswith(base)
+            if isinstance(item, BucketFile) and item.path.startswith(base)
         }
 
     def same_content(self, local: LocalFile, remote: RemoteFile) -> bool | None:

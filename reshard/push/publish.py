@@ -386,7 +386,7 @@ def _run_all(futures: list[Future[None]]) -> None:
         for future in pending:
             future.cancel()
         wait(pending)
-        raise failed[0].exception()  # type: ignore[misc]
+        failed[0].result()  # raises the first failure
 
 
 def _list_target(target: Target, *, missing_ok: bool) -> dict[str, RemoteFile]:

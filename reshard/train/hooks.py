@@ -151,7 +151,7 @@ class Session:
         """`base` (accelerate's Accelerator) whose `prepare_data_loader` leaves a stream's DataLoader to lrs."""
         session = self
 
-        class StreamAccelerator(base):  # type: ignore[misc, valid-type]
+        class StreamAccelerator(base):
             def prepare_data_loader(self, data_loader: Any, *args: Any, **kwargs: Any) -> Any:
                 if isinstance(getattr(data_loader, "dataset", None), EpisodeStream):
                     session.loader = TrainLoader.like(data_loader)

@@ -7,7 +7,7 @@ the rest is refused in one line rather than ignored.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,7 +116,10 @@ def settings_of(dataset: Any, train: Any) -> DatasetSettings:
 
 
 def imagenet_stats(
-    stats: Mapping[str, Any] | None, camera_keys: Sequence[str], depth_keys: Sequence[str], imagenet: Mapping
+    stats: MutableMapping[str, Any] | None,
+    camera_keys: Sequence[str],
+    depth_keys: Sequence[str],
+    imagenet: Mapping,
 ) -> None:
     """lerobot's `use_imagenet_stats`: every RGB camera's mean and std (and whatever else `imagenet` holds)
     replaced in place by ImageNet's, depth cameras left alone; nothing without stats."""

@@ -28,6 +28,7 @@ from reshard.video.frames import (
     keyframe_interval,
     nearest,
     open_video,
+    time_base,
 )
 
 # What verify asks of a re-encode by default: every frame at least this close to its source frame.
@@ -109,7 +110,7 @@ class VideoProbe:
     bytes: int
     codec: str
     profile: str | None
-    pix_fmt: str
+    pix_fmt: str | None  # None: the decoder reports none
     width: int
     height: int
     fps: float
@@ -134,7 +135,7 @@ def probe_video(path: str, *, episode: int | None = None, camera: str | None = N
     """
     ref = VideoFileRef(path, episode, camera)
     with open_video(ref, threads=None) as (container, stream):
-        tb = stream.time_base
+        tb = time_base(stream, ref)
         times, keys, end = [], [], 0.0
         for packet in demux(container, stream, ref):
             if packet.dts is None or packet.pts is None:

@@ -14,7 +14,16 @@ from typing import Any
 
 import av
 
-from reshard.video.frames import EPS_S, EpisodeSpan, VideoFileRef, VideoStream, demux, nearest, seek
+from reshard.video.frames import (
+    EPS_S,
+    EpisodeSpan,
+    VideoFileRef,
+    VideoStream,
+    demux,
+    nearest,
+    seek,
+    time_base,
+)
 
 
 @dataclass(frozen=True)
@@ -49,7 +58,7 @@ def _demux_until(
     ref: VideoFileRef,
 ) -> list[Demuxed]:
     end = segment.window[1]
-    tb = stream.time_base
+    tb = time_base(stream, ref)
     seek(container, stream, seek_to, ref)
     packets: list[Demuxed] = []
     for packet in demux(container, stream, ref):

@@ -193,6 +193,7 @@ def add_video_stream(
         codec, gop=gop, crf=crf, preset=preset, bframes=bframes, threads=threads, lossless=lossless
     )
     stream = container.add_stream(ENCODERS[codec], rate=rate, options=options)
+    assert isinstance(stream, VideoStream), stream  # ENCODERS holds video encoders only
     stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
     stream.time_base = 1 / rate
     if codec != "av1":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, TypeVar
@@ -80,6 +80,20 @@ def codec_name(stream: VideoStream) -> str:
     return stream.codec_context.codec.canonical_name
 
 
+def time_base(stream: VideoStream, ref: VideoFileRef) -> Fraction:
+    """The stream's time base (a stream without one cannot be timed)."""
+    if stream.time_base is None:
+        raise ref.error("Invalid video time base (None). Expected a time base on the video stream.")
+    return stream.time_base
+
+
+def pixel_format(stream: VideoStream, ref: VideoFileRef) -> str:
+    """The pixel format the stream's decoder reports."""
+    if stream.codec_context.pix_fmt is None:
+        raise ref.error("Invalid pixel format (None). Expected the decoder to report one.")
+    return stream.codec_context.pix_fmt
+
+
 def demux(container: Any, stream: VideoStream, ref: VideoFileRef) -> Iterator[av.Packet]:
     """The stream's packets in decode order (flush packets included), read errors as `DatasetError`."""
     try:
@@ -93,7 +107,7 @@ def seek(container: Any, stream: VideoStream, timestamp_s: float | None, ref: Vi
     if timestamp_s is None:
         offset = stream.start_time or 0
     else:
-        offset = round(Fraction(timestamp_s) / stream.time_base)
+        offset = round(Fraction(timestamp_s) / time_base(stream, ref))
     try:
         container.seek(offset, stream=stream, backward=True, any_frame=False)
     except av.FFmpegError as exc:
@@ -102,7 +116,7 @@ def seek(container: Any, stream: VideoStream, timestamp_s: float | None, ref: Vi
 
 def all_frames(
     container: Any, stream: VideoStream, ref: VideoFileRef
-) -> Iterator[tuple[float, av.VideoFrame]]:
+) -> Generator[tuple[float, av.VideoFrame], None, None]:
     """(time in s, frame) in presentation order, from the current position to the end."""
     for packet in demux(container, stream, ref):
         try:
@@ -112,6 +126,8 @@ def all_frames(
         for frame in frames:
             if frame.pts is None:
                 raise ref.error("Invalid frame timestamp (None). Expected a pts on every frame.")
+            if frame.time_base is None:
+                raise ref.error("Invalid frame time base (None). Expected a time base on every frame.")
             yield float(frame.pts * frame.time_base), frame
 
 

@@ -67,6 +67,7 @@ from reshard.video.frames import (
     keyframe_interval,
     nearest,
     open_video,
+    pixel_format,
 )
 
 __all__ = [
@@ -330,8 +331,9 @@ def _open_encoder(
 
 def _decoded_pix_fmt(path: str, ref: VideoFileRef) -> str:
     """The pixel format a decoder reports for a written file (full-range 4:2:0 HEVC reads as yuvj420p)."""
-    with open_video(VideoFileRef(path, ref.episode, ref.camera), threads=None) as (_, stream):
-        return stream.codec_context.pix_fmt
+    written = VideoFileRef(path, ref.episode, ref.camera)
+    with open_video(written, threads=None) as (_, stream):
+        return pixel_format(stream, written)
 
 
 def _copy_episode(
@@ -346,7 +348,7 @@ def _copy_episode(
     depth: bool = False,
 ) -> EpisodeVideo:
     with open_video(ref, threads) as (container, stream):
-        codec, pix_fmt = codec_name(stream), stream.codec_context.pix_fmt
+        codec, pix_fmt = codec_name(stream), pixel_format(stream, ref)
         width, height = stream.codec_context.width, stream.codec_context.height
         packets = demux_window(container, stream, segment, ref)
         plan = copy_plan(packets, segment, ref)

@@ -21,11 +21,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from click.testing import CliRunner
 from torchcodec.decoders import VideoDecoder
 
-from reshard.cli import cli
-from reshard.demo.sample import write_sample
+from tests.support.datasets import resharded, v3_sample
 
 
 class ReferenceDataset:
@@ -129,11 +127,9 @@ def sample_pair(base: Path, name: str, **spec: Any) -> tuple[Path, Path]:
     """A v3 sample dataset and its lrs/1 copy (`lrs reshard`), built once under `base`."""
     v3, lrs = base / f"{name}-v3", base / f"{name}-lrs"
     if not (v3 / "meta/info.json").exists():
-        write_sample(v3, **spec)
+        v3_sample(v3, **spec)
     if not (lrs / "meta/lrs/files.parquet").exists():
-        result = CliRunner().invoke(cli, ["reshard", str(v3), "--out", str(lrs), "--quiet"])
-        if result.exit_code != 0:
-            raise RuntimeError(f"lrs reshard failed: {result.output}") from result.exception
+        resharded(v3, lrs)
     return v3, lrs
 
 

@@ -22,6 +22,7 @@ from reader import EpisodeStream
 from reader.errors import DecodeError
 from reader.images import decode_image
 from reshard.cli import cli
+from tests.support.datasets import resharded, verified
 
 CAM = "observation.images.cam0"
 IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
@@ -111,12 +112,9 @@ def test_uint8_transforms_and_workers(images: Path) -> None:
 
 def test_reshard_keeps_images_and_the_stream_reads_the_same(images: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    result = CliRunner().invoke(cli, ["reshard", str(images), "--out", str(out), "-q"])
-    assert result.exit_code == 0, result.output
-    described = CliRunner().invoke(cli, ["describe", str(out)])
+    verified(resharded(images, out), images)
+    described = CliRunner().invoke(cli, ["describe", str(out)])  # what `lrs describe` says of it
     assert f"cameras   {CAM}  images in the parquet" in described.output, described.output
-    checked = CliRunner().invoke(cli, ["verify", str(out), "--against", str(images)])
-    assert checked.exit_code == 0, checked.output
     a = {int(s["index"]): s[CAM] for s in EpisodeStream(images, seed=1)}
     b = {int(s["index"]): s[CAM] for s in EpisodeStream(out, seed=1)}
     assert a.keys() == b.keys() and all(torch.equal(a[i], b[i]) for i in a)
@@ -144,10 +142,7 @@ def test_lrs_sample_writes_image_cameras_that_reshard_and_read(tmp_path: Path) -
     assert info["features"][key]["dtype"] == "image" and key in json.loads(
         (v3 / "meta/stats.json").read_text()
     )
-    runner = CliRunner()
-    assert runner.invoke(cli, ["reshard", str(v3), "--out", str(out), "-q"]).exit_code == 0
-    verified = runner.invoke(cli, ["verify", str(out), "--against", str(v3)])
-    assert verified.exit_code == 0, verified.output
+    verified(resharded(v3, out), v3)
     for root in (v3, out):
         seen = 0
         for item in EpisodeStream(root, return_uint8=True):

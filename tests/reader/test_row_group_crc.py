@@ -10,18 +10,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
 from reader import EpisodeStream
 from reader.errors import DatasetError, RowGroupMismatch
 from reader.format.index import EPISODES_INDEX, episodes_from_table
-from reshard.cli import cli
-
-
-def _reshard(src: Path, out: Path, *args: str) -> Path:
-    result = CliRunner().invoke(cli, ["reshard", str(src), "--out", str(out), "-q", *args])
-    assert result.exit_code == 0, result.output
-    return out
+from tests.support.datasets import resharded
 
 
 def _first_entry(root: Path):  # type: ignore[no-untyped-def]
@@ -67,10 +60,10 @@ def test_a_damaged_row_group_is_an_error_naming_the_file(sample_resharded_ds: Pa
 
 
 def test_a_dataset_republished_under_a_running_stream_is_named(sample_ds: Path, tmp_path: Path) -> None:
-    live = _reshard(sample_ds, tmp_path / "live")
+    live = resharded(sample_ds, tmp_path / "live")
     stream = EpisodeStream(live, shuffle=False)  # opens version 1's index
     # Version 2: the same episodes, other row groups (a rewrite with different column encodings).
-    v2 = _reshard(sample_ds, tmp_path / "v2")
+    v2 = resharded(sample_ds, tmp_path / "v2")
     for path in sorted((v2 / "data").rglob("*.parquet")):
         table = pq.read_table(path)
         pq.write_table(
@@ -104,8 +97,8 @@ def _frames(root: str | Path, cache: Path) -> list[tuple[int, int, bytes]]:
 def test_a_reader_that_starts_after_a_re_push_reads_the_new_version(sample_ds: Path, tmp_path: Path) -> None:
     from reshard.push.publish import push
 
-    v1 = _reshard(sample_ds, tmp_path / "v1")
-    v2 = _reshard(sample_ds, tmp_path / "v2", "--video", "h264")  # the same episodes, other frames
+    v1 = resharded(sample_ds, tmp_path / "v1")
+    v2 = resharded(sample_ds, tmp_path / "v2", video="h264")  # the same episodes, other frames
     target, cache = tmp_path / "bucket", tmp_path / "cache"
     url = f"file://{target}"  # remote storage to the reader: fetched into its node cache
     push(v1, url, quiet=True)
@@ -119,8 +112,8 @@ def test_a_reader_that_starts_during_a_re_push_never_mixes_versions(sample_ds: P
     from reader.errors import LrsError
     from reshard.push.publish import push
 
-    v1 = _reshard(sample_ds, tmp_path / "v1")
-    v2 = _reshard(sample_ds, tmp_path / "v2", "--video", "h264")
+    v1 = resharded(sample_ds, tmp_path / "v1")
+    v2 = resharded(sample_ds, tmp_path / "v2", video="h264")
     target = tmp_path / "bucket"
     push(v1, str(target), quiet=True)
     # A re-push stopped after its first phase: version 2's videos under version 1's index.

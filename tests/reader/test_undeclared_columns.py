@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from click.testing import CliRunner
 from torch.utils.data import DataLoader
 
 from reader import EpisodeStream
-from reshard.cli import cli
+from reshard.verify import verify
+from tests.support.datasets import resharded, verified
 
 EVENTS = pa.list_(pa.struct([("t", pa.float32()), ("text", pa.string())]))
 
@@ -61,8 +61,7 @@ def test_batches_of_an_annotated_dataset_through_workers(annotated: Path) -> Non
 
 def test_reshard_keeps_the_column_and_verify_compares_it(annotated: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    result = CliRunner().invoke(cli, ["reshard", str(annotated), "--out", str(out), "-q"])
-    assert result.exit_code == 0, result.output
+    resharded(annotated, out)
     source = pa.concat_tables(pq.read_table(p) for p in sorted((annotated / "data").rglob("*.parquet")))
     copied = pa.concat_tables(pq.read_table(p) for p in sorted((out / "data").rglob("*.parquet")))
     assert (
@@ -70,7 +69,7 @@ def test_reshard_keeps_the_column_and_verify_compares_it(annotated: Path, tmp_pa
         .column("language_events")
         .equals(source.sort_by("index").column("language_events"))
     )
-    assert CliRunner().invoke(cli, ["verify", str(out), "--against", str(annotated)]).exit_code == 0
+    verified(out, annotated)
     # A source whose annotation differs in one frame: verify names the rows.
     other = tmp_path / "other"
     shutil.copytree(annotated, other)
@@ -80,14 +79,14 @@ def test_reshard_keeps_the_column_and_verify_compares_it(annotated: Path, tmp_pa
     events[0] = [{"t": 9.0, "text": "changed"}]
     column = table.schema.get_field_index("language_events")
     pq.write_table(table.set_column(column, "language_events", pa.array(events, type=EVENTS)), first)
-    result = CliRunner().invoke(cli, ["verify", str(out), "--against", str(other)])
-    assert result.exit_code == 1 and "source-tables" in result.output, result.output
-    assert "Invalid rows. Expected every value equal to the source's" in result.output
+    report = verify(str(out), against=str(other))
+    assert report.failed_check == "source-tables", report.describe()
+    assert "Invalid rows. Expected every value equal to the source's" in report.describe()
 
 
 def test_the_stream_of_the_reshard_reads_as_the_source(annotated: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    assert CliRunner().invoke(cli, ["reshard", str(annotated), "--out", str(out), "-q"]).exit_code == 0
+    resharded(annotated, out)
     assert sum(1 for _ in EpisodeStream(out)) == sum(1 for _ in EpisodeStream(annotated))
 
 
@@ -154,8 +153,7 @@ def test_declared_text_and_language_come_as_python_values(spoken: Path, tmp_path
         )
     }
     out = tmp_path / "lrs"
-    assert CliRunner().invoke(cli, ["reshard", str(spoken), "--out", str(out), "-q"]).exit_code == 0
-    assert CliRunner().invoke(cli, ["verify", str(out), "--against", str(spoken)]).exit_code == 0
+    verified(resharded(spoken, out), spoken)
     for root in (spoken, out):
         seen = 0
         for sample in EpisodeStream(root, seed=2):
