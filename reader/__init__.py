@@ -16,9 +16,9 @@ the `lrs` command line quick to start.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from cache.lazy_exports import lazy_exports
 from reader.errors import DatasetError, DecodeError, LayoutError, StateError
 
 if TYPE_CHECKING:
@@ -57,14 +57,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'reader' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports("reader", _LAZY, globals())

@@ -11,8 +11,9 @@ Every other module is internal and may move. The names are imported on first use
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from cache.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from reshard.errors import PushError, ReshardError, VerifyError
@@ -46,14 +47,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'reshard' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports("reshard", _LAZY, globals())
