@@ -24,6 +24,7 @@ prefetch depths and decode threads (how the defaults were chosen).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import multiprocessing
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -271,6 +273,21 @@ def _cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def _tree_cpu_seconds() -> float:
+    """CPU time of this process and of its live multiprocessing children (the DataLoader workers), read
+    while they run: the steady-state CPU per sample leaves out what starting the workers cost."""
+    t = os.times()
+    total = t.user + t.system
+    for child in multiprocessing.active_children():
+        try:
+            with open(f"/proc/{child.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def _iterate(loader: Any, began: float, cameras: list[str]) -> dict[str, Any]:
     first = warm = None
     dtypes: list[str] = []
@@ -287,8 +304,8 @@ def _iterate(loader: Any, began: float, cameras: list[str]) -> dict[str, Any]:
         if i + 1 >= WARMUP_BATCHES:
             arrivals.append(now)
         if i + 1 == WARMUP_BATCHES:
-            warm, warm_samples = now, samples
-    end = time.perf_counter()
+            warm, warm_samples, warm_cpu = now, samples, _tree_cpu_seconds()
+    end, end_cpu = time.perf_counter(), _tree_cpu_seconds()
     if warm is None:
         raise RuntimeError(f"only {samples} samples: too few batches to measure after warm-up")
     gaps = sorted(1000 * (b - a) for a, b in zip(arrivals, arrivals[1:], strict=False))
@@ -297,6 +314,7 @@ def _iterate(loader: Any, began: float, cameras: list[str]) -> dict[str, Any]:
         "first_batch_s": first,
         "frame_dtypes": dtypes,
         "samples_per_s": (samples - warm_samples) / (end - warm),
+        "steady_cpu_ms_per_sample": 1000 * (end_cpu - warm_cpu) / (samples - warm_samples),
         **{f"batch_ms_p{q}": gaps[min(len(gaps) - 1, len(gaps) * q // 100)] for q in (50, 95, 99)},
         **mixing(batches),
     }
@@ -331,6 +349,7 @@ def run_decode_only_case(case: dict[str, Any]) -> dict[str, Any]:
         "samples_per_s": samples / seconds,
         "first_batch_s": None,
         "cpu_ms_per_sample": 1000 * cpu / samples,
+        "steady_cpu_ms_per_sample": 1000 * cpu / samples,  # forked from a warm parent: no start-up
     }
 
 
@@ -403,6 +422,19 @@ from torch.utils.data import DataLoader
 began = time.perf_counter()
 
 
+def tree_cpu():  # as _tree_cpu_seconds in bench_reader.py
+    t = os.times()
+    total = t.user + t.system
+    for child in multiprocessing.active_children():
+        try:
+            with open(f"/proc/{child.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def main():  # spawned DataLoader workers import this file: run only as __main__
     from lerobot.datasets import EpisodeAwareSampler
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -441,8 +473,8 @@ def main():  # spawned DataLoader workers import this file: run only as __main__
         if i + 1 >= warmup:
             arrivals.append(now)
         if i + 1 == warmup:
-            warm, warm_samples = now, samples
-    end = time.perf_counter()
+            warm, warm_samples, warm_cpu = now, samples, tree_cpu()
+    end, end_cpu = time.perf_counter(), tree_cpu()
     del loader
     gc.collect()  # see join_workers in bench_reader.py: reap every worker, so that its CPU is counted
     for child in multiprocessing.active_children():
@@ -454,6 +486,7 @@ def main():  # spawned DataLoader workers import this file: run only as __main__
     print(json.dumps({"samples": samples, "first_batch_s": first, "open_s": opened, "frame_dtypes": dtypes,
                       "cpu_ms_per_sample": 1000 * cpu / samples,
                       "samples_per_s": (samples - warm_samples) / (end - warm),
+                      "steady_cpu_ms_per_sample": 1000 * (end_cpu - warm_cpu) / (samples - warm_samples),
                       **{f"batch_ms_p{q}": gaps[min(len(gaps) - 1, len(gaps) * q // 100)] for q in (50, 95, 99)},
                       "batches": batches}))
 
@@ -467,9 +500,13 @@ if __name__ == "__main__":
 
 
 class MemoryWatch:
-    """Samples the memory of a process tree until stopped (an Event paces the samples)."""
+    """Samples the memory of a process tree until stopped (an Event paces the samples).
 
-    def __init__(self, pid: int, interval_s: float = 0.25) -> None:
+    Once a second: a sample reads every process's smaps (about 8 ms per torch process here), so sampling
+    4 times a second took about 13% of a core from the cases it measured, on a 2-core machine.
+    """
+
+    def __init__(self, pid: int, interval_s: float = 1.0) -> None:
         self.root = psutil.Process(pid)
         self.interval_s = interval_s
         self.peak_rss = self.peak_pss = 0
@@ -672,7 +709,8 @@ def run_cases(cases: dict[str, Case], repeat: int) -> Runs:
                 failed.add(name)
                 continue
             print(
-                f"  {result['samples_per_s']:.1f} samples/s, {result['cpu_ms_per_sample']:.2f} CPU ms/sample, "
+                f"  {result['samples_per_s']:.1f} samples/s, {result['cpu_ms_per_sample']:.2f} CPU ms/sample "
+                f"({result.get('steady_cpu_ms_per_sample') or 0:.2f} after warm-up), "
                 f"first batch {result.get('first_batch_s')}, load average {load[0]:.2f}",
                 file=sys.stderr,
             )
@@ -694,7 +732,14 @@ def check_transport(name: str, case: Case, result: dict[str, Any]) -> None:
 def best_run(found: list[dict[str, Any]], case: Case) -> dict[str, Any]:
     """A case's fastest run, with its transport, settings and a digest of all its runs."""
     best = {k: v for k, v in max(found, key=lambda r: r["samples_per_s"]).items() if k != "load_average"}
-    keep = ("round", "samples_per_s", "cpu_ms_per_sample", "first_batch_s", "load_average")
+    keep = (
+        "round",
+        "samples_per_s",
+        "cpu_ms_per_sample",
+        "steady_cpu_ms_per_sample",
+        "first_batch_s",
+        "load_average",
+    )
     best["runs"] = [{k: r.get(k) for k in keep} for r in found]
     if case.settings is not None:
         best["transport"] = case.settings["transport"]
@@ -836,6 +881,12 @@ def main() -> None:
     parser.add_argument(
         "--sweep", action="store_true", help="Also sweep pool size, prefetch and decode threads."
     )
+    parser.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        help="Busy processes (each spinning on one core) running beside every case, for a shared CPU.",
+    )
     parser.add_argument("--no-lerobot", action="store_true", help="Skip the lerobot comparison case.")
     parser.add_argument(
         "--no-hevc", action="store_true", help="Skip the cases on the HEVC re-encode (built once, ~1 min)."
@@ -852,6 +903,26 @@ def main() -> None:
     )
     parser.add_argument("--run-case", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    with busy_processes(args.busy):
+        run(args)
+
+
+@contextlib.contextmanager
+def busy_processes(count: int) -> Iterator[None]:
+    """`count` processes spinning on the CPU (as a trainer's own process and other jobs would) while the
+    block runs: every case then runs beside the same load."""
+    spin = "while True: pass"
+    procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def run(args: argparse.Namespace) -> None:
+    """The benchmark itself, as the command line asks."""
     if args.run_case:
         case = json.loads(args.run_case)
         runners = {"decode-only": run_decode_only_case, "loader-only": run_loader_only_case}
@@ -877,6 +948,16 @@ def main() -> None:
             lrs, args, http=False, uint8=False, collate=False, workers=0
         )
         planned["lrs1-single-uint8-collate-fork"] = reader_case(lrs, args, http=False, context="fork")
+        # The loader designs of issue 32, uint8: (b) a thread pipeline in the trainer's process (no worker
+        # process; `decode_threads` threads decode, the trainer's thread assembles batches) and (c) the
+        # same pipeline in one loader process per rank (one DataLoader worker, batches over shared memory).
+        for threads in (2, 3):
+            planned[f"lrs1-single-uint8-threads{threads}"] = reader_case(
+                lrs, args, http=False, workers=0, decode_threads=threads
+            )
+            planned[f"lrs1-single-uint8-1worker-threads{threads}"] = reader_case(
+                lrs, args, http=False, workers=1, decode_threads=threads
+            )
         # The same episodes as a mixture of two sources (each half of the dataset): what mixing costs.
         half = args.episodes // 2
         planned["lrs1-mixture-halves"] = reader_case(
@@ -908,6 +989,7 @@ def main() -> None:
             cases, rounds = run_cases({n: planned[n] for n in names}, args.repeat)
             first = cases[names[0]]["samples_per_s"]
             results = {
+                "busy_processes": args.busy,
                 "rounds": rounds,
                 "transports": {n: c.get("transport") for n, c in cases.items()},
                 "cases": cases,
@@ -949,6 +1031,7 @@ def main() -> None:
             "prefetch_factor": PREFETCH_FACTOR,
             "persistent_workers": PERSISTENT_WORKERS,
             "load_average": os.getloadavg(),
+            "busy_processes": args.busy,
         },  # fmt: skip
         "rounds": rounds,
         "transports": {n: c.get("transport") for n, c in cases.items()},

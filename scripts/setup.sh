@@ -8,14 +8,16 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 log() { echo "[setup] $*" >&2; }
+# Another apt-get (a second setup, lerobot's env script, unattended upgrades) holds the lock: wait for it.
+APT_WAIT="-o DPkg::Lock::Timeout=600"
 
 # torchcodec loads FFmpeg's shared libraries from the system (it does not bundle them).
 need_ffmpeg_libs() { ! ldconfig -p | grep -q 'libavcodec.so.59'; }
 if need_ffmpeg_libs; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   log "installing FFmpeg shared libraries for torchcodec (apt)"
-  { $SUDO apt-get update -qq \
-    && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+  { $SUDO apt-get $APT_WAIT update -qq \
+    && DEBIAN_FRONTEND=noninteractive $SUDO apt-get $APT_WAIT install -y -qq --no-install-recommends \
       libavcodec59 libavformat59 libavutil57 libswscale6 libswresample4 libavdevice59 libavfilter8 ffmpeg; } \
     >/tmp/lrs-apt.log 2>&1 || { tail -n 30 /tmp/lrs-apt.log >&2; log "apt-get failed (log: /tmp/lrs-apt.log)"; exit 1; }
 fi
@@ -23,8 +25,8 @@ fi
 if ! command -v ffmpeg >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   log "installing the ffmpeg command line (apt)"
-  { $SUDO apt-get update -qq \
-    && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends ffmpeg; } \
+  { $SUDO apt-get $APT_WAIT update -qq \
+    && DEBIAN_FRONTEND=noninteractive $SUDO apt-get $APT_WAIT install -y -qq --no-install-recommends ffmpeg; } \
     >/tmp/lrs-apt.log 2>&1 || { tail -n 30 /tmp/lrs-apt.log >&2; log "apt-get failed (log: /tmp/lrs-apt.log)"; exit 1; }
 fi
 
