@@ -1,6 +1,7 @@
 """lrs reader package: the layout contract (read side) and `EpisodeStream`, the training-time reader.
 
 `from reader import EpisodeStream` streams an lrs/1 (or plain v3) dataset as a torch IterableDataset;
+`BatchLoader` builds its batches with threads in the trainer's process (no DataLoader workers);
 `ResumableLoader` counts the batches a trainer consumes so that `state_dict()` can resume exactly (and
 `loader_state_of` turns a torchdata StatefulDataLoader's state into such a batch count);
 `collate` is an optional `collate_fn` that hands each batch from a worker over as one shared buffer;
@@ -23,7 +24,7 @@ from reader.errors import DatasetError, DecodeError, LayoutError, StateError
 
 if TYPE_CHECKING:
     from reader.batch import collate
-    from reader.loader import ResumableLoader
+    from reader.loader import BatchLoader, ResumableLoader
     from reader.metadata import DatasetMeta
     from reader.read_spec import ReadSpec, SourceSpec
     from reader.state import loader_state_of
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from reader.stream import EpisodeStream
 
 __all__ = [
+    "BatchLoader",
     "DatasetError",
     "DatasetMeta",
     "DecodeError",
@@ -48,6 +50,7 @@ __all__ = [
 _LAZY = {
     "EpisodeStream": "reader.stream",
     "ResumableLoader": "reader.loader",
+    "BatchLoader": "reader.loader",
     "ReaderStats": "reader.stats",
     "collate": "reader.batch",
     "DatasetMeta": "reader.metadata",

@@ -1,5 +1,6 @@
 """`ResumableLoader`: a DataLoader over an `EpisodeStream` that counts the batches a trainer consumes,
-so that its `state_dict()` resumes at the exact next batch (the arithmetic is `reader.loader_math`)."""
+so that its `state_dict()` resumes at the exact next batch (the arithmetic is `reader.loader_math`);
+`BatchLoader`: the same batches built by threads in the trainer's process, with no DataLoader workers."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from cache.arguments import check_int
 from reader.loader_math import batches_per_epoch
 from reader.stream import EpisodeStream
 
@@ -58,3 +60,59 @@ class ResumableLoader:
         """Load a state into the stream (see `EpisodeStream.load_state_dict`)."""
         self.stream.load_state_dict(state)
         self.batches = self.stream.pending_batches(self.loader.num_workers)
+
+
+class BatchLoader:
+    """Batches of an `EpisodeStream` built in the trainer's process by threads: no DataLoader workers.
+
+    `for batch in BatchLoader(stream, batch_size=32):` yields what
+    `DataLoader(stream, batch_size=32, num_workers=0, collate_fn=reader.collate)` would, batch for batch
+    (`EpisodeStream.batches`), with `len`, `set_epoch` and exact resume: `state_dict()` after k batches,
+    loaded into a fresh loader over a fresh stream (same settings), continues at batch k + 1. Its state
+    is that DataLoader's (`num_workers=0`), so either can resume the other; a DataLoader with workers
+    resumes it through the elastic path.
+
+    Decoding releases the GIL, so `threads` threads use as many cores with no process started, nothing
+    pickled and every sample written once, straight into its batch.
+
+    Args:
+        stream: the stream (any rank: the stream knows its rank and world size).
+        batch_size: samples per batch; the epoch's last batch may be smaller.
+        threads: threads building samples (default: the stream's `decode_threads`, at least 1).
+        batches_ahead: batches built while the current one is handed out.
+    """
+
+    def __init__(
+        self, stream: EpisodeStream, batch_size: int, *, threads: int | None = None, batches_ahead: int = 2
+    ) -> None:
+        if not isinstance(stream, EpisodeStream):
+            raise ValueError(f"Invalid stream ({type(stream).__name__}). Expected an EpisodeStream.")
+        self.stream, self.batch_size = stream, check_int("batch_size", batch_size, 1)
+        self.threads = None if threads is None else check_int("threads", threads, 1)
+        self.batches_ahead = check_int("batches_ahead", batches_ahead, 0)
+        self.batches = 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self.batches = self.stream.pending_batches(0)
+        for batch in self.stream.batches(self.batch_size, threads=self.threads, ahead=self.batches_ahead):
+            self.batches += 1
+            yield batch
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank."""
+        return batches_per_epoch(self.stream.schedule(0).worker_samples(), self.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch the next iteration streams (`EpisodeStream.set_epoch`)."""
+        self.stream.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stream's state after the batches handed out so far in this epoch."""
+        return self.stream.state_dict(
+            batches_consumed=self.batches, batch_size=self.batch_size, num_workers=0
+        )
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Load a state into the stream (see `EpisodeStream.load_state_dict`)."""
+        self.stream.load_state_dict(state)
+        self.batches = self.stream.pending_batches(0)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -25,6 +27,8 @@ from typing import Any
 import torch
 
 from cache import FetchError, IntegrityError, LrsError, NodeCache
+from cache.arguments import check_int
+from reader.batch import collate
 from reader.decode import Decoders, VideoWhere, decode_frames
 from reader.depth import DepthUnit, Quantizer
 from reader.errors import DecodeError
@@ -280,6 +284,92 @@ class Consumer:
                 executor.shutdown(wait=True, cancel_futures=True)
             pool.close()
 
+    def batches(self, batch_size: int, *, lanes: int, ahead: int) -> Iterator[dict[str, Any]]:
+        """The consumer's samples from `start` on, in batches of `batch_size` (the last one may be
+        smaller), each the batch `DataLoader(..., num_workers=0, collate_fn=reader.collate)` would give.
+
+        Assembled without a sample ever crossing a thread or process boundary on its own: `lanes` threads
+        build the samples of a batch (a piece always on the same lane, so its decoders read forward in
+        emission order without waiting on each other) and copy each tensor straight into its row of the
+        batch's buffer; `ahead` batches are built while the current one is handed out. The trainer's
+        thread only walks the plan, admits pieces and hands finished batches out.
+        """
+        check_int("batch_size", batch_size, 1)
+        check_int("lanes", lanes, 1)
+        check_int("ahead", ahead, 0)
+        needed = (self.emission.departure_steps >= self.start).tolist()
+        pool = EpisodePool(
+            self._refs, needed, prefetch_episodes=self._options.prefetch_episodes, counters=self._counters
+        )
+        executors = [
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"lrs-lane{i}") for i in range(lanes)
+        ]
+        pending: deque[_BatchJob] = deque()
+        try:
+            steps = self.emission.steps(self.start)
+            while chunk := list(itertools.islice(steps, batch_size)):
+                pending.append(self._submit_batch(pool, chunk, executors))
+                if len(pending) > ahead:
+                    yield self._finish_batch(pending.popleft())
+            while pending:
+                yield self._finish_batch(pending.popleft())
+        finally:
+            for job in pending:
+                for future in job.lanes:
+                    future.cancel()
+            for executor in executors:
+                executor.shutdown(wait=True, cancel_futures=True)
+            pool.close()
+
+    def _submit_batch(
+        self, pool: EpisodePool, steps: list[Step], executors: Sequence[ThreadPoolExecutor]
+    ) -> _BatchJob:
+        """Admit the batch's pieces (in emission order, on this thread) and start building its samples."""
+        by_lane: list[list[tuple[int, Step, _Slot]]] = [[] for _ in executors]
+        for row, step in enumerate(steps):
+            for piece in step.admitted:
+                pool.admit(piece)
+            slot = pool[step.piece]
+            by_lane[step.piece % len(executors)].append((row, step, slot))
+            if step.last:
+                pool.release(step.piece)  # the lane's job holds the slot until it has built the sample
+        fill = _BatchFill(len(steps))
+        lanes = [
+            executor.submit(self._fill, pool, fill, samples)
+            for executor, samples in zip(executors, by_lane, strict=True)
+            if samples
+        ]
+        return _BatchJob(steps[-1].step, fill, lanes)
+
+    def _fill(
+        self, pool: EpisodePool, fill: _BatchFill, samples: list[tuple[int, Step, _Slot]]
+    ) -> _LaneTotals:
+        """Build `samples` (on a lane thread) into their rows of `fill`."""
+        totals = _LaneTotals()
+        for row, step, slot in samples:
+            item, decoded, seconds = self._build(pool, slot, step.frame)
+            transform = self._options.image_transforms
+            if transform is not None:
+                with (
+                    fill.transform_lock
+                ):  # one transform at a time: a user's transform need not be thread-safe
+                    self._transform(slot, item, transform)
+            fill.put(row, item)
+            totals.add(slot.local, decoded, seconds)
+        return totals
+
+    def _finish_batch(self, job: _BatchJob) -> dict[str, Any]:
+        """Wait for a batch's lanes; count its samples; hand it out."""
+        totals = [future.result() for future in job.lanes]
+        self._counters.add(
+            samples=job.fill.size,
+            samples_local=sum(t.local for t in totals),
+            frames_decoded=sum(t.decoded for t in totals),
+            decode_seconds=sum(t.seconds for t in totals),
+        )
+        self.position = job.last_step + 1
+        return job.fill.batch()
+
     def _hand_out(
         self, pool: EpisodePool, step: Step, slot: _Slot, job: Future[_Built] | None
     ) -> dict[str, Any]:
@@ -296,12 +386,19 @@ class Consumer:
         )
         transform = self._options.image_transforms
         if transform is not None:  # on the consumer's thread: a user's transform need not be thread-safe
-            info, depth = slot.part.catalog.info, slot.part.options.depth
-            for key in (*info.video_keys, *info.image_keys):
-                if key not in depth and key in item:  # lerobot does not transform depth maps either
-                    item[key] = transform(item[key])
+            self._transform(slot, item, transform)
         self.position = step.step + 1
         return item
+
+    @staticmethod
+    def _transform(
+        slot: _Slot, item: dict[str, Any], transform: Callable[[torch.Tensor], torch.Tensor]
+    ) -> None:
+        """Apply the user's image transform to each camera of `item`, in place."""
+        info, depth = slot.part.catalog.info, slot.part.options.depth
+        for key in (*info.video_keys, *info.image_keys):
+            if key not in depth and key in item:  # lerobot does not transform depth maps either
+                item[key] = transform(item[key])
 
     def _build(
         self, pool: EpisodePool, slot: _Slot, frame: int, after: Future[_Built] | None = None
@@ -373,6 +470,93 @@ class Consumer:
         if quantizer is not None:
             frames = quantizer.dequantize(frames, self._options.depth_unit)
         return frames.squeeze(0)
+
+
+class _BatchFill:
+    """One batch being built by the lane threads: each stackable tensor of a sample is copied straight
+    into its row of the key's buffer (allocated when the first sample with that key arrives); every
+    other value (strings, Python lists, a tensor whose shape or dtype differs between samples) is kept
+    per row and collated at the end by `reader.batch.collate`, so the batch equals collate's."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.keys: list[str] | None = None
+        self.buffers: dict[str, torch.Tensor] = {}
+        self.loose: dict[str, list[Any]] = {}
+        self.transform_lock = threading.Lock()
+        self._lock = threading.Lock()
+
+    def put(self, row: int, item: dict[str, Any]) -> None:
+        if row == 0:
+            self.keys = list(item)
+        for key, value in item.items():
+            buffer = self.buffers.get(key)
+            if buffer is None and key not in self.loose:
+                buffer = self._allocate(key, value)
+            if buffer is not None and _fits(buffer, value):
+                buffer[row].copy_(value)
+            else:
+                self._loosen(key, row, value)
+
+    def batch(self) -> dict[str, Any]:
+        assert self.keys is not None
+        loose = self.loose
+        rest = collate([{k: loose[k][row] for k in loose} for row in range(self.size)]) if loose else {}
+        return {key: rest[key] if key in rest else self.buffers[key] for key in self.keys}
+
+    def _allocate(self, key: str, value: Any) -> torch.Tensor | None:
+        with self._lock:
+            if key in self.buffers or key in self.loose:
+                return self.buffers.get(key)
+            if not _stackable(value):
+                self.loose[key] = [None] * self.size
+                return None
+            self.buffers[key] = torch.empty((self.size, *value.shape), dtype=value.dtype)
+            return self.buffers[key]
+
+    def _loosen(self, key: str, row: int, value: Any) -> None:
+        """Keep `value` per row (and, the first time, every row already copied into the key's buffer)."""
+        with self._lock:
+            if key not in self.loose:
+                buffer = self.buffers.pop(key)
+                self.loose[key] = [buffer[r] for r in range(self.size)]  # rows not yet filled are overwritten
+            self.loose[key][row] = value
+
+
+def _stackable(value: Any) -> bool:
+    return (
+        isinstance(value, torch.Tensor)
+        and value.device.type == "cpu"
+        and value.layout == torch.strided
+        and not value.is_nested
+    )
+
+
+def _fits(buffer: torch.Tensor, value: Any) -> bool:
+    return _stackable(value) and value.shape == buffer.shape[1:] and value.dtype == buffer.dtype
+
+
+@dataclass
+class _LaneTotals:
+    """What one lane counted while building its share of a batch."""
+
+    local: int = 0
+    decoded: int = 0
+    seconds: float = 0.0
+
+    def add(self, local: bool, decoded: int, seconds: float) -> None:
+        self.local += 1 if local else 0
+        self.decoded += decoded
+        self.seconds += seconds
+
+
+@dataclass(frozen=True)
+class _BatchJob:
+    """A batch submitted to the lanes: its last step, its buffers and one future per lane used."""
+
+    last_step: int
+    fill: _BatchFill
+    lanes: list[Future[_LaneTotals]]
 
 
 def _read_rows(reader: RowGroupReader, ref: EpisodeRef, catalog: Catalog, *, file: str) -> EpisodeRows:

@@ -3,7 +3,7 @@ iteration), and how it publishes its counters for `EpisodeStream.stats(all_proce
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -53,9 +53,10 @@ class ReaderProcessState:
             self.published.changed(now=force)
 
 
-def publishing(consumer: Consumer, process: ReaderProcessState) -> Iterator[dict[str, Any]]:
-    """Iterate `consumer`, publishing the process's counters once more when the iteration ends."""
+def publishing(items: Iterable[dict[str, Any]], process: ReaderProcessState) -> Iterator[dict[str, Any]]:
+    """Iterate a consumer's samples (or batches), publishing the process's counters once more when the
+    iteration ends."""
     try:
-        yield from consumer
+        yield from items
     finally:
         process.publish(force=True)

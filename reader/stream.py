@@ -390,6 +390,38 @@ class EpisodeStream(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
         num_workers, physical = (info.num_workers, info.id) if info is not None else (0, 0)
+        consumer, process = self._consumer(num_workers, physical)
+        return iter(()) if consumer is None else publishing(consumer, process)
+
+    def batches(
+        self, batch_size: int, *, threads: int | None = None, ahead: int = 2
+    ) -> Iterator[dict[str, Any]]:
+        """This rank's samples of the current epoch in batches, built in this process without DataLoader
+        workers: what `DataLoader(stream, batch_size, num_workers=0, collate_fn=reader.collate)` yields,
+        batch for batch (the same order, keys, dtypes and values), assembled by `threads` threads
+        (default: `decode_threads`, at least 1) that write each sample straight into its batch, `ahead`
+        batches ahead. `reader.BatchLoader` wraps it with `len` and exact resume.
+
+        Raises:
+            ValueError: called inside a DataLoader worker, or a bad argument.
+        """
+        if get_worker_info() is not None:
+            raise ValueError(
+                "Invalid stream.batches() call in a DataLoader worker. Expected it in the trainer's process "
+                "(iterate the stream itself through a DataLoader instead)."
+            )
+        lanes = (
+            check_int("threads", threads, 1) if threads is not None else max(1, self.options.decode_threads)
+        )
+        check_int("batch_size", batch_size, 1)
+        consumer, process = self._consumer(0, 0)
+        if consumer is None:
+            return iter(())
+        return publishing(consumer.batches(batch_size, lanes=lanes, ahead=ahead), process)
+
+    def _consumer(self, num_workers: int, physical: int) -> tuple[Consumer | None, ReaderProcessState]:
+        """The consumer this process iterates as worker `physical` of `num_workers` (None: a resume left
+        it nothing), registered as the process's running iteration."""
         schedule, history = self._resumed_schedule(num_workers)
         logical: int | None = physical
         start = 0
@@ -401,7 +433,7 @@ class EpisodeStream(IterableDataset):
         process = self._runtime()
         if logical is None:
             process.cursor = None
-            return iter(())
+            return None, process
         consumer = Consumer(
             schedule.emission(self.epoch, self.rank, logical),
             self.plan.entry_refs(self.seed, self.epoch, process.parts, schedule),
@@ -411,7 +443,7 @@ class EpisodeStream(IterableDataset):
             counters=process.counters,
         )
         process.cursor = IterationCursor(consumer, self.epoch, logical, num_workers, history)
-        return publishing(consumer, process)
+        return consumer, process
 
     def _pending(self) -> Resume | None:
         """The loaded state, when it is for the current epoch."""

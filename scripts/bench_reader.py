@@ -190,7 +190,7 @@ def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
     from torch.utils.data import DataLoader
 
     from cache import sum_cache_stats
-    from reader import EpisodeStream, collate
+    from reader import BatchLoader, EpisodeStream, collate
     from tests.servers import Faults, RangeServer
 
     server = None
@@ -214,15 +214,20 @@ def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
             **case["stream"],
         )
         opened = time.perf_counter() - began
-        loader = DataLoader(
-            Reporting(stream, reports),
-            batch_size=case["batch_size"],
-            num_workers=case["workers"],
-            collate_fn=collate if case.get("collate") else None,
-            **worker_settings(case["workers"], case.get("context")),
-        )
-        timing = _iterate(loader, began, stream.meta.camera_keys)
-        stats = [reports.get(timeout=60) for _ in range(max(1, case["workers"]))]
+        if case.get("loader") == "batch":  # reader.BatchLoader: threads in this process, no DataLoader
+            loader: Any = BatchLoader(stream, case["batch_size"])
+            timing = _iterate(loader, began, stream.meta.camera_keys)
+            stats = [stream.stats().to_dict()]
+        else:
+            loader = DataLoader(
+                Reporting(stream, reports),
+                batch_size=case["batch_size"],
+                num_workers=case["workers"],
+                collate_fn=collate if case.get("collate") else None,
+                **worker_settings(case["workers"], case.get("context")),
+            )
+            timing = _iterate(loader, began, stream.meta.camera_keys)
+            stats = [reports.get(timeout=60) for _ in range(max(1, case["workers"]))]
         del loader
         join_workers()
         cpu = _cpu_seconds() - cpu
@@ -587,10 +592,12 @@ def reader_case(
     mode: str = "single",
     workers: int | None = None,
     context: str | None = None,
+    loader: str = "dataloader",
     **stream: Any,
 ) -> Case:
     case = {
         "kind": kind,
+        "loader": loader,
         "collate": collate,
         "uint8": uint8,
         "mode": mode,
@@ -601,7 +608,7 @@ def reader_case(
         "batch_size": args.batch_size,
         "stream": {"prefetch_episodes": args.prefetch, **stream},
     }
-    settings = {k: case[k] for k in ("kind", "collate", "uint8", "mode", "context", "workers")}
+    settings = {k: case[k] for k in ("kind", "loader", "collate", "uint8", "mode", "context", "workers")}
     # decode-only hands nothing to a DataLoader: it has no transport.
     settings["transport"] = None if kind == "decode-only" else transport(settings)
     return Case(
@@ -952,6 +959,9 @@ def run(args: argparse.Namespace) -> None:
         # process; `decode_threads` threads decode, the trainer's thread assembles batches) and (c) the
         # same pipeline in one loader process per rank (one DataLoader worker, batches over shared memory).
         for threads in (2, 3):
+            planned[f"lrs1-single-uint8-batchloader{threads}"] = reader_case(
+                lrs, args, http=False, workers=0, loader="batch", decode_threads=threads
+            )
             planned[f"lrs1-single-uint8-threads{threads}"] = reader_case(
                 lrs, args, http=False, workers=0, decode_threads=threads
             )

@@ -182,6 +182,19 @@ def test_the_training_snippet_runs_and_resumes(work: Path, sample_resharded_ds: 
         assert done.stdout.startswith("prewarm: "), done.stdout
 
 
+def test_the_batch_loader_snippet_runs(work: Path, sample_resharded_ds: Path) -> None:
+    (snippet,) = [b for b in blocks("python") if "BatchLoader(" in b]
+    bucket = work / "bucket" / "aloha-lrs"
+    if not bucket.exists():
+        shutil.copytree(sample_resharded_ds, bucket)
+    done = subprocess.run(
+        [sys.executable, "-c", relocate(snippet, work)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    batches, consumed = done.stdout.split()[:2]
+    assert int(consumed) == 1 and int(batches) == -(-DatasetMeta.open(str(bucket)).total_frames // 8)
+
+
 def test_the_mixture_snippet_runs(work: Path, sample_resharded_ds: Path) -> None:
     (snippet,) = [b for b in blocks("python") if "weights=[" in b]
     for name in ("aloha-lrs", "pusht-lrs"):

@@ -4,7 +4,7 @@
 
 The spec names the dataset (`root`; a list of them and optional `weights` make a mixture, whose
 samples are recorded as [dataset_index, episode, frame]), the DataLoader (`num_workers`, `method`: fork, spawn or forkserver,
-`batch_size`), the stream (`seed`, `pool`), an optional resume `state` and `stop_after` batches. The job
+`batch_size`; or `"loader": "batch"` and `threads` for a `reader.BatchLoader`), the stream (`seed`, `pool`), an optional resume `state` and `stop_after` batches. The job
 writes `{"batches": [[[episode, frame], ...], ...], "state": ...}` to `out` (with `.rank<R>` appended
 under torch.distributed), so a resume always runs in a new process, as a restarted trainer does.
 """
@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from reader import EpisodeStream, ResumableLoader
+from reader import BatchLoader, EpisodeStream, ResumableLoader
 
 
 def flip(frames: torch.Tensor) -> torch.Tensor:
@@ -42,14 +42,18 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         delta_timestamps=spec.get("delta_timestamps"),
     )
     workers = spec["num_workers"]
-    loader = ResumableLoader(
-        DataLoader(
-            stream,
-            batch_size=spec.get("batch_size", 4),
-            num_workers=workers,
-            multiprocessing_context=spec.get("method") if workers else None,
+    loader: ResumableLoader | BatchLoader
+    if spec.get("loader") == "batch":  # threads in this process: no DataLoader, no workers
+        loader = BatchLoader(stream, spec.get("batch_size", 4), threads=spec.get("threads"))
+    else:
+        loader = ResumableLoader(
+            DataLoader(
+                stream,
+                batch_size=spec.get("batch_size", 4),
+                num_workers=workers,
+                multiprocessing_context=spec.get("method") if workers else None,
+            )
         )
-    )
     if spec.get("state") is not None:
         loader.load_state_dict(spec["state"])
     batches, stop = [], spec.get("stop_after")
