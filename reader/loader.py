@@ -80,21 +80,33 @@ class BatchLoader:
         batch_size: samples per batch; the epoch's last batch may be smaller.
         threads: threads building samples (default: the stream's `decode_threads`, at least 1).
         batches_ahead: batches built while the current one is handed out.
+        channels_last: video frames in channels-last memory order (same shapes and values; see
+            `EpisodeStream.batches`): cheaper on the CPU, `.contiguous()` on the GPU if needed.
     """
 
     def __init__(
-        self, stream: EpisodeStream, batch_size: int, *, threads: int | None = None, batches_ahead: int = 2
+        self,
+        stream: EpisodeStream,
+        batch_size: int,
+        *,
+        threads: int | None = None,
+        batches_ahead: int = 2,
+        channels_last: bool = False,
     ) -> None:
         if not isinstance(stream, EpisodeStream):
             raise ValueError(f"Invalid stream ({type(stream).__name__}). Expected an EpisodeStream.")
         self.stream, self.batch_size = stream, check_int("batch_size", batch_size, 1)
         self.threads = None if threads is None else check_int("threads", threads, 1)
         self.batches_ahead = check_int("batches_ahead", batches_ahead, 0)
+        self.channels_last = bool(channels_last)
         self.batches = 0
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self.batches = self.stream.pending_batches(0)
-        for batch in self.stream.batches(self.batch_size, threads=self.threads, ahead=self.batches_ahead):
+        batches = self.stream.batches(
+            self.batch_size, threads=self.threads, ahead=self.batches_ahead, channels_last=self.channels_last
+        )
+        for batch in batches:
             self.batches += 1
             yield batch
 

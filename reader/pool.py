@@ -284,7 +284,9 @@ class Consumer:
                 executor.shutdown(wait=True, cancel_futures=True)
             pool.close()
 
-    def batches(self, batch_size: int, *, lanes: int, ahead: int) -> Iterator[dict[str, Any]]:
+    def batches(
+        self, batch_size: int, *, lanes: int, ahead: int, channels_last: frozenset[str] = frozenset()
+    ) -> Iterator[dict[str, Any]]:
         """The consumer's samples from `start` on, in batches of `batch_size` (the last one may be
         smaller), each the batch `DataLoader(..., num_workers=0, collate_fn=reader.collate)` would give.
 
@@ -292,7 +294,8 @@ class Consumer:
         build the samples of a batch (a piece always on the same lane, so its decoders read forward in
         emission order without waiting on each other) and copy each tensor straight into its row of the
         batch's buffer; `ahead` batches are built while the current one is handed out. The trainer's
-        thread only walks the plan, admits pieces and hands finished batches out.
+        thread only walks the plan, admits pieces and hands finished batches out. The keys in
+        `channels_last` come in (..., H, W, C) memory order (the same shapes and values).
         """
         check_int("batch_size", batch_size, 1)
         check_int("lanes", lanes, 1)
@@ -308,7 +311,7 @@ class Consumer:
         try:
             steps = self.emission.steps(self.start)
             while chunk := list(itertools.islice(steps, batch_size)):
-                pending.append(self._submit_batch(pool, chunk, executors))
+                pending.append(self._submit_batch(pool, chunk, executors, channels_last))
                 if len(pending) > ahead:
                     yield self._finish_batch(pending.popleft())
             while pending:
@@ -322,7 +325,11 @@ class Consumer:
             pool.close()
 
     def _submit_batch(
-        self, pool: EpisodePool, steps: list[Step], executors: Sequence[ThreadPoolExecutor]
+        self,
+        pool: EpisodePool,
+        steps: list[Step],
+        executors: Sequence[ThreadPoolExecutor],
+        channels_last: frozenset[str],
     ) -> _BatchJob:
         """Admit the batch's pieces (in emission order, on this thread) and start building its samples."""
         by_lane: list[list[tuple[int, Step, _Slot]]] = [[] for _ in executors]
@@ -333,7 +340,7 @@ class Consumer:
             by_lane[step.piece % len(executors)].append((row, step, slot))
             if step.last:
                 pool.release(step.piece)  # the lane's job holds the slot until it has built the sample
-        fill = _BatchFill(len(steps))
+        fill = _BatchFill(len(steps), channels_last)
         lanes = [
             executor.submit(self._fill, pool, fill, samples)
             for executor, samples in zip(executors, by_lane, strict=True)
@@ -478,11 +485,13 @@ class _BatchFill:
     other value (strings, Python lists, a tensor whose shape or dtype differs between samples) is kept
     per row and collated at the end by `reader.batch.collate`, so the batch equals collate's."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, channels_last: frozenset[str] = frozenset()) -> None:
         self.size = size
         self.keys: list[str] | None = None
         self.buffers: dict[str, torch.Tensor] = {}
+        self.kinds: dict[str, tuple[torch.Size, torch.dtype]] = {}  # key -> its rows' shape and dtype
         self.loose: dict[str, list[Any]] = {}
+        self.channels_last = channels_last
         self.transform_lock = threading.Lock()
         self._lock = threading.Lock()
 
@@ -493,7 +502,11 @@ class _BatchFill:
             buffer = self.buffers.get(key)
             if buffer is None and key not in self.loose:
                 buffer = self._allocate(key, value)
-            if buffer is not None and _fits(buffer, value):
+            if (
+                buffer is not None
+                and isinstance(value, torch.Tensor)
+                and (value.shape, value.dtype) == self.kinds[key]
+            ):
                 buffer[row].copy_(value)
             else:
                 self._loosen(key, row, value)
@@ -511,8 +524,15 @@ class _BatchFill:
             if not _stackable(value):
                 self.loose[key] = [None] * self.size
                 return None
-            self.buffers[key] = torch.empty((self.size, *value.shape), dtype=value.dtype)
-            return self.buffers[key]
+            if key in self.channels_last and value.dim() >= 3:
+                # (..., C, H, W) kept as (..., H, W, C) in memory: a decoded frame is laid out so (torchcodec
+                # permutes its HWC frames), and copying it in is then a plain copy, not a transposition.
+                shape = (self.size, *value.shape[:-3], *value.shape[-2:], value.shape[-3])
+                buffer = torch.empty(shape, dtype=value.dtype).movedim(-1, -3)
+            else:
+                buffer = torch.empty((self.size, *value.shape), dtype=value.dtype)
+            self.buffers[key], self.kinds[key] = buffer, (value.shape, value.dtype)
+            return buffer
 
     def _loosen(self, key: str, row: int, value: Any) -> None:
         """Keep `value` per row (and, the first time, every row already copied into the key's buffer)."""
@@ -530,10 +550,6 @@ def _stackable(value: Any) -> bool:
         and value.layout == torch.strided
         and not value.is_nested
     )
-
-
-def _fits(buffer: torch.Tensor, value: Any) -> bool:
-    return _stackable(value) and value.shape == buffer.shape[1:] and value.dtype == buffer.dtype
 
 
 @dataclass

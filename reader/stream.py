@@ -394,13 +394,16 @@ class EpisodeStream(IterableDataset):
         return iter(()) if consumer is None else publishing(consumer, process)
 
     def batches(
-        self, batch_size: int, *, threads: int | None = None, ahead: int = 2
+        self, batch_size: int, *, threads: int | None = None, ahead: int = 2, channels_last: bool = False
     ) -> Iterator[dict[str, Any]]:
         """This rank's samples of the current epoch in batches, built in this process without DataLoader
         workers: what `DataLoader(stream, batch_size, num_workers=0, collate_fn=reader.collate)` yields,
         batch for batch (the same order, keys, dtypes and values), assembled by `threads` threads
         (default: `decode_threads`, at least 1) that write each sample straight into its batch, `ahead`
-        batches ahead. `reader.BatchLoader` wraps it with `len` and exact resume.
+        batches ahead. `reader.BatchLoader` wraps it with `len` and exact resume. With `channels_last`,
+        video frames come in channels-last memory order (`torch.channels_last` for one frame per camera):
+        the same shapes and values, without the per-frame transposition a (C, H, W)-contiguous batch
+        costs on the CPU (call `.contiguous()` on the GPU if a model needs it).
 
         Raises:
             ValueError: called inside a DataLoader worker, or a bad argument.
@@ -417,7 +420,14 @@ class EpisodeStream(IterableDataset):
         consumer, process = self._consumer(0, 0)
         if consumer is None:
             return iter(())
-        return publishing(consumer.batches(batch_size, lanes=lanes, ahead=ahead), process)
+        cameras = (
+            frozenset(k for s in self.sources for k in s.catalog.info.video_keys)
+            if channels_last
+            else frozenset()
+        )
+        return publishing(
+            consumer.batches(batch_size, lanes=lanes, ahead=ahead, channels_last=cameras), process
+        )
 
     def _consumer(self, num_workers: int, physical: int) -> tuple[Consumer | None, ReaderProcessState]:
         """The consumer this process iterates as worker `physical` of `num_workers` (None: a resume left

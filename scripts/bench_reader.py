@@ -215,7 +215,9 @@ def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
         )
         opened = time.perf_counter() - began
         if case.get("loader") == "batch":  # reader.BatchLoader: threads in this process, no DataLoader
-            loader: Any = BatchLoader(stream, case["batch_size"])
+            loader: Any = BatchLoader(
+                stream, case["batch_size"], channels_last=case.get("channels_last", False)
+            )
             timing = _iterate(loader, began, stream.meta.camera_keys)
             stats = [stream.stats().to_dict()]
         else:
@@ -593,11 +595,13 @@ def reader_case(
     workers: int | None = None,
     context: str | None = None,
     loader: str = "dataloader",
+    channels_last: bool = False,
     **stream: Any,
 ) -> Case:
     case = {
         "kind": kind,
         "loader": loader,
+        "channels_last": channels_last,
         "collate": collate,
         "uint8": uint8,
         "mode": mode,
@@ -608,7 +612,8 @@ def reader_case(
         "batch_size": args.batch_size,
         "stream": {"prefetch_episodes": args.prefetch, **stream},
     }
-    settings = {k: case[k] for k in ("kind", "loader", "collate", "uint8", "mode", "context", "workers")}
+    keys = ("kind", "loader", "channels_last", "collate", "uint8", "mode", "context", "workers")
+    settings = {k: case[k] for k in keys}
     # decode-only hands nothing to a DataLoader: it has no transport.
     settings["transport"] = None if kind == "decode-only" else transport(settings)
     return Case(
@@ -961,6 +966,9 @@ def run(args: argparse.Namespace) -> None:
         for threads in (2, 3):
             planned[f"lrs1-single-uint8-batchloader{threads}"] = reader_case(
                 lrs, args, http=False, workers=0, loader="batch", decode_threads=threads
+            )
+            planned[f"lrs1-single-uint8-batchloader{threads}-channels-last"] = reader_case(
+                lrs, args, http=False, workers=0, loader="batch", channels_last=True, decode_threads=threads
             )
             planned[f"lrs1-single-uint8-threads{threads}"] = reader_case(
                 lrs, args, http=False, workers=0, decode_threads=threads

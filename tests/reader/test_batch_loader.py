@@ -47,6 +47,20 @@ def test_batches_equal_a_main_process_dataloader(small: tuple[Path, Path], threa
     assert isinstance(got[0]["task"], list) and got[0]["observation.images.cam0"].is_contiguous()
 
 
+@pytest.mark.parametrize("uint8", [False, True], ids=["float32", "uint8"])
+def test_channels_last_batches_hold_the_same_values_laid_out_hwc(
+    small: tuple[Path, Path], uint8: bool
+) -> None:
+    want = _dataloader(_stream(small[1], return_uint8=uint8), 5)
+    got = list(BatchLoader(_stream(small[1], return_uint8=uint8), 5, channels_last=True))
+    _assert_batches_equal(got, want)
+    single, window = got[0]["observation.images.cam1"], got[0]["observation.images.cam0"]
+    assert single.dim() == 4 and single.is_contiguous(memory_format=torch.channels_last)
+    assert not single.is_contiguous()
+    assert window.dim() == 5 and window.movedim(-3, -1).is_contiguous()  # (B, T, H, W, C) in memory
+    assert got[0]["action"].is_contiguous()  # only the cameras
+
+
 def test_a_mixture_and_a_transform_equal_the_dataloader_too(small: tuple[Path, Path]) -> None:
     def stream() -> EpisodeStream:
         return _stream([small[0], small[1]], weights=[1, 2], samples_per_epoch=50, image_transforms=flip)
