@@ -1103,15 +1103,24 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
 def mixing_table(lrs: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     """EpisodeStream's mixing at its defaults (computed from its schedule: the order is a pure function
     of it) against a shuffled map-style dataset (a uniform permutation of every frame, as lerobot's
-    DataLoader(shuffle=True) draws), at each batch size, with `--workers` workers."""
+    DataLoader(shuffle=True) draws), at each batch size, with `--workers` workers and with none (one
+    consumer per rank, as `reader.BatchLoader` reads)."""
     from reader import EpisodeStream
 
     lengths = EpisodeStream(lrs).lengths
     rows = []
     for batch_size in (int(b) for b in args.mixing_batch_sizes.split(",")):
         ours = mixing(stream_batches(str(lrs), batch_size, args.workers))
+        alone = mixing(stream_batches(str(lrs), batch_size, 0))  # one consumer: BatchLoader's batches
         uniform = mixing(uniform_batches(lengths, batch_size, seed=0))
-        rows.append({"batch_size": batch_size, "episode_stream": ours, "uniform_shuffle": uniform})
+        rows.append(
+            {
+                "batch_size": batch_size,
+                "episode_stream": ours,
+                "episode_stream_batch_loader": alone,
+                "uniform_shuffle": uniform,
+            }
+        )
     return rows
 
 
