@@ -967,6 +967,16 @@ def run(args: argparse.Namespace) -> None:
             planned[f"lrs1-single-uint8-batchloader{threads}"] = reader_case(
                 lrs, args, http=False, workers=0, loader="batch", decode_threads=threads
             )
+            planned[f"lrs1-single-batchloader{threads}"] = reader_case(
+                lrs,
+                args,
+                http=False,
+                workers=0,
+                loader="batch",
+                uint8=False,
+                collate=False,
+                decode_threads=threads,
+            )
             planned[f"lrs1-single-uint8-batchloader{threads}-channels-last"] = reader_case(
                 lrs, args, http=False, workers=0, loader="batch", channels_last=True, decode_threads=threads
             )
