@@ -431,7 +431,19 @@ class EpisodeStream(IterableDataset):
 
     def _consumer(self, num_workers: int, physical: int) -> tuple[Consumer | None, ReaderProcessState]:
         """The consumer this process iterates as worker `physical` of `num_workers` (None: a resume left
-        it nothing), registered as the process's running iteration."""
+        it nothing), registered as the process's running iteration.
+
+        Raises:
+            ValueError: the spec names another `num_workers` (what `lrs prewarm --spec` planned for).
+        """
+        if self._spec.num_workers is not None and self._spec.num_workers != num_workers:
+            how = f"a DataLoader with {num_workers} workers" if num_workers else "one consumer per rank"
+            raise ValueError(
+                f"Invalid num_workers for this stream (it is read by {how}; its spec says "
+                f"num_workers={self._spec.num_workers}). Expected the count the stream was built with: "
+                "`lrs prewarm --spec` plans the order that count gives (BatchLoader and num_workers=0 "
+                "read one consumer per rank)."
+            )
         schedule, history = self._resumed_schedule(num_workers)
         logical: int | None = physical
         start = 0

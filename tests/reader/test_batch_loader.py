@@ -161,6 +161,13 @@ def test_batches_are_refused_in_a_dataloader_worker_and_bad_arguments_named(smal
         BatchLoader(_stream(small[1]), 0)
     with pytest.raises(ValueError, match=r"Invalid threads \(0\)"):
         BatchLoader(_stream(small[1]), 4, threads=0)
+    with pytest.raises(
+        ValueError, match=r"Invalid num_workers for this stream .*one consumer per rank.* num_workers=2"
+    ):
+        list(BatchLoader(_stream(small[1], num_workers=2), 4))
+    with pytest.raises(ValueError, match=r"a DataLoader with 0 workers|one consumer per rank"):
+        list(DataLoader(_stream(small[1], num_workers=2), batch_size=4))
+    assert list(BatchLoader(_stream(small[1], num_workers=0), 40))  # what lrs prewarm --spec then plans
     with pytest.raises(ValueError, match=r"Invalid stream \(DataLoader\)"):
         BatchLoader(DataLoader(_stream(small[1])), 4)  # type: ignore[arg-type]
 
