@@ -133,4 +133,4 @@ def png_bytes(image: Image.Image) -> bytes:
 
 def write_png(image: Image.Image, path: Path) -> None:
     """Write `image` as a PNG at `path` atomically (a temp file beside it, then a rename)."""
-    atomic_write(str(path), png_bytes(image))
+    atomic_write(str(path.absolute()), png_bytes(image))  # `x.png` is in the working directory

@@ -86,6 +86,16 @@ def test_show_writes_a_strip_per_camera_of_the_episodes_frames(
         assert np.abs(depth_tile[..., 1].astype(int) - depth_tile[..., 2]).max() > 40
 
 
+def test_a_relative_out_is_in_the_working_directory(
+    datasets: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, lines = lrs("show", str(datasets["v3-one-camera"]), "--frames", "2", "--out", "ep.png")
+    assert code == 0 and lines[-1].startswith("wrote ep.png ("), lines
+    assert Image.open(tmp_path / "ep.png").size == (CanvasLayout().min_width, Image.open("ep.png").height)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ep.png"]  # no temporary file left
+
+
 @pytest.mark.parametrize("name", ["v3-depth", "lrs1-depth"])
 def test_an_episode_out_of_range_is_one_line_exit_3(
     datasets: dict[str, Path], tmp_path: Path, name: str
