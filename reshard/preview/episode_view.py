@@ -10,11 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from reader.errors import DatasetError
+
+if TYPE_CHECKING:
+    from reader.metadata import DatasetMeta
 
 # lerobot's bookkeeping columns: they are in every sample but are no curve worth drawing.
 STANDARD_COLUMNS = frozenset({"timestamp", "frame_index", "episode_index", "index", "task_index"})
@@ -142,7 +145,7 @@ def read_episode_view(
 
 def _collect(
     items: Iterable[Mapping[str, Any]],
-    meta: Any,
+    meta: DatasetMeta,
     *,
     episode: int,
     source: str,
