@@ -13,9 +13,13 @@ On an `lrs sample` dataset resharded to lrs/1, with a small ACT (random backbone
 1. `lrs train` for `--steps` steps, checkpointing halfway and at the end;
 2. `lrs train --resume=true` from the halfway checkpoint, to the same step: its batches must be the
    uninterrupted run's second half, in order (exact resume from lerobot's checkpoint);
-3. `torchrun --nproc-per-node 2 lrs train --policy.device=cpu` (two CPU processes over gloo, as
-   `accelerate launch --multi_gpu` starts them) for one epoch: the two ranks' samples together
-   must be every frame once (less the fewer than 2 frames an epoch drops), the same count per rank;
+3. two CPU processes over gloo for one epoch, started by each launcher users run:
+   `torchrun --nproc-per-node 2 lrs train --policy.device=cpu ...` and
+   `accelerate launch --multi_gpu --num_processes 2 lrs train --policy.device=cpu ...` (accelerate's
+   `--cpu` starts a single process unless MPI is set up; `--multi_gpu` runs torch's elastic launcher,
+   and lerobot's `Accelerator(cpu=True)` joins the processes over gloo): under each, the two ranks'
+   samples together must be every frame once (less the fewer than 2 frames an epoch drops), the same
+   count per rank;
 4. with `--compare`, lerobot's own `lerobot-train` on the source v3 dataset, same flags and seed, for
    seconds per step, lerobot's `data_s` per step and the loss beside `lrs train`'s.
 
@@ -29,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -57,6 +62,7 @@ ACT = [
     "--log_freq=1",
 ]
 TIMEOUT_S = 1800  # a run that hangs (at exit, say) fails the check instead of blocking it
+RANKS_TIMEOUT_S = 600  # an epoch on 2 ranks takes about a minute on 2 cores
 LOG = re.compile(r"step:(\d+)\S* .*?loss:([\d.]+).*?updt_s:([\d.]+) data_s:([\d.]+)")
 
 
@@ -70,7 +76,9 @@ def tool(name: str) -> str:
     return str(path)
 
 
-def run(name: str, cmd: list[str], work: Path, record: Path | None = None) -> dict[str, Any]:
+def run(
+    name: str, cmd: list[str], work: Path, record: Path | None = None, timeout_s: float = TIMEOUT_S
+) -> dict[str, Any]:
     """Run `cmd`, its output in `work/<name>.log`; the steps lerobot logged (loss, updt_s, data_s)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("LRS_TRAIN_RECORD", None)
@@ -80,16 +88,20 @@ def run(name: str, cmd: list[str], work: Path, record: Path | None = None) -> di
     log = work / f"{name}.log"
     start = time.perf_counter()
     with open(log, "w") as out:
+        # Its own process group: a launcher that times out is stopped with every rank it started.
+        process = subprocess.Popen(
+            cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
-            done = subprocess.run(
-                cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT, check=False, timeout=TIMEOUT_S
-            )
+            returncode = process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            raise SystemExit(f"Error: {name} ran past {TIMEOUT_S} s (log {log}).") from None
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise SystemExit(f"Error: {name} ran past {timeout_s} s (log {log}).") from None
     seconds = time.perf_counter() - start
-    if done.returncode != 0:
+    if returncode != 0:
         tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
-        raise SystemExit(f"Error: {name} exited {done.returncode} (log {log}):\n{tail}")
+        raise SystemExit(f"Error: {name} exited {returncode} (log {log}):\n{tail}")
     steps = [tuple(float(x) for x in m.groups()) for m in LOG.finditer(log.read_text())]
     return {"seconds": round(seconds, 1), "steps": steps}
 
@@ -168,27 +180,48 @@ def check_resume(work: Path, lrs: str, dataset: Path, steps: int) -> dict[str, A
     }
 
 
-def check_ranks(work: Path, lrs: str, dataset: Path) -> dict[str, Any]:
-    """Step 3: two CPU processes under accelerate, one epoch, every frame once across the ranks."""
+def launcher(name: str) -> list[str]:
+    """The command line that starts 2 CPU processes of what follows it, under `name`."""
+    if name == "torchrun":
+        return [tool("torchrun"), "--nproc-per-node", "2", "--master-port", "29517"]
+    # `--multi_gpu` is accelerate's torch elastic launcher whatever the device; the flags after it are
+    # what accelerate would otherwise warn it chose.
+    return [
+        tool("accelerate"),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        "29518",
+    ]
+
+
+def check_ranks(work: Path, lrs: str, dataset: Path, name: str) -> dict[str, Any]:
+    """Step 3: two CPU processes under launcher `name`, one epoch, every frame once across the ranks."""
     from reader import EpisodeStream
     from reshard.train.train_loader import TrainLoader
 
     stream = EpisodeStream(str(dataset), batch_size=BATCH, rank=0, world_size=2, return_uint8=True)
     per_epoch = len(TrainLoader(stream, batch_size=BATCH, num_workers=WORKERS))
-    out = work / "ranks"
+    out = work / f"ranks-{name}"
     shutil.rmtree(out, ignore_errors=True)
-    # torchrun (what `accelerate launch --multi_gpu` runs); lerobot's Accelerator(cpu=True), from
-    # --policy.device=cpu, joins the two processes over gloo. (accelerate's `--cpu` alone starts one
-    # process unless MPI is set up.)
-    launch = [tool("torchrun"), "--nproc-per-node", "2", "--master-port", "29517"]
-    cmd = [*launch, lrs, "train", *ACT, f"--dataset.repo_id={dataset}", f"--steps={per_epoch}"]
-    result = run("ranks", [*cmd, f"--output_dir={out}", "--save_checkpoint=false"], work, work / "rec-ranks")
-    ranks = [
-        [i for b in batches(work / "rec-ranks", r) if b["epoch"] == 0 for i in b["index"]] for r in (0, 1)
-    ]
+    record = work / f"rec-ranks-{name}"
+    shutil.rmtree(record, ignore_errors=True)
+    cmd = [*launcher(name), lrs, "train", *ACT, f"--dataset.repo_id={dataset}", f"--steps={per_epoch}"]
+    full = [*cmd, f"--output_dir={out}", "--save_checkpoint=false"]
+    result = run(f"ranks-{name}", full, work, record, timeout_s=RANKS_TIMEOUT_S)
+    ranks = [[i for b in batches(record, r) if b["epoch"] == 0 for i in b["index"]] for r in (0, 1)]
     union = ranks[0] + ranks[1]
     frames = frames_of(dataset)
     return {
+        "launcher": name,
         "processes": 2,
         "steps": per_epoch,
         "seconds": result["seconds"],
@@ -238,11 +271,13 @@ def main() -> int:
         "python": sys.version.split()[0],
     }
     report["single"] = check_resume(work, lrs, dataset, args.steps)
-    report["two_ranks"] = check_ranks(work, lrs, dataset)
+    report["two_ranks"] = check_ranks(work, lrs, dataset, "torchrun")
+    report["two_ranks_accelerate"] = check_ranks(work, lrs, dataset, "accelerate")
     if args.compare:
         report["compare"] = compare(work, lrs, source, dataset, args.steps)
-    ok = report["single"]["resume_exact"] and report["two_ranks"]["every_frame_once"]
-    ok = ok and report["two_ranks"]["equal_ranks"]
+    ok = report["single"]["resume_exact"]
+    for ranks in (report["two_ranks"], report["two_ranks_accelerate"]):
+        ok = ok and ranks["every_frame_once"] and ranks["equal_ranks"]
     report["ok"] = bool(ok)
     print(json.dumps(report))
     return 0 if ok else 1

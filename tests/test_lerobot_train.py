@@ -53,10 +53,14 @@ def test_lrs_train_trains_resumes_and_splits_ranks(lerobot_python: str, tmp_path
     assert done.returncode in (0, 1), done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["lerobot"].startswith("0.6.")
-    single, ranks = report["single"], report["two_ranks"]
+    single = report["single"]
     assert single["resume_exact"], single
     assert single["resumed_batches"] == single["steps"] - single["resumed_at_step"]
-    assert ranks["every_frame_once"] and ranks["equal_ranks"], ranks
+    # The same epoch on 2 CPU ranks under torchrun and under `accelerate launch --multi_gpu`.
+    for key, launcher in (("two_ranks", "torchrun"), ("two_ranks_accelerate", "accelerate")):
+        ranks = report[key]
+        assert ranks["launcher"] == launcher and ranks["processes"] == 2, ranks
+        assert ranks["every_frame_once"] and ranks["equal_ranks"], ranks
     assert report["ok"]
 
 

@@ -58,6 +58,7 @@ with _quiet_sigint_while_importing():
     from reshard.cli.push_command import push_command
     from reshard.cli.reshard_command import reshard_cmd
     from reshard.cli.sample_command import sample
+    from reshard.cli.show_command import show_cmd
     from reshard.cli.train_command import train_cmd
     from reshard.cli.verify_command import verify_cmd
 
@@ -72,6 +73,7 @@ for _command in (
     prewarm_command,
     sample,
     describe_cmd,
+    show_cmd,
     demo,
     train_cmd,
 ):

@@ -22,7 +22,7 @@ from reshard.cli import cli, main
 from reshard.execute import ReshardOptions
 
 COMMANDS = [["describe"], ["inspect"], ["doctor"], ["verify"], ["reshard", "--out", "OUT"],
-            ["prewarm", "--cache-dir", "OUT"], ["push", "DIR"]]  # fmt: skip
+            ["prewarm", "--cache-dir", "OUT"], ["push", "DIR"], ["show", "--out", "OUT.png"]]  # fmt: skip
 
 
 def lrs(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -37,7 +37,8 @@ def _args(command: list[str], url: str, tmp_path: Path) -> list[str]:
     if command[0] == "push":  # push DIR URL: the URL is the target
         (tmp_path / "dir").mkdir(exist_ok=True)
         return ["push", str(tmp_path / "dir"), url]
-    return [command[0], url, *[out if a == "OUT" else a for a in command[1:]]]
+    places = {"OUT": out, "OUT.png": f"{out}.png"}
+    return [command[0], url, *[places.get(a, a) for a in command[1:]]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[c[0] for c in COMMANDS])
@@ -54,7 +55,7 @@ def test_a_missing_filesystem_package_is_one_line_naming_it(command: list[str], 
         "Error: Invalid dataset location (gs://bucket/ds): gs:// needs the package gcsfs, which is not "
         "installed. Expected it installed: pip install gcsfs."
     )
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.png").exists()
 
 
 def test_a_stream_without_s3fs_raises_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
