@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import inspect
 import json
 import multiprocessing
 import os
@@ -429,17 +430,7 @@ from torch.utils.data import DataLoader
 began = time.perf_counter()
 
 
-def tree_cpu():  # as _tree_cpu_seconds in bench_reader.py
-    t = os.times()
-    total = t.user + t.system
-    for child in multiprocessing.active_children():
-        try:
-            with open(f"/proc/{child.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+%(tree_cpu)s
 
 
 def main():  # spawned DataLoader workers import this file: run only as __main__
@@ -480,8 +471,8 @@ def main():  # spawned DataLoader workers import this file: run only as __main__
         if i + 1 >= warmup:
             arrivals.append(now)
         if i + 1 == warmup:
-            warm, warm_samples, warm_cpu = now, samples, tree_cpu()
-    end, end_cpu = time.perf_counter(), tree_cpu()
+            warm, warm_samples, warm_cpu = now, samples, _tree_cpu_seconds()
+    end, end_cpu = time.perf_counter(), _tree_cpu_seconds()
     del loader
     gc.collect()  # see join_workers in bench_reader.py: reap every worker, so that its CPU is counted
     for child in multiprocessing.active_children():
@@ -630,7 +621,9 @@ def lerobot_case(v3: Path, script: Path, args: argparse.Namespace, *, mode: str,
     if not Path(python).exists():
         print(f"no lerobot reference venv at {python}: skipping the lerobot case", file=sys.stderr)
         return None
-    script.write_text(LEROBOT_SCRIPT % {"prefetch": PREFETCH_FACTOR, "persistent": PERSISTENT_WORKERS})
+    # The child measures its CPU as this process does: the one `_tree_cpu_seconds`, copied in as source.
+    settings = {"prefetch": PREFETCH_FACTOR, "persistent": PERSISTENT_WORKERS}
+    script.write_text(LEROBOT_SCRIPT % {**settings, "tree_cpu": inspect.getsource(_tree_cpu_seconds)})
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
     argv = [str(python), str(script), str(v3), str(args.batch_size), str(args.workers), str(WARMUP_BATCHES),
             args.context, "uint8" if uint8 else "float32", json.dumps(MODES[mode]), "lerobot"]  # fmt: skip

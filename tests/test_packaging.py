@@ -10,6 +10,12 @@ from pathlib import Path
 from reshard.distribution import DISTRIBUTION
 
 
+def _run_python(code: str, cwd: Path | None = None) -> None:
+    """Run `code` in a fresh interpreter (in `cwd`); fail with its stderr unless it exits 0."""
+    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_distribution_is_lrs_lerobot_with_the_lrs_command() -> None:
     dist = metadata.distribution(DISTRIBUTION)
     assert dist.metadata["Name"] == "lrs-lerobot"
@@ -25,38 +31,35 @@ def test_imports_hold_in_a_directory_with_cache_and_reader_folders(tmp_path: Pat
     default editable finder, `from reader import EpisodeStream` failed there with an ImportError."""
     for name in ("cache/lrs1-abc", "reader/x", "reshard"):
         (tmp_path / name).mkdir(parents=True)
-    code = "from reader import EpisodeStream, DatasetMeta; from cache import NodeCache; import reshard.cli"
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    _run_python(
+        "from reader import EpisodeStream, DatasetMeta; from cache import NodeCache; import reshard.cli",
+        tmp_path,
+    )
 
 
 def test_the_packages_load_their_exports_on_first_use() -> None:
     """`import reshard` and `import reader` (what `lrs --help` loads first) import none of their jobs
     or the stream until a name is used."""
-    code = (
-        "import sys, reshard, reader\n"
-        "loaded = sorted(m for m in sys.modules if m.startswith(('reshard.', 'reader.')))\n"
-        "assert loaded == ['reader.errors'], loaded\n"
-        "from reshard import reshard as job, validate\n"
-        "assert callable(job) and callable(validate) and 'reshard.run' in sys.modules\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    _run_python("""
+import sys, reshard, reader
+loaded = sorted(m for m in sys.modules if m.startswith(('reshard.', 'reader.')))
+assert loaded == ['reader.errors'], loaded
+from reshard import reshard as job, validate
+assert callable(job) and callable(validate) and 'reshard.run' in sys.modules
+""")
 
 
 def test_the_torch_free_modules_stay_torch_free() -> None:
     """The README's Architecture section says which modules load without torch (the command line and
     `lrs prewarm --dry-run` start quickly because of it); and no command module imports another."""
-    code = (
-        "import sys\n"
-        "import cache, cache.node, cache.ordered_fetch, cache.remote\n"
-        "import reader.format.v3, reader.format.index, reader.format.layout, reader.format.catalog\n"
-        "import reader.format.parquet, reader.read_plan, reader.schedule, reader.fetch_plan, reader.metadata\n"
-        "import reader.state, reader.loader_math, reshard.cli\n"
-        "assert 'torch' not in sys.modules, 'torch was imported'\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    _run_python("""
+import sys
+import cache, cache.node, cache.ordered_fetch, cache.remote
+import reader.format.v3, reader.format.index, reader.format.layout, reader.format.catalog
+import reader.format.parquet, reader.read_plan, reader.schedule, reader.fetch_plan, reader.metadata
+import reader.state, reader.loader_math, reshard.cli
+assert 'torch' not in sys.modules, 'torch was imported'
+""")
     commands = Path(__file__).resolve().parent.parent / "reshard" / "cli"
     for module in commands.glob("*.py"):
         if module.stem == "__init__":

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cache.arguments import format_index_list
-from reshard.cli.base import dry_run_option, handle_errors, quiet_option, quiet_requested
+from reshard.cli.base import F, dry_run_option, handle_errors, quiet_option, quiet_requested
 from reshard.cli.types import ByteSize, IndexList, LocalDir, Weights
 
 if TYPE_CHECKING:
@@ -100,6 +100,113 @@ def _node_block(
     return tuple(range(node_rank * per_node, (node_rank + 1) * per_node))
 
 
+@dataclass(frozen=True)
+class _SpecOption:
+    """A `lrs prewarm` option that a read spec holds: its flag, the command's parameter, the spec's value
+    for it, and the rest of its `click.option` settings; applied, it is that option."""
+
+    flag: str
+    param: str
+    of_spec: Callable[[ReadSpec], Any]
+    settings: dict[str, Any]
+
+    def __call__(self, fn: F) -> F:
+        return click.option(self.flag, self.param, **self.settings)(fn)
+
+
+def _spec_option(
+    flag: str, of_spec: Callable[[ReadSpec], Any], *, param: str | None = None, **settings: Any
+) -> _SpecOption:
+    """A `_SpecOption`; its parameter is `param`, else the flag's name as click makes it."""
+    param = param or flag.split("/")[0].removeprefix("--").replace("-", "_")
+    return _SpecOption(flag, param, of_spec, settings)
+
+
+# Every option a read spec holds, once: what the command line offers, and what `--spec` checks it against.
+_SPEC_OPTIONS = {
+    option.param: option
+    for option in (
+        _spec_option(
+            "--cache-dir",
+            lambda spec: spec.cache_dir and os.path.abspath(spec.cache_dir),
+            type=LocalDir(hint="a node cache is a local directory; the dataset to read is the URL argument"),
+            help="The node cache directory; train with EpisodeStream(..., cache_dir=DIR) "
+            "[default: the spec's].",
+        ),
+        _spec_option(
+            "--world-size",
+            lambda spec: spec.world_size,
+            type=click.IntRange(1),
+            envvar="WORLD_SIZE",
+            show_envvar=True,
+            help="Ranks in the training job [default: --nnodes x --nproc-per-node, else 1].",
+        ),
+        _spec_option(
+            "--num-workers",
+            lambda spec: spec.num_workers,
+            type=click.IntRange(0),
+            default=0,
+            show_default=True,
+            help="DataLoader workers per rank; must equal training's (0: the main process reads).",
+        ),
+        _spec_option(
+            "--seed",
+            lambda spec: spec.seed,
+            type=click.IntRange(0),
+            default=0,
+            show_default=True,
+            help="EpisodeStream seed.",
+        ),
+        _spec_option(
+            "--episode-pool-size",
+            lambda spec: spec.pool_size,
+            param="pool_size",
+            type=click.IntRange(1),
+            help="EpisodeStream episode_pool_size [default: EpisodeStream's, max(16, 1.25 x --batch-size)].",
+        ),
+        _spec_option(
+            "--batch-size",
+            lambda spec: spec.pool_size,  # `_spec_from_file` compares the pool the batch size stands for
+            type=click.IntRange(1),
+            help="EpisodeStream batch_size (the default pool follows it), as training passes it.",
+        ),
+        _spec_option(
+            "--shuffle/--no-shuffle",
+            lambda spec: spec.shuffle,
+            default=True,
+            show_default=True,
+            help="EpisodeStream shuffle.",
+        ),
+        _spec_option(
+            "--weights",
+            lambda spec: spec.weights,
+            type=Weights(),
+            help="A mixture's EpisodeStream weights, one per URL: 3,1 "
+            "[default: every frame of every URL once].",
+        ),
+        _spec_option(
+            "--samples-per-epoch",
+            lambda spec: spec.samples_per_epoch,
+            type=click.IntRange(1),
+            help="A weighted mixture's EpisodeStream samples_per_epoch [default: the frames of all URLs].",
+        ),
+        _spec_option(
+            "--episodes",
+            lambda spec: spec.sources[0].episodes,
+            param="episode_indices",
+            type=IndexList(),
+            help="EpisodeStream episodes: the episode indices training reads, 0-99,120 [default: all].",
+        ),
+        _spec_option(
+            "--cache-max-bytes",
+            lambda spec: spec.cache_max_bytes,
+            type=ByteSize(),
+            help="The cache budget, as EpisodeStream's cache_max_bytes; the plan never exceeds it.",
+        ),
+    )
+}
+
+
 @click.command("prewarm")
 @click.argument("urls", metavar="[URL...]", nargs=-1)
 @click.option(
@@ -109,18 +216,8 @@ def _node_block(
     help="The training run's read spec (what stream.spec.to_json() wrote): the datasets and every option "
     "that shapes the order come from it.",
 )
-@click.option(
-    "--cache-dir",
-    type=LocalDir(hint="a node cache is a local directory; the dataset to read is the URL argument"),
-    help="The node cache directory; train with EpisodeStream(..., cache_dir=DIR) [default: the spec's].",
-)
-@click.option(
-    "--world-size",
-    type=click.IntRange(1),
-    envvar="WORLD_SIZE",
-    show_envvar=True,
-    help="Ranks in the training job [default: --nnodes x --nproc-per-node, else 1].",
-)
+@_SPEC_OPTIONS["cache_dir"]
+@_SPEC_OPTIONS["world_size"]
 @click.option("--nnodes", type=click.IntRange(1), help="Nodes in the job (torchrun's --nnodes).")
 @click.option(
     "--nproc-per-node", type=click.IntRange(1), help="Ranks per node (torchrun's --nproc-per-node)."
@@ -133,45 +230,17 @@ def _node_block(
 @click.option(
     "--ranks", type=IndexList(), help="This node's ranks, explicitly: 0,1,2,3 or 0-3 [default: every rank]."
 )
-@click.option(
-    "--num-workers",
-    type=click.IntRange(0),
-    default=0,
-    show_default=True,
-    help="DataLoader workers per rank; must equal training's (0: the main process reads).",
-)
-@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="EpisodeStream seed.")
+@_SPEC_OPTIONS["num_workers"]
+@_SPEC_OPTIONS["seed"]
 @click.option(
     "--epoch", type=click.IntRange(0), default=0, show_default=True, help="The epoch training starts with."
 )
-@click.option(
-    "--episode-pool-size",
-    "pool_size",
-    type=click.IntRange(1),
-    help="EpisodeStream episode_pool_size [default: EpisodeStream's, max(16, 1.25 x --batch-size)].",
-)
-@click.option(
-    "--batch-size",
-    type=click.IntRange(1),
-    help="EpisodeStream batch_size (the default pool follows it), as training passes it.",
-)
-@click.option("--shuffle/--no-shuffle", default=True, show_default=True, help="EpisodeStream shuffle.")
-@click.option(
-    "--weights",
-    type=Weights(),
-    help="A mixture's EpisodeStream weights, one per URL: 3,1 [default: every frame of every URL once].",
-)
-@click.option(
-    "--samples-per-epoch",
-    type=click.IntRange(1),
-    help="A weighted mixture's EpisodeStream samples_per_epoch [default: the frames of all URLs].",
-)
-@click.option(
-    "--episodes",
-    "episode_indices",
-    type=IndexList(),
-    help="EpisodeStream episodes: the episode indices training reads, 0-99,120 [default: all].",
-)
+@_SPEC_OPTIONS["pool_size"]
+@_SPEC_OPTIONS["batch_size"]
+@_SPEC_OPTIONS["shuffle"]
+@_SPEC_OPTIONS["weights"]
+@_SPEC_OPTIONS["samples_per_epoch"]
+@_SPEC_OPTIONS["episode_indices"]
 @click.option(
     "--num-episodes",
     "episodes_per_consumer",
@@ -184,11 +253,7 @@ def _node_block(
     help="Fetch at most this much: 50GiB or 50G (x 1024^3), 50GB (x 1000^3). Stops before the first "
     "file that would exceed it.",
 )
-@click.option(
-    "--cache-max-bytes",
-    type=ByteSize(),
-    help="The cache budget, as EpisodeStream's cache_max_bytes; the plan never exceeds it.",
-)
+@_SPEC_OPTIONS["cache_max_bytes"]
 @click.option(
     "--resume-state",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -199,29 +264,18 @@ def _node_block(
 @quiet_option
 @handle_errors
 def prewarm_command(
-    urls: tuple[str, ...],
     spec_file: Path | None,
-    cache_dir: Path | None,
-    world_size: int | None,
     nnodes: int | None,
     nproc_per_node: int | None,
     node_rank: int | None,
     ranks: tuple[int, ...] | None,
-    num_workers: int,
-    seed: int,
     epoch: int,
-    pool_size: int | None,
-    batch_size: int | None,
-    shuffle: bool,
-    weights: tuple[float, ...] | None,
-    samples_per_epoch: int | None,
-    episode_indices: tuple[int, ...] | None,
     episodes_per_consumer: int | None,
     max_bytes: int | None,
-    cache_max_bytes: int | None,
     resume_state: Path | None,
     dry_run: bool,
     quiet: bool,
+    **given: Any,
 ) -> None:
     """Fill a node's cache with what its ranks will read first, in the order they will read it.
 
@@ -238,13 +292,7 @@ def prewarm_command(
     """
     from reshard.prewarm import prewarm
 
-    state = _read_state(resume_state)
-    given = {
-        "urls": urls, "world_size": world_size, "num_workers": num_workers, "seed": seed,
-        "pool_size": pool_size, "batch_size": batch_size, "shuffle": shuffle, "weights": weights,
-        "samples_per_epoch": samples_per_epoch, "episode_indices": episode_indices,
-        "cache_dir": cache_dir, "cache_max_bytes": cache_max_bytes,
-    }  # fmt: skip
+    state = _read_state(resume_state)  # `given`: the URLs and every option in `_SPEC_OPTIONS`
     try:
         if spec_file is not None:
             spec = _spec_from_file(spec_file, _on_command_line(given))
@@ -273,23 +321,6 @@ def prewarm_command(
             mixture=bool(spec.mixture),
         )
     click.echo(summary.describe())
-
-
-# The options that a read spec holds: (option, the spec's value for it).
-_SPEC_OPTIONS: dict[str, tuple[str, Callable[[ReadSpec], Any]]] = {
-    "urls": ("URL", lambda spec: tuple(s.url for s in spec.sources)),
-    "world_size": ("--world-size", lambda spec: spec.world_size),
-    "num_workers": ("--num-workers", lambda spec: spec.num_workers),
-    "seed": ("--seed", lambda spec: spec.seed),
-    "pool_size": ("--episode-pool-size", lambda spec: spec.pool_size),
-    "batch_size": ("--batch-size", lambda spec: spec.pool_size),
-    "shuffle": ("--shuffle/--no-shuffle", lambda spec: spec.shuffle),
-    "weights": ("--weights", lambda spec: spec.weights),
-    "samples_per_epoch": ("--samples-per-epoch", lambda spec: spec.samples_per_epoch),
-    "episode_indices": ("--episodes", lambda spec: spec.sources[0].episodes),
-    "cache_dir": ("--cache-dir", lambda spec: spec.cache_dir and os.path.abspath(spec.cache_dir)),
-    "cache_max_bytes": ("--cache-max-bytes", lambda spec: spec.cache_max_bytes),
-}
 
 
 def _on_command_line(given: dict[str, Any]) -> dict[str, Any]:
@@ -326,7 +357,7 @@ def _spec_from_file(path: Path, options: dict[str, Any]) -> ReadSpec:
         options["episode_indices"] = tuple(options["episode_indices"])
     fills = {}
     for name, value in options.items():
-        option, of_spec = _SPEC_OPTIONS[name]
+        option, of_spec = _held_by_spec(name)
         if name in ("cache_dir", "world_size", "num_workers") and of_spec(spec) is None:
             fills[name] = value
         elif value != of_spec(spec):
@@ -339,6 +370,14 @@ def _spec_from_file(path: Path, options: dict[str, Any]) -> ReadSpec:
     if spec.cache_dir is None:
         raise click.UsageError(f"Missing option '--cache-dir': the spec {path} names no cache directory.")
     return spec
+
+
+def _held_by_spec(name: str) -> tuple[str, Callable[[ReadSpec], Any]]:
+    """The option (or argument) of parameter `name` as a message names it, and the spec's value for it."""
+    if name == "urls":
+        return "URL", lambda spec: tuple(s.url for s in spec.sources)
+    option = _SPEC_OPTIONS[name]
+    return option.flag, option.of_spec
 
 
 def _spec_from_options(given: dict[str, Any], recorded_pool: int | None) -> ReadSpec:
