@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar, cast
 
 import numpy as np
 
@@ -37,6 +38,8 @@ from reader.schedule.order import (
     samples_per_rank,
     worker_share,
 )
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,16 @@ class _MappedEmission:
         return Piece(virtual.episode, int(ends[0]), int(ends[1]) + 1)
 
 
+class _BaseSetting(Generic[T]):
+    """A read-only `RestSchedule` attribute that is its base `Schedule`'s attribute of the same name."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, rest: RestSchedule, owner: type | None = None) -> T:
+        return cast(T, getattr(rest.base, self.name))
+
+
 class RestSchedule:
     """The rest of one epoch on a topology: an `EpochPlan`, as `Schedule` is, for the stream and prewarm.
 
@@ -249,33 +262,13 @@ class RestSchedule:
         )
 
     # The run's own settings are the base schedule's; what depends on the frames left is defined below.
-    @property
-    def lengths(self) -> tuple[int, ...]:
-        return self.base.lengths
-
-    @property
-    def sources(self) -> tuple[int, ...] | None:
-        return self.base.sources
-
-    @property
-    def seed(self) -> int:
-        return self.base.seed
-
-    @property
-    def shuffle(self) -> bool:
-        return self.base.shuffle
-
-    @property
-    def world_size(self) -> int:
-        return self.base.world_size
-
-    @property
-    def num_workers(self) -> int:
-        return self.base.num_workers
-
-    @property
-    def pool_size(self) -> int:
-        return self.base.pool_size
+    lengths = _BaseSetting[tuple[int, ...]]()
+    sources = _BaseSetting[tuple[int, ...] | None]()
+    seed = _BaseSetting[int]()
+    shuffle = _BaseSetting[bool]()
+    world_size = _BaseSetting[int]()
+    num_workers = _BaseSetting[int]()
+    pool_size = _BaseSetting[int]()
 
     @property
     def epoch_frames(self) -> int:
