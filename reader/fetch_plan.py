@@ -34,7 +34,6 @@ from reader.state import Resume, consumer_starts, resumed_schedule
 
 if TYPE_CHECKING:
     from reader.read_plan import ReadPlan
-    from reader.stream import EpisodeStream
 
 FileKind = Literal["data", "video"]
 LimitName = Literal["max_bytes", "cache_max_bytes"]
@@ -261,25 +260,6 @@ def plan_needs(
         ranks=range(plan.world_size) if ranks is None else ranks,
         episodes_per_consumer=episodes_per_consumer,
         starts=consumer_starts(schedule, epoch, resume),
-    )
-
-
-def stream_needs(
-    stream: EpisodeStream,
-    *,
-    num_workers: int,
-    ranks: Sequence[int] | None = None,
-    epoch: int | None = None,
-    episodes_per_consumer: int | None = None,
-) -> Needs:
-    """`plan_needs` of a stream: its plan, seed and (unless given) epoch."""
-    return plan_needs(
-        stream.plan,
-        seed=stream.seed,
-        epoch=stream.epoch if epoch is None else epoch,
-        num_workers=num_workers,
-        ranks=ranks,
-        episodes_per_consumer=episodes_per_consumer,
     )
 
 

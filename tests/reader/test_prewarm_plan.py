@@ -17,7 +17,7 @@ import reader.pool
 import reader.stream
 from cache import NodeCache
 from cache.ordered_fetch import FileRequest
-from reader.fetch_plan import consumer_needs, node_needs, plan_needs, plan_prewarm, stream_needs
+from reader.fetch_plan import consumer_needs, node_needs, plan_needs, plan_prewarm
 from reader.format.catalog import EpisodeRef, VideoRef
 from reader.schedule import Schedule
 from reader.state import parse_state
@@ -92,7 +92,7 @@ def test_each_consumer_asks_for_its_files_in_planned_order(
     options = {"episode_pool_size": 2, "seed": 7, "world_size": world_size, "prefetch_episodes": 1}
     plan_stream = EpisodeStream(root, rank=0, **options)
     plan_stream.set_epoch(1)
-    needs = stream_needs(plan_stream, num_workers=num_workers)
+    needs = plan_needs(plan_stream.plan, seed=7, epoch=1, num_workers=num_workers)
     refs = [plan_stream.catalog.episodes[e] for e in plan_stream.episodes]
     seen: set[str] = set()
     for rank in range(world_size):
