@@ -8,7 +8,7 @@ the rest is refused in one line rather than ignored.
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from reshard.errors import LrsError
@@ -99,19 +99,18 @@ def stream_kwargs(settings: DatasetSettings, options: StreamOptions) -> dict[str
     return kwargs
 
 
+# The settings lerobot keeps on `cfg` itself; every other `DatasetSettings` field is on `cfg.dataset`.
+_TRAIN_SETTINGS = ("seed", "batch_size", "tolerance_s")
+
+
 def settings_of(dataset: Any, train: Any) -> DatasetSettings:
-    """`DatasetSettings` read off lerobot's `cfg.dataset` and `cfg` (any objects with those attributes)."""
+    """`DatasetSettings` read off lerobot's `cfg.dataset` and `cfg` (any objects with those attributes),
+    each field by its name."""
     return DatasetSettings(
-        repo_id=dataset.repo_id,
-        root=dataset.root,
-        repo_type=dataset.repo_type,
-        revision=dataset.revision,
-        episodes=dataset.episodes,
-        depth_output_unit=dataset.depth_output_unit,
-        eval_split=dataset.eval_split,
-        seed=train.seed,
-        batch_size=train.batch_size,
-        tolerance_s=train.tolerance_s,
+        **{
+            f.name: getattr(train if f.name in _TRAIN_SETTINGS else dataset, f.name)
+            for f in fields(DatasetSettings)
+        }
     )
 
 

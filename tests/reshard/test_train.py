@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from reshard.train.options import (
     StreamOptions,
     TrainConfigError,
     imagenet_stats,
+    settings_of,
     source_of,
     stream_kwargs,
 )
@@ -94,6 +96,18 @@ def test_stream_arguments_are_lerobot_trains_transport_and_order() -> None:
         "episode_pool_size": 4,
     }
     assert kwargs["decode_threads"] == 0 and "prefetch_episodes" not in kwargs
+
+
+def test_settings_come_off_lerobots_dataset_config_and_its_train_config() -> None:
+    dataset = SimpleNamespace(
+        repo_id="me/set", root="/data/set", repo_type="bucket", revision="v1", episodes=[2, 3],
+        depth_output_unit="m", eval_split=0.1, seed=99, batch_size=99,  # not lerobot's: on cfg instead
+    )  # fmt: skip
+    train = SimpleNamespace(seed=5, batch_size=16, tolerance_s=0.01, repo_id="not read")
+    assert settings_of(dataset, train) == DatasetSettings(
+        repo_id="me/set", root="/data/set", repo_type="bucket", revision="v1", episodes=[2, 3],
+        depth_output_unit="m", eval_split=0.1, seed=5, batch_size=16, tolerance_s=0.01,
+    )  # fmt: skip
 
 
 def test_an_eval_split_is_refused_not_ignored() -> None:
