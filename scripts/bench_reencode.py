@@ -37,8 +37,8 @@ from reshard.video.write import (
     DEFAULT_CRF,
     DEFAULT_GOP,
     DEFAULT_PRESET,
+    EncoderSettings,
     compare_episode_video,
-    encoder_options,
     probe_video,
     write_episode_video,
 )
@@ -83,7 +83,8 @@ def ours(task: Task, out: str | None = None) -> int:
 
 def ffmpeg_command(task: Task, out: str) -> list[str]:
     """The `ffmpeg` command encoding the same episode with the same x265 settings, one thread."""
-    params = encoder_options("hevc", gop=task.gop, crf=task.crf, preset=task.preset, threads=1)["x265-params"]
+    encoder = EncoderSettings("hevc", gop=task.gop, crf=task.crf, preset=task.preset, threads=1)
+    params = encoder.options()["x265-params"]
     return [
         FFMPEG, "-nostdin", "-hide_banner", "-loglevel", "error",
         "-threads", "1", "-ss", f"{task.from_timestamp:.6f}", "-i", task.src,

@@ -12,7 +12,7 @@ from typing import Any
 import av
 import numpy as np
 
-from reshard.video.encode import add_video_stream
+from reshard.video.encode import EncoderSettings, add_video_stream
 
 # The sample favours generation speed: x264 / x265 at their fastest preset, SVT-AV1 at lerobot's 12.
 SAMPLE_PRESETS: dict[str, str] = {"av1": "12", "hevc": "ultrafast", "h264": "ultrafast"}
@@ -36,18 +36,8 @@ def encode_frames(
     writes an MJPEG webcam's frames); returns the number of frames written."""
     with av.open(out, mode="w", format="mp4") as container:
         preset = SAMPLE_PRESETS.get(codec) if preset is None else preset
-        stream = add_video_stream(
-            container,
-            codec,
-            fps=fps,
-            width=width,
-            height=height,
-            gop=gop,
-            crf=crf,
-            preset=preset,
-            bframes=bframes,
-            pix_fmt=pix_fmt,
-        )
+        encoder = EncoderSettings(codec, gop=gop, crf=crf, preset=preset, bframes=bframes)
+        stream = add_video_stream(container, encoder, fps=fps, width=width, height=height, pix_fmt=pix_fmt)
         return _encode_all(container, stream, frames, pix_fmt="rgb24", fps=fps)
 
 
@@ -70,10 +60,8 @@ def encode_depth(
 ) -> int:
     """Encode 12-bit depth codes (HxW uint16) as lossless HEVC `gray12le`, as lerobot does."""
     with av.open(out, mode="w", format="mp4") as container:
-        stream = add_video_stream(
-            container, "hevc", fps=fps, width=width, height=height, gop=gop, crf=0,
-            preset=SAMPLE_PRESETS["hevc"], pix_fmt="gray12le", lossless=True,
-        )  # fmt: skip
+        encoder = EncoderSettings("hevc", gop=gop, crf=0, preset=SAMPLE_PRESETS["hevc"], lossless=True)
+        stream = add_video_stream(container, encoder, fps=fps, width=width, height=height, pix_fmt="gray12le")
         return _encode_all(container, stream, codes, pix_fmt="gray12le", fps=fps)
 
 

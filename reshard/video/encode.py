@@ -117,19 +117,12 @@ class Colour:
 # --- encoder settings --------------------------------------------------------------------------------
 
 
-def encoder_options(
-    codec: str,
-    *,
-    gop: int,
-    crf: int,
-    preset: str | int | None = None,
-    bframes: int = 0,
-    threads: int | None = None,
-    lossless: bool = False,
-) -> dict[str, str]:
-    """Encoder options for PyAV: fixed keyframe interval, no scene cuts, closed GOP, `bframes` B-frames.
+@dataclass(frozen=True)
+class EncoderSettings:
+    """How an encoder is set up, but for the frame rate, size and pixel format: fixed keyframe interval,
+    no scene cuts, closed GOP, `bframes` B-frames.
 
-    Args:
+    Attributes:
         codec: `av1`, `hevc` or `h264`.
         gop: keyframe interval in frames.
         crf: constant rate factor.
@@ -138,71 +131,76 @@ def encoder_options(
         threads: worker threads; None leaves the encoder's default (x265: one per core).
         lossless: x265's lossless mode (`crf` is then ignored): what lerobot writes depth maps with.
     """
-    if lossless and codec != "hevc":
-        raise ValueError(f"Invalid codec ({codec!r}) for a lossless encode. Expected 'hevc'.")
-    if codec not in ENCODERS:
-        raise ValueError(f"Invalid codec ({codec!r}). Expected one of {sorted(ENCODERS)}.")
-    preset = DEFAULT_PRESET[codec] if preset is None else str(preset)
-    if codec == "av1":
-        return {"g": str(gop), "crf": str(crf), "preset": str(preset)}
-    params = [f"keyint={gop}", f"min-keyint={gop}", "scenecut=0", f"bframes={bframes}"]
-    if codec == "h264":
-        return {"crf": str(crf), "preset": preset, "x264-params": ":".join(params)}
-    # x265 ignores AVCodecContext.thread_count: its thread pool and frame threads are set here.
-    # Reproducible output (a resumed reshard equals an uninterrupted one): with x265's sliced lookahead
-    # two encodes of the same frames in one process differed about every other run, and with weighted
-    # prediction's analysis they differed between processes (measured, 1 pool thread). Without both,
-    # every encode was byte-identical, at the same speed; robot cameras rarely fade, which is what
-    # weighted prediction is for.
-    params += ["open-gop=0", "log-level=error", "lookahead-slices=0", "weightp=0"]
-    params += ["lossless=1"] if lossless else []
-    if threads:
-        params += [f"pools={threads}"] + (["frame-threads=1"] if threads == 1 else [])
-    return {"crf": str(crf), "preset": preset, "x265-params": ":".join(params)}
+
+    codec: str
+    gop: int
+    crf: int
+    preset: str | int | None = None
+    bframes: int = 0
+    threads: int | None = None
+    lossless: bool = False
+
+    def __post_init__(self) -> None:
+        if self.lossless and self.codec != "hevc":
+            raise ValueError(f"Invalid codec ({self.codec!r}) for a lossless encode. Expected 'hevc'.")
+        if self.codec not in ENCODERS:
+            raise ValueError(f"Invalid codec ({self.codec!r}). Expected one of {sorted(ENCODERS)}.")
+
+    def options(self) -> dict[str, str]:
+        """The encoder's options for PyAV."""
+        codec, gop, crf, bframes, threads = self.codec, self.gop, self.crf, self.bframes, self.threads
+        preset = DEFAULT_PRESET[codec] if self.preset is None else str(self.preset)
+        if codec == "av1":
+            return {"g": str(gop), "crf": str(crf), "preset": preset}
+        params = [f"keyint={gop}", f"min-keyint={gop}", "scenecut=0", f"bframes={bframes}"]
+        if codec == "h264":
+            return {"crf": str(crf), "preset": preset, "x264-params": ":".join(params)}
+        # x265 ignores AVCodecContext.thread_count: its thread pool and frame threads are set here.
+        # Reproducible output (a resumed reshard equals an uninterrupted one): with x265's sliced lookahead
+        # two encodes of the same frames in one process differed about every other run, and with weighted
+        # prediction's analysis they differed between processes (measured, 1 pool thread). Without both,
+        # every encode was byte-identical, at the same speed; robot cameras rarely fade, which is what
+        # weighted prediction is for.
+        params += ["open-gop=0", "log-level=error", "lookahead-slices=0", "weightp=0"]
+        params += ["lossless=1"] if self.lossless else []
+        if threads:
+            params += [f"pools={threads}"] + (["frame-threads=1"] if threads == 1 else [])
+        return {"crf": str(crf), "preset": preset, "x265-params": ":".join(params)}
 
 
 def add_video_stream(
     container: av.container.OutputContainer,
-    codec: str,
+    encoder: EncoderSettings,
     *,
     fps: float | Fraction,
     width: int,
     height: int,
-    gop: int,
-    crf: int,
-    preset: str | int | None = None,
-    bframes: int = 0,
-    threads: int | None = None,
     pix_fmt: str = PIX_FMT_420,
-    lossless: bool = False,
     colour: Colour | None = None,
 ) -> VideoStream:
     """Add an encoding video stream to an output container, time base `1 / fps`.
 
     Args:
         container: the output container.
-        codec, gop, crf, preset, bframes, threads: as `encoder_options`.
+        encoder: the codec and its settings.
         fps: frame rate.
         width, height: frame size in pixels.
         pix_fmt: the pixel format to encode.
-        lossless: as `encoder_options`.
         colour: the range, matrix, primaries and transfer to tag (default: untagged, limited range).
     """
     rate = frame_rate(fps)
-    options = encoder_options(
-        codec, gop=gop, crf=crf, preset=preset, bframes=bframes, threads=threads, lossless=lossless
-    )
-    stream = container.add_stream(ENCODERS[codec], rate=rate, options=options)
+    codec = encoder.codec
+    stream = container.add_stream(ENCODERS[codec], rate=rate, options=encoder.options())
     assert isinstance(stream, VideoStream), stream  # ENCODERS holds video encoders only
     stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
     stream.time_base = 1 / rate
     if codec != "av1":
-        stream.codec_context.gop_size = gop
-        stream.codec_context.max_b_frames = bframes
+        stream.codec_context.gop_size = encoder.gop
+        stream.codec_context.max_b_frames = encoder.bframes
     if codec == "hevc":
         stream.codec_tag = "hvc1"  # parameter sets out of band; what Apple players and most tools expect
-    if threads is not None:
-        stream.codec_context.thread_count = threads
+    if encoder.threads is not None:
+        stream.codec_context.thread_count = encoder.threads
     if colour is not None:
         colour.tag(stream)
     return stream

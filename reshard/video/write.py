@@ -23,12 +23,11 @@ file and prove an output matches its source.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import av
 from av.video.frame import PictureType
@@ -51,9 +50,9 @@ from reshard.video.encode import (
     VIDEO_MODES,
     X26X_PRESETS,
     Colour,
+    EncoderSettings,
     VideoMode,
     add_video_stream,
-    encoder_options,
     size_refusal,
     target_pix_fmt,
 )
@@ -76,13 +75,13 @@ __all__ = [
     "DEFAULT_MIN_PSNR_DB",
     "DEFAULT_PRESET",
     "ENCODERS",
+    "EncoderSettings",
     "EpisodeVideo",
     "VideoComparison",
     "VideoMode",
     "VideoProbe",
     "add_video_stream",
     "compare_episode_video",
-    "encoder_options",
     "probe_video",
     "write_episode_video",
 ]
@@ -188,16 +187,15 @@ def write_episode_video(
         return _copy_episode(
             ref, out_path, segment, gop=gop, crf=crf, preset=preset, threads=threads, depth=depth
         )
-    encode = _Encode(
+    encoder = EncoderSettings(
         codec=mode,
-        pix_fmt=None,  # 4:2:0, or 4:4:4 where the source's size needs it
         gop=DEFAULT_GOP if gop is None else gop,
         crf=DEFAULT_CRF[mode] if crf is None else crf,
         preset=preset,
         bframes=bframes,
         threads=threads,
     )
-    return _reencode(ref, out_path, segment, encode)
+    return _reencode(ref, out_path, segment, encoder, pix_fmt=None)  # 4:2:0, or 4:4:4 where the size needs it
 
 
 def _check_args(
@@ -255,34 +253,25 @@ def mux(container: av.container.OutputContainer, packets: Iterable[av.Packet]) -
         container.mux(packet)
 
 
-@dataclass(frozen=True)
-class _Encode:
-    """How one episode is re-encoded: `add_video_stream`'s settings but the frame rate and size."""
-
-    codec: str
-    pix_fmt: str | None  # None: `target_pix_fmt` for the source's size
-    gop: int
-    crf: int
-    preset: str | None
-    bframes: int
-    threads: int
-    lossless: bool = False
-
-
 def _reencode(
-    ref: VideoFileRef, out_path: str, segment: EpisodeSpan, encode: _Encode, reason: str | None = None
+    ref: VideoFileRef,
+    out_path: str,
+    segment: EpisodeSpan,
+    encoder: EncoderSettings,
+    pix_fmt: str | None,
+    reason: str | None = None,
 ) -> EpisodeVideo:
+    """Re-encode one episode in `pix_fmt` (None: `target_pix_fmt` for the source's size)."""
     tb = 1 / segment.rate
-    with open_video(ref, encode.threads) as (container, stream):
+    with open_video(ref, encoder.threads) as (container, stream):
         width, height = stream.codec_context.width, stream.codec_context.height
         colour = Colour.of(stream)
-        pix_fmt = encode.pix_fmt or target_pix_fmt(encode.codec, width, height)
+        pix_fmt = pix_fmt or target_pix_fmt(encoder.codec, width, height)
         if pix_fmt is None:
-            raise ReshardError(str(ref.error(size_refusal(encode.codec, width, height))))
-        encode = dataclasses.replace(encode, pix_fmt=pix_fmt)
+            raise ReshardError(str(ref.error(size_refusal(encoder.codec, width, height))))
         frames = nearest(frames_from(container, stream, segment.from_timestamp, ref), segment, ref)
         with atomic_path(out_path) as tmp, av.open(tmp, mode="w", format="mp4", options=MUX_OPTIONS) as out:
-            ostream = _open_encoder(out, ref, segment, width, height, encode, colour)
+            ostream = _open_encoder(out, ref, segment, width, height, pix_fmt, encoder, colour)
             for i, frame in frames:
                 frame = colour.convert(frame, pix_fmt)
                 frame.pts, frame.time_base = i, tb
@@ -294,12 +283,12 @@ def _reencode(
         path=out_path,
         bytes=os.path.getsize(out_path),
         frames=segment.length,
-        codec=encode.codec,
+        codec=encoder.codec,
         pix_fmt=_decoded_pix_fmt(out_path, ref),
         width=width,
         height=height,
-        gop=encode.gop,
-        crf=encode.crf,
+        gop=encoder.gop,
+        crf=encoder.crf,
         reencoded=True,
         reason=reason,
     )
@@ -311,18 +300,19 @@ def _open_encoder(
     segment: EpisodeSpan,
     width: int,
     height: int,
-    encode: _Encode,
+    pix_fmt: str,
+    encoder: EncoderSettings,
     colour: Colour,
 ) -> VideoStream:
     """The output stream, its encoder opened now, so that a refusal names the camera and the size."""
     ostream = add_video_stream(
-        out, fps=segment.rate, width=width, height=height, colour=colour, **asdict(encode)
+        out, encoder, fps=segment.rate, width=width, height=height, pix_fmt=pix_fmt, colour=colour
     )
     try:
         ostream.codec_context.open()
     except av.FFmpegError as exc:
         problem = (
-            f"Invalid video for {ENCODERS[encode.codec]} ({width}x{height} {encode.pix_fmt}: {exc}). "
+            f"Invalid video for {ENCODERS[encoder.codec]} ({width}x{height} {pix_fmt}: {exc}). "
             "Expected a size and pixel format it encodes."
         )
         raise ReshardError(str(ref.error(problem))) from exc
@@ -372,26 +362,23 @@ def _copy_episode(
                 reencoded=False,
             )
     if depth:  # depth codes must come back bit for bit: lossless HEVC in the source's pixel format
-        encode = _Encode(
-            codec="hevc", pix_fmt=pix_fmt, gop=source_gop or DEFAULT_GOP, crf=0, preset=None, bframes=0,
-            threads=threads, lossless=True,
-        )  # fmt: skip
-        return _reencode(ref, out_path, segment, encode, reason=plan)
+        lossless = EncoderSettings(
+            "hevc", gop=source_gop or DEFAULT_GOP, crf=0, threads=threads, lossless=True
+        )
+        return _reencode(ref, out_path, segment, lossless, pix_fmt, reason=plan)
     if codec not in ENCODERS:
         raise ReshardError(
             f"{ref.error(plan)} Invalid source codec for a re-encode ({codec!r}). Expected one of "
             f"{sorted(ENCODERS)}; reshard this dataset with a re-encoding video mode (hevc, h264)."
         )
-    encode = _Encode(
+    encoder = EncoderSettings(
         codec=codec,
-        pix_fmt=pix_fmt,
         gop=source_gop or DEFAULT_GOP,
         crf=DEFAULT_CRF[codec] if crf is None else crf,
         preset=preset if _preset_fits(codec, preset) else None,
-        bframes=0,
         threads=threads,
     )
-    return _reencode(ref, out_path, segment, encode, reason=plan)
+    return _reencode(ref, out_path, segment, encoder, pix_fmt, reason=plan)
 
 
 def _preset_fits(codec: str, preset: str | None) -> bool:

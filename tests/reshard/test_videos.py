@@ -35,12 +35,11 @@ from reshard.errors import ReshardError
 from reshard.source import open_source
 from reshard.video import write as videos
 from reshard.video.compare import ColourFit
-from reshard.video.encode import Colour, add_video_stream
+from reshard.video.encode import Colour, EncoderSettings, add_video_stream
 from reshard.video.write import (
     DEFAULT_CRF,
     EpisodeVideo,
     compare_episode_video,
-    encoder_options,
     probe_video,
     write_episode_video,
 )
@@ -551,7 +550,12 @@ def test_reencode_keeps_the_matrix_primaries_and_transfer(tmp_path: Path) -> Non
     src, bt709 = str(tmp_path / "bt709.mp4"), Colour(ColorRange.MPEG, 1, 1, 1)  # AVCOL_*_BT709
     with av.open(src, mode="w", format="mp4") as container:
         stream = add_video_stream(
-            container, "h264", fps=FPS, width=WIDTH, height=HEIGHT, gop=2, crf=18, colour=bt709
+            container,
+            EncoderSettings("h264", gop=2, crf=18),
+            fps=FPS,
+            width=WIDTH,
+            height=HEIGHT,
+            colour=bt709,
         )
         for i in range(4):
             frame = av.VideoFrame.from_ndarray(draw_frame(0, i, 0, height=HEIGHT, width=WIDTH), "rgb24")
@@ -790,8 +794,18 @@ def test_probe_a_packed_file(packed: Path) -> None:
     ],
     ids=["hevc-1-thread", "hevc-default-threads", "h264"],
 )
-def test_encoder_options(codec: str, threads: int | None, expected: str) -> None:
-    options = encoder_options(codec, gop=2, crf=21, threads=threads)
+def test_encoder_settings_options(codec: str, threads: int | None, expected: str) -> None:
+    options = EncoderSettings(codec, gop=2, crf=21, threads=threads).options()
     assert options[f"{'x265' if codec == 'hevc' else 'x264'}-params"] == expected
     assert options["crf"] == "21" and options["preset"] == "fast"
-    assert encoder_options("av1", gop=2, crf=30) == {"g": "2", "crf": "30", "preset": "8"}
+    assert EncoderSettings("av1", gop=2, crf=30).options() == {"g": "2", "crf": "30", "preset": "8"}
+
+
+@pytest.mark.parametrize(
+    "codec,lossless,match",
+    [("vp9", False, r"Invalid codec \('vp9'\)\. Expected one of"), ("h264", True, "for a lossless encode")],
+    ids=["unknown-codec", "lossless-h264"],
+)
+def test_encoder_settings_are_checked_on_creation(codec: str, lossless: bool, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        EncoderSettings(codec, gop=2, crf=20, lossless=lossless)
