@@ -15,17 +15,12 @@ from torch.utils.data import DataLoader
 from reader import BatchLoader, EpisodeStream, ResumableLoader, collate
 from reader.errors import DecodeError
 from tests.reader.loader_job import flip, job, torchrun
-from tests.reader.reference import SMALL, ReferenceDataset, sample_pair
+from tests.reader.reference import ReferenceDataset
 from tests.reader.test_collate import _assert_batches_equal
 
 TOTAL = 69  # frames of SMALL
 FPS = 30
 WINDOWS = {"action": [-1 / FPS, 0.0, 1 / FPS], "observation.images.cam0": [-1 / FPS, 0.0]}
-
-
-@pytest.fixture(scope="session")
-def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return sample_pair(tmp_path_factory.getbasetemp() / "reader-data", "small", **SMALL)
 
 
 def _stream(root: Any, **kwargs: Any) -> EpisodeStream:

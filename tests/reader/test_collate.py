@@ -10,15 +10,9 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, default_collate
 
 from reader import EpisodeStream, collate
-from tests.reader.reference import SMALL, sample_pair
 
 FPS = 30
 WINDOWS = {"action": [-1 / FPS, 0.0, 1 / FPS], "observation.images.cam0": [-1 / FPS, 0.0]}
-
-
-@pytest.fixture(scope="session")
-def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return sample_pair(tmp_path_factory.getbasetemp() / "reader-data", "small", **SMALL)
 
 
 def _batches(stream: EpisodeStream, collate_fn, workers: int) -> list[dict]:  # type: ignore[no-untyped-def]

@@ -12,15 +12,9 @@ from torchcodec.decoders import VideoDecoder
 from reader.decode import Decoders, VideoWhere, _closest, check_device, decode_frames
 from reader.errors import DecodeError
 from reshard.demo.frame_marks import read_frame_id
-from tests.reader.reference import SMALL, sample_pair
 
 WHERE = VideoWhere(episode=3, camera="observation.images.cam1", file="videos/x.mp4")
 CAM = "observation.images.cam1"
-
-
-@pytest.fixture(scope="session")
-def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return sample_pair(tmp_path_factory.getbasetemp() / "reader-data", "small", **SMALL)
 
 
 def _packed_file(root: Path) -> Path:

@@ -23,7 +23,6 @@ from reader.loader_math import batches_per_epoch, loader_resume
 from reader.schedule import Schedule
 from reader.schedule.rest import RestSchedule, RunSegment, rest_after, segment_consumed
 from tests.reader.loader_job import job, torchrun
-from tests.reader.reference import SMALL, sample_pair
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 REPO = Path(__file__).resolve().parents[2]
@@ -109,11 +108,6 @@ def test_a_segment_past_its_epoch_is_refused() -> None:
 # --- end to end --------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return sample_pair(tmp_path_factory.getbasetemp() / "reader-data", "small", **SMALL)[1]
-
-
 def _stream(root: Path, **kwargs: Any) -> EpisodeStream:
     return EpisodeStream(root, **{"seed": 4, "return_uint8": True, "batch_size": 4, **kwargs})
 
@@ -140,48 +134,50 @@ def _consume(
 
 
 @pytest.mark.parametrize("cut", [0, 3, 9], ids=["nothing", "mid-round", "last-batch"])
-def test_a_job_resumes_on_other_topologies(small: Path, cut: int) -> None:
+def test_a_job_resumes_on_other_topologies(small_lrs: Path, cut: int) -> None:
     if cut:
-        before, states = _consume(small, 2, 2, 4, stop=cut)
+        before, states = _consume(small_lrs, 2, 2, 4, stop=cut)
     else:
         before = []
         states = [
-            _stream(small, world_size=2, rank=r).state_dict(batches_consumed=0, batch_size=4, num_workers=2)
+            _stream(small_lrs, world_size=2, rank=r).state_dict(
+                batches_consumed=0, batch_size=4, num_workers=2
+            )
             for r in range(2)
         ]
     assert states[0] == states[1]  # every rank consumed as many batches: one state for all
     for world, workers, batch in NEW_TOPOLOGIES:
-        after, _ = _consume(small, world, workers, batch, state=states[0])
+        after, _ = _consume(small_lrs, world, workers, batch, state=states[0])
         seen = Counter(before) + Counter(after)
         assert max(seen.values()) == 1
         assert TOTAL - len(seen) < world
         assert len(after) % world == 0
 
 
-def test_the_state_of_a_resumed_run_carries_its_history(small: Path) -> None:
-    _, states = _consume(small, 2, 2, 4, stop=3)
-    resumed, again = _consume(small, 3, 1, 2, state=states[0], stop=2)
+def test_the_state_of_a_resumed_run_carries_its_history(small_lrs: Path) -> None:
+    _, states = _consume(small_lrs, 2, 2, 4, stop=3)
+    resumed, again = _consume(small_lrs, 3, 1, 2, state=states[0], stop=2)
     assert again[0]["before"] == [
         {"world_size": 2, "num_workers": 2, "batch_size": 4, "batches_consumed": 3, "episode_pool_size": 16}
     ]
-    first, _ = _consume(small, 2, 2, 4, stop=3)
-    final, _ = _consume(small, 1, 0, 5, state=again[0])
+    first, _ = _consume(small_lrs, 2, 2, 4, stop=3)
+    final, _ = _consume(small_lrs, 1, 0, 5, state=again[0])
     seen = Counter(first) + Counter(resumed) + Counter(final)
     assert max(seen.values()) == 1 and TOTAL - len(seen) < 3
     # The next epoch is the new topology's own order.
-    stream = _stream(small, rank=0, world_size=1, batch_size=5)
+    stream = _stream(small_lrs, rank=0, world_size=1, batch_size=5)
     stream.load_state_dict(again[0])
     stream.set_epoch(1)
-    fresh = _stream(small, rank=0, world_size=1, batch_size=5)
+    fresh = _stream(small_lrs, rank=0, world_size=1, batch_size=5)
     fresh.set_epoch(1)
     pairs = lambda s: [(int(b["episode_index"]), int(b["frame_index"])) for b in s]  # noqa: E731
     assert pairs(stream) == pairs(fresh)
 
 
-def test_a_trainer_dict_resumes_elastically(small: Path) -> None:
-    before, _ = _consume(small, 2, 2, 4, stop=4)
+def test_a_trainer_dict_resumes_elastically(small_lrs: Path) -> None:
+    before, _ = _consume(small_lrs, 2, 2, 4, stop=4)
     state = {"batches_consumed": 4, "batch_size": 4, "num_workers": 2, "world_size": 2, "epoch": 0, "seed": 4}
-    after, _ = _consume(small, 3, 1, 3, state=state)
+    after, _ = _consume(small_lrs, 3, 1, 3, state=state)
     seen = Counter(before) + Counter(after)
     assert max(seen.values()) == 1 and TOTAL - len(seen) < 3
 
@@ -218,15 +214,24 @@ def test_a_trainer_dict_resumes_elastically(small: Path) -> None:
         "shuffle",
     ],
 )
-def test_a_bad_state_is_refused_clearly(small: Path, change: dict, message: str) -> None:
-    state = _stream(small, world_size=2, rank=0).state_dict(batches_consumed=2, batch_size=4, num_workers=2)
+def test_a_bad_state_is_refused_clearly(small_lrs: Path, change: dict, message: str) -> None:
+    state = _stream(small_lrs, world_size=2, rank=0).state_dict(
+        batches_consumed=2, batch_size=4, num_workers=2
+    )
     with pytest.raises(StateError, match=message):
-        _stream(small, world_size=3, rank=0).load_state_dict({**state, **change})
+        _stream(small_lrs, world_size=3, rank=0).load_state_dict({**state, **change})
 
 
-def test_each_rank_of_a_new_world_resumes_in_its_own_process(small: Path, tmp_path: Path) -> None:
-    before, states = _consume(small, 2, 2, 4, stop=4)
-    spec = {"root": str(small), "num_workers": 1, "method": "spawn", "batch_size": 2, "seed": 4, "pool": 16}
+def test_each_rank_of_a_new_world_resumes_in_its_own_process(small_lrs: Path, tmp_path: Path) -> None:
+    before, states = _consume(small_lrs, 2, 2, 4, stop=4)
+    spec = {
+        "root": str(small_lrs),
+        "num_workers": 1,
+        "method": "spawn",
+        "batch_size": 2,
+        "seed": 4,
+        "pool": 16,
+    }
     after = []
     for rank in range(3):
         result = job(
@@ -239,9 +244,9 @@ def test_each_rank_of_a_new_world_resumes_in_its_own_process(small: Path, tmp_pa
     assert max(seen.values()) == 1 and TOTAL - len(seen) < 3
 
 
-def test_a_job_stopped_on_one_process_resumes_under_torchrun(small: Path, tmp_path: Path) -> None:
-    before, states = _consume(small, 1, 2, 4, stop=5)
-    spec = {"root": str(small), "num_workers": 2, "method": "spawn", "batch_size": 3, "seed": 4, "pool": 16,
+def test_a_job_stopped_on_one_process_resumes_under_torchrun(small_lrs: Path, tmp_path: Path) -> None:
+    before, states = _consume(small_lrs, 1, 2, 4, stop=5)
+    spec = {"root": str(small_lrs), "num_workers": 2, "method": "spawn", "batch_size": 3, "seed": 4, "pool": 16,
             "state": states[0]}  # fmt: skip
     per_rank = torchrun(spec, tmp_path)
     after = [[tuple(p) for b in r["batches"] for p in b] for r in per_rank]
@@ -253,17 +258,17 @@ def test_a_job_stopped_on_one_process_resumes_under_torchrun(small: Path, tmp_pa
 @pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
 @pytest.mark.parametrize(("old_workers", "new_workers"), [(2, 3), (0, 2)], ids=["2-to-3", "0-to-2"])
 def test_a_stateful_dataloader_job_resumes_on_other_workers(
-    small: Path, old_workers: int, new_workers: int
+    small_lrs: Path, old_workers: int, new_workers: int
 ) -> None:
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    loader = StatefulDataLoader(_stream(small), batch_size=4, num_workers=old_workers)
+    loader = StatefulDataLoader(_stream(small_lrs), batch_size=4, num_workers=old_workers)
     iterator = iter(loader)
     pairs = lambda b: [(int(e), int(f)) for e, f in zip(b["episode_index"], b["frame_index"], strict=True)]  # noqa: E731
     before = [p for _ in range(6) for p in pairs(next(iterator))]
     saved = json.loads(json.dumps(loader.state_dict()))
     del iterator
-    stream = _stream(small)
+    stream = _stream(small_lrs)
     stream.load_state_dict(loader_state_of(saved, batch_size=4))
     fresh = StatefulDataLoader(stream, batch_size=5, num_workers=new_workers)
     after = [p for b in fresh for p in pairs(b)]

@@ -23,7 +23,7 @@ from reader.errors import DatasetError, StateError
 from reader.metadata import DatasetMeta
 from reader.schedule import Schedule, mixture_entries, source_quotas
 from tests.reader.loader_job import job
-from tests.reader.reference import SMALL, ReferenceDataset, assert_items_equal, sample_pair
+from tests.reader.reference import ReferenceDataset, assert_items_equal, sample_pair
 from tests.servers import RangeServer
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -32,11 +32,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:User
 WINDOWS = {"action": [-0.1, 0.0, 0.1], "observation.images.cam0": [-0.1, 0.0]}
 SLOW = {"episodes": 5, "min_length": 3, "max_length": 20, "cameras": 1, "fps": 10, "seed": 9}
 CAM1 = "observation.images.cam1"
-
-
-@pytest.fixture(scope="session")
-def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return sample_pair(tmp_path_factory.getbasetemp() / "reader-data", "small", **SMALL)
 
 
 @pytest.fixture(scope="session")

@@ -15,18 +15,12 @@ from torch.utils.data import DataLoader
 
 from reader import EpisodeStream
 from tests.reader.loader_job import flip, job, torchrun
-from tests.reader.reference import SMALL, sample_pair
 from tests.servers import RangeServer
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 REPO = Path(__file__).resolve().parents[2]
 TOTAL = 69  # frames of SMALL
 DELTAS = {"observation.images.cam0": [-1 / 30, 0.0], "action": [0.0, 1 / 30]}
-
-
-@pytest.fixture(scope="session")
-def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return sample_pair(tmp_path_factory.getbasetemp() / "reader-data", "small", **SMALL)[1]
 
 
 def stream(root: Any, **kwargs: Any) -> EpisodeStream:
@@ -54,12 +48,12 @@ def planned_batches(ds: EpisodeStream, *, batch_size: int, num_workers: int) -> 
     return [c[k] for k in range(max(len(c) for c in chunks)) for c in chunks if k < len(c)]
 
 
-def test_a_stream_pickles_and_opens_nothing_until_it_iterates(small: Path) -> None:
+def test_a_stream_pickles_and_opens_nothing_until_it_iterates(small_lrs: Path) -> None:
     def threads() -> set[threading.Thread]:  # earlier tests' streams may hold theirs: only new ones count
         return {t for t in threading.enumerate() if t.name.startswith("lrs-")}
 
-    with RangeServer(small) as server:
-        for source in (small, server.url):
+    with RangeServer(small_lrs) as server:
+        for source in (small_lrs, server.url):
             before = threads()
             ds = stream(source, delta_timestamps=DELTAS)
             assert ds._process.peek() is None
@@ -75,26 +69,26 @@ def test_a_stream_pickles_and_opens_nothing_until_it_iterates(small: Path) -> No
     ids=lambda v: str(v),
 )
 def test_every_start_method_gives_the_same_samples_exactly_once(
-    small: Path, method: str, num_workers: int
+    small_lrs: Path, method: str, num_workers: int
 ) -> None:
-    ds = stream(small, delta_timestamps=DELTAS)
+    ds = stream(small_lrs, delta_timestamps=DELTAS)
     got = pairs_of(DataLoader(ds, batch_size=4, num_workers=num_workers, multiprocessing_context=method))
     assert got == planned_batches(ds, batch_size=4, num_workers=num_workers)
     seen = Counter(p for batch in got for p in batch)
     assert len(seen) == TOTAL and max(seen.values()) == 1
 
 
-def test_resume_in_a_new_process_with_spawn_workers(small: Path, tmp_path: Path) -> None:
-    spec = {"root": str(small), "num_workers": 3, "method": "spawn", "batch_size": 4, "seed": 4}
-    whole = pairs_of(DataLoader(stream(small), batch_size=4, num_workers=3))
+def test_resume_in_a_new_process_with_spawn_workers(small_lrs: Path, tmp_path: Path) -> None:
+    spec = {"root": str(small_lrs), "num_workers": 3, "method": "spawn", "batch_size": 4, "seed": 4}
+    whole = pairs_of(DataLoader(stream(small_lrs), batch_size=4, num_workers=3))
     first = job({**spec, "stop_after": 7}, tmp_path, "first")
     assert first["state"]["batches_consumed"] == 7
     rest = job({**spec, "state": first["state"], "method": "forkserver"}, tmp_path, "rest")
     assert [[tuple(p) for p in b] for b in first["batches"] + rest["batches"]] == whole
 
 
-def test_torchrun_two_ranks_with_spawn_workers(small: Path, tmp_path: Path) -> None:
-    spec = {"root": str(small), "num_workers": 2, "method": "spawn", "batch_size": 4}
+def test_torchrun_two_ranks_with_spawn_workers(small_lrs: Path, tmp_path: Path) -> None:
+    spec = {"root": str(small_lrs), "num_workers": 2, "method": "spawn", "batch_size": 4}
     per_rank = torchrun(spec, tmp_path)
     assert [(r["rank"], r["world"]) for r in per_rank] == [(0, 2), (1, 2)]
     samples = [[tuple(p) for b in r["batches"] for p in b] for r in per_rank]
@@ -102,7 +96,7 @@ def test_torchrun_two_ranks_with_spawn_workers(small: Path, tmp_path: Path) -> N
     seen = Counter(p for s in samples for p in s)
     assert max(seen.values()) == 1 and len(seen) == TOTAL - TOTAL % 2
     for rank in range(2):  # the same order a single process computes for that rank
-        ds = stream(small, rank=rank, world_size=2, seed=0, image_transforms=None)
+        ds = stream(small_lrs, rank=rank, world_size=2, seed=0, image_transforms=None)
         assert per_rank[rank]["batches"] == [
             [list(p) for p in b] for b in pairs_of(DataLoader(ds, batch_size=4, num_workers=2))
         ]

@@ -26,11 +26,6 @@ CAM0, CAM1 = "observation.images.cam0", "observation.images.cam1"
 
 
 @pytest.fixture(scope="session")
-def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return sample_pair(tmp_path_factory.getbasetemp() / "reader-data", "small", **SMALL)
-
-
-@pytest.fixture(scope="session")
 def converted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Row groups spanning several episodes (v2.1 conversions), H.264, three cameras."""
     spec = {**SMALL, "converted": True, "codec": "h264", "cameras": 3, "episodes_per_data_file": 4, "seed": 4}

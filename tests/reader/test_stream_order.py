@@ -10,15 +10,10 @@ import pytest
 from torch.utils.data import DataLoader
 
 from reader import EpisodeStream
-from tests.reader.reference import SMALL, sample_pair
+from tests.reader.reference import sample_pair
 
 Pair = tuple[int, int]
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
-
-
-@pytest.fixture(scope="session")
-def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return sample_pair(tmp_path_factory.getbasetemp() / "reader-data", "small", **SMALL)
 
 
 @pytest.fixture(scope="session")
