@@ -47,9 +47,7 @@ from reshard.fingerprint import SourceFingerprint
 class V3Source(OpenedDataset):
     """An opened v3 dataset: metadata in memory, files behind `remote`.
 
-    Attributes:
-        remote: where the files are.
-        info: `meta/info.json`.
+    Attributes (and `OpenedDataset`'s `remote` and `info`):
         episodes: one record per episode, by episode index.
         tasks: task strings by task index.
         stats: `meta/stats.json` (empty when absent).

@@ -95,9 +95,7 @@ class EpisodeRef:
 class Catalog(OpenedDataset):
     """A dataset as the reader sees it.
 
-    Attributes:
-        remote: where the files are.
-        info: `meta/info.json`.
+    Attributes (and `OpenedDataset`'s `remote` and `info`):
         kind: "lrs/1" when the dataset carries the lrs index, else "v3".
         episodes: every episode, by episode index (lrs/1: made from the columnar index when asked for).
         tasks: task strings by task index.

@@ -36,9 +36,7 @@ from reader.format.v3 import INFO_PATH, Info, OpenedDataset, check_tiling
 class Layout(OpenedDataset):
     """An lrs/1 dataset's metadata and index.
 
-    Attributes:
-        remote: where the dataset lives.
-        info: `meta/info.json`.
+    Attributes (and `OpenedDataset`'s `remote` and `info`):
         layout: `meta/lrs/layout.json` (layout version, source, parameters, tool).
         episodes: one entry per episode, by episode index (held as columns, see `EpisodeIndex`).
         files: every file but `files.parquet`, by path (held as columns, see `FileIndex`).

@@ -435,7 +435,12 @@ def read_episode_files(remote: Any, info: Info) -> list[tuple[str, pa.Table, byt
 
 class OpenedDataset:
     """What an opened dataset (`Catalog`, `Layout`, `reshard.source.V3Source`) says the same way, from its
-    `remote` and its `info`: its URL, cameras and fps."""
+    `remote` and its `info`: its URL, cameras and fps.
+
+    Attributes:
+        remote: where the dataset's files are.
+        info: its `meta/info.json`.
+    """
 
     remote: Remote
     info: Info
