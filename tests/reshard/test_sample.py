@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -50,16 +51,15 @@ def test_layout_packs_episodes_like_lerobot(sample: Path) -> None:
     assert len(lengths) > 1, "episode lengths should vary"
 
 
+def _packed_sample(path: Path, episodes: int, **options: Any) -> Path:
+    """A sample of `episodes` short episodes (9 to 12 frames) that share one data file and one video file
+    per camera: what the modes that show between episodes need."""
+    files = {"episodes_per_data_file": episodes, "episodes_per_video_file": episodes}
+    return write_sample(path, episodes=episodes, min_length=9, max_length=12, **files, **options)
+
+
 def test_converted_mode_spans_episodes(tmp_path: Path) -> None:
-    root = write_sample(
-        tmp_path / "conv",
-        episodes=6,
-        cameras=0,
-        converted=True,
-        episodes_per_data_file=6,
-        min_length=10,
-        max_length=12,
-    )
+    root = _packed_sample(tmp_path / "conv", 6, cameras=0, converted=True)
     pf = pq.ParquetFile(root / "data/chunk-000/file-000.parquet")
     assert pf.num_row_groups < 6
     first = pf.read_row_group(0, columns=["episode_index"]).column(0).to_pylist()
@@ -114,16 +114,7 @@ def test_episode_starts_are_keyframes(sample: Path) -> None:
 
 
 def test_unaligned_mode_has_mid_gop_starts(tmp_path: Path) -> None:
-    root = write_sample(
-        tmp_path / "u",
-        episodes=4,
-        cameras=1,
-        keyframe_aligned=False,
-        gop=4,
-        episodes_per_video_file=4,
-        min_length=9,
-        max_length=11,
-    )
+    root = _packed_sample(tmp_path / "u", 4, cameras=1, keyframe_aligned=False, gop=4)
     source = open_source(str(root))
     rel = source.video_files()[0]
     keyframes = _keyframe_times(root / rel)
