@@ -10,6 +10,7 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -115,11 +116,16 @@ class _SpecOption:
 
 
 def _spec_option(
-    flag: str, of_spec: Callable[[ReadSpec], Any], *, param: str | None = None, **settings: Any
+    flag: str,
+    *,
+    param: str | None = None,
+    of_spec: Callable[[ReadSpec], Any] | None = None,
+    **settings: Any,
 ) -> _SpecOption:
-    """A `_SpecOption`; its parameter is `param`, else the flag's name as click makes it."""
+    """A `_SpecOption`; its parameter is `param`, else the flag's name as click makes it, and the spec's
+    value is `of_spec`'s, else the spec's attribute of the parameter's name."""
     param = param or flag.split("/")[0].removeprefix("--").replace("-", "_")
-    return _SpecOption(flag, param, of_spec, settings)
+    return _SpecOption(flag, param, of_spec or attrgetter(param), settings)
 
 
 # Every option a read spec holds, once: what the command line offers, and what `--spec` checks it against.
@@ -128,14 +134,13 @@ _SPEC_OPTIONS = {
     for option in (
         _spec_option(
             "--cache-dir",
-            lambda spec: spec.cache_dir and os.path.abspath(spec.cache_dir),
+            of_spec=lambda spec: spec.cache_dir and os.path.abspath(spec.cache_dir),
             type=LocalDir(hint="a node cache is a local directory; the dataset to read is the URL argument"),
             help="The node cache directory; train with EpisodeStream(..., cache_dir=DIR) "
             "[default: the spec's].",
         ),
         _spec_option(
             "--world-size",
-            lambda spec: spec.world_size,
             type=click.IntRange(1),
             envvar="WORLD_SIZE",
             show_envvar=True,
@@ -143,7 +148,6 @@ _SPEC_OPTIONS = {
         ),
         _spec_option(
             "--num-workers",
-            lambda spec: spec.num_workers,
             type=click.IntRange(0),
             default=0,
             show_default=True,
@@ -151,7 +155,6 @@ _SPEC_OPTIONS = {
         ),
         _spec_option(
             "--seed",
-            lambda spec: spec.seed,
             type=click.IntRange(0),
             default=0,
             show_default=True,
@@ -159,47 +162,44 @@ _SPEC_OPTIONS = {
         ),
         _spec_option(
             "--episode-pool-size",
-            lambda spec: spec.pool_size,
             param="pool_size",
             type=click.IntRange(1),
             help="EpisodeStream episode_pool_size [default: EpisodeStream's, max(16, 1.25 x --batch-size)].",
         ),
         _spec_option(
             "--batch-size",
-            lambda spec: spec.pool_size,  # `_spec_from_file` compares the pool the batch size stands for
+            of_spec=lambda spec: (
+                spec.pool_size
+            ),  # `_spec_from_file` compares the pool the batch size stands for
             type=click.IntRange(1),
             help="EpisodeStream batch_size (the default pool follows it), as training passes it.",
         ),
         _spec_option(
             "--shuffle/--no-shuffle",
-            lambda spec: spec.shuffle,
             default=True,
             show_default=True,
             help="EpisodeStream shuffle.",
         ),
         _spec_option(
             "--weights",
-            lambda spec: spec.weights,
             type=Weights(),
             help="A mixture's EpisodeStream weights, one per URL: 3,1 "
             "[default: every frame of every URL once].",
         ),
         _spec_option(
             "--samples-per-epoch",
-            lambda spec: spec.samples_per_epoch,
             type=click.IntRange(1),
             help="A weighted mixture's EpisodeStream samples_per_epoch [default: the frames of all URLs].",
         ),
         _spec_option(
             "--episodes",
-            lambda spec: spec.sources[0].episodes,
+            of_spec=lambda spec: spec.sources[0].episodes,
             param="episode_indices",
             type=IndexList(),
             help="EpisodeStream episodes: the episode indices training reads, 0-99,120 [default: all].",
         ),
         _spec_option(
             "--cache-max-bytes",
-            lambda spec: spec.cache_max_bytes,
             type=ByteSize(),
             help="The cache budget, as EpisodeStream's cache_max_bytes; the plan never exceeds it.",
         ),
