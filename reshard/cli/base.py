@@ -17,6 +17,7 @@ import click
 
 from cache.errors import LrsError
 from cache.remote import redact
+from reshard.cli.types import LocalDir
 from reshard.distribution import DISTRIBUTION
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -117,6 +118,12 @@ def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, default=False, help="Print the report as JSON.")(
         fn
     )
+
+
+def cache_dir_option(help: str) -> Callable[[F], F]:
+    """A reading command's `--cache-dir`: the node cache, a local directory (a URL is refused, saying so);
+    `help` says what the command does with it."""
+    return click.option("--cache-dir", type=LocalDir(hint="the node cache is a local directory"), help=help)
 
 
 def dry_run_option(what: str) -> Callable[[F], F]:

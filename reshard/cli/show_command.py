@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from reshard.cli.base import handle_errors
-from reshard.cli.types import LocalDir
+from reshard.cli.base import cache_dir_option, handle_errors
 
 
 def _png_path(ctx: click.Context, param: click.Parameter, value: str) -> Path:
@@ -42,11 +41,8 @@ def _png_path(ctx: click.Context, param: click.Parameter, value: str) -> Path:
     callback=_png_path,
     help="The PNG to write (replaced atomically if it exists).",
 )
-@click.option(
-    "--cache-dir",
-    type=LocalDir(hint="the node cache is a local directory"),
-    help="The node cache directory for a remote dataset (default: a temporary one; local ones are read "
-    "in place).",
+@cache_dir_option(
+    "The node cache directory for a remote dataset (default: a temporary one; local ones are read in place)."
 )
 @handle_errors
 def show_cmd(dataset: str, episode: int, frames: int, out: Path, cache_dir: Path | None) -> None:

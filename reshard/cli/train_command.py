@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from reshard.cli.base import handle_errors
-from reshard.cli.types import ByteSize, LocalDir
+from reshard.cli.base import cache_dir_option, handle_errors
+from reshard.cli.types import ByteSize
 
 
 @click.command(
@@ -20,11 +20,9 @@ from reshard.cli.types import ByteSize, LocalDir
     context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
     epilog="lerobot's flags: `lerobot-train --help`; each sub-config's: `lerobot-train --policy.type=act --help`.",
 )
-@click.option(
-    "--cache-dir",
-    type=LocalDir(hint="the node cache is a local directory"),
-    help="The node cache directory, shared by every rank and worker of the node (default: a temporary "
-    "one for remote datasets; local ones are read in place).",
+@cache_dir_option(
+    "The node cache directory, shared by every rank and worker of the node (default: a temporary one for "
+    "remote datasets; local ones are read in place)."
 )
 @click.option("--cache-max-bytes", type=ByteSize(), help="The cache budget: 200GiB, 200GB, 500M or bytes.")
 @click.option(
