@@ -132,7 +132,9 @@ STEPS = ("sample", "reshard", "verify", "stream")
 def measure(size: int, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     src, out = work / f"v3-{size}", work / f"lrs-{size}"
-    workers = ["--workers", str(args.tool_workers)]
+    workers = (
+        ["--workers", str(args.tool_workers)] if args.tool_workers > 1 else []
+    )  # lrs before verify had it
     steps: dict[str, Any] = {}
     if not (src / "meta" / "info.json").exists():
         shutil.rmtree(src, ignore_errors=True)
