@@ -209,10 +209,7 @@ def write_data_file(
             writer.write_table(rows.replace_schema_metadata(schema.metadata), row_group_size=rows.num_rows)
             if on_episode is not None:
                 on_episode(1)
-    # The writer's own metadata of the file it closed: parsing the footer again would hold a second copy
-    # (about 5 KB per row group) while this one is alive.
-    ranges = row_group_ranges(writer.writer.metadata)
-    del writer
+    ranges = row_group_ranges(pq.read_metadata(out_path))
     with open(out_path, "rb") as written:
         return [
             RowGroupSpan(e, i, *ranges[i], crc32=range_crc32(written, *ranges[i]))
