@@ -380,3 +380,19 @@ def test_a_killed_worker_is_one_error_line(sample_resharded_ds: Path) -> None:
     assert killed.returncode == 3, killed.stderr[-2000:]
     assert killed.stderr.startswith("Error: A worker process ended abruptly (killed, or out of memory)")
     assert len(killed.stderr.strip().splitlines()) == 1, killed.stderr
+
+
+def test_a_stale_data_pointer_is_a_violation(
+    sample_resharded_ds: Path, sample_ds: Path, copy_ds: Callable[[Path], Path]
+) -> None:
+    """The output's `meta/episodes` is checked as written: a data pointer naming another file is reported
+    (verify used to relocate it from every data file's footer, as a reader of a v3 source does, and pass).
+    The rows of the file it no longer points at no longer add up: `tables` finds it first."""
+    root = copy_ds(sample_resharded_ds)
+    edit_episodes_meta(root, "data/file_index", 3, 5)
+    reindex(root)
+    report = verify(str(root), against=str(sample_ds))
+    assert report.failed_check == "tables", report.describe()
+    assert re.search(
+        r"Invalid row count \(\d+\)\. Expected \d+, the rows of the episodes", str(report.violations[0])
+    )
