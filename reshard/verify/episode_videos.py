@@ -59,7 +59,7 @@ class RangeOutcome:
     its turn comes, as a single pass would have)."""
 
     cameras: tuple[CameraOutcome, ...]
-    error: DatasetError | None = None
+    error: Exception | None = None
 
 
 def episode_ranges(episodes: int, jobs: int) -> list[range]:
@@ -128,7 +128,7 @@ def judge_videos(run: VerifyRun, ranges: Sequence[RangeOutcome]) -> None:
     """The `videos` class: each range's problems in order; the first error raises.
 
     Raises:
-        DatasetError: an output video is unreadable.
+        DatasetError: an output video is unreadable (or what else stopped a range).
     """
     for outcome in ranges:
         for camera in outcome.cameras:

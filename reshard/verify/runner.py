@@ -147,7 +147,8 @@ class _Checks:
     def videos(self, run: VerifyRun) -> None:
         jobs = video_jobs(len(run.layout.episodes), self.workers, compare=self.compare)
         results = run_jobs(run, jobs, self.pool)
-        self.ranges = [r.videos for r in results if r.videos is not None]
+        # A job that raised outside the reading of a video (a fetch) stops the class at its turn too.
+        self.ranges = [r.videos if r.videos is not None else RangeOutcome((), r.error) for r in results]
         judge_videos(run, self.ranges)
 
     def source_videos(self, run: VerifyRun) -> None:

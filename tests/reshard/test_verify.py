@@ -396,3 +396,17 @@ def test_a_stale_data_pointer_is_a_violation(
     assert re.search(
         r"Invalid row count \(\d+\)\. Expected \d+, the rows of the episodes", str(report.violations[0])
     )
+
+
+def test_what_a_video_job_raises_stops_verify(
+    sample_resharded_ds: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error while reading the videos (a failed fetch) is raised, never taken for a clean pass."""
+    import reshard.verify.jobs as jobs
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise OSError("Could not fetch a video")
+
+    monkeypatch.setattr(jobs, "read_episode_videos", fail)
+    with pytest.raises(OSError, match="Could not fetch a video"):
+        verify(str(sample_resharded_ds))
