@@ -21,7 +21,8 @@ class ReshardError(LrsError):
 
 
 class WorkerDied(ReshardError):
-    """A worker process of a reshard ended abruptly (SIGKILL, the OOM killer): its finished work is kept."""
+    """A worker process of a reshard or a verify ended abruptly (SIGKILL, the OOM killer); a reshard's
+    finished work is kept."""
 
 
 class VerifyError(LrsError):

@@ -9,20 +9,12 @@ Outputs with a record are skipped, so tasks can be rerun after any crash. The jo
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
-import pickle
 import signal
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
-from multiprocessing import resource_tracker
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import pyarrow as pa
@@ -33,7 +25,6 @@ from cache.progress import progress_bar
 from cache.remote import Remote
 from cache.store import atomic_write
 from reader.depth import is_depth
-from reshard.errors import WorkerDied
 from reshard.meta import (
     DataRecord,
     Record,
@@ -42,14 +33,23 @@ from reshard.meta import (
     record_from_json,
     record_to_json,
 )
+from reshard.process_pool import run_in_pool
 from reshard.source import V3Source
 from reshard.tables import write_data_file
 from reshard.task_plan import DataTask, Task, VideoTask
 from reshard.video.encode import CRF_RANGE, DEFAULT_CRF, DEFAULT_PRESET
-from reshard.video.write import DEFAULT_GOP, VIDEO_MODES, X26X_PRESETS, VideoMode, write_episode_video
+from reshard.video.write import (
+    DEFAULT_GOP,
+    VIDEO_MODES,
+    X26X_PRESETS,
+    OpenVideos,
+    VideoMode,
+    write_episode_video,
+)
 
 # Test hook: "<point>:<n>" makes the process SIGKILL itself at the n-th time it reaches <point>
-# (staged, recorded, published, meta), to prove that any crash point resumes to identical bytes.
+# (staged, recorded, published, meta), to prove that any crash point resumes to identical bytes;
+# `verify-job` at the start of a verify job, to kill a verify worker.
 KILL_ENV = "LRS_TEST_KILL_AT"
 
 
@@ -275,7 +275,8 @@ def _run_video_task(
     source, options = ctx.source, ctx.options
     gop, crf = video_settings(source, task.key, options)
     written = []
-    with ws.local(source.remote, task.source) as src:
+    # One container for the task's source file, which holds every episode of the task.
+    with ws.local(source.remote, task.source) as src, OpenVideos(capacity=1) as opened:
         for video in todo:
             tmp = ws.temp(".mp4")
             try:
@@ -292,6 +293,7 @@ def _run_video_task(
                     episode=video.episode,
                     camera=video.key,
                     depth=is_depth(source.info.features[video.key]),
+                    videos=opened,
                 )
                 record = VideoRecord.of(
                     result, path=video.path, sha256=path_sha256(tmp), episode=video.episode, key=video.key
@@ -316,98 +318,6 @@ def video_settings(source: V3Source, key: str, options: ReshardOptions) -> tuple
     gop = options.gop or info.get("video.g") or DEFAULT_GOP
     crf = options.crf if options.crf is not None or options.video != "copy" else info.get("video.crf")
     return int(gop), crf
-
-
-_WORKER_CONTEXT: TaskContext | None = None
-
-
-def _init_worker(context_file: Path) -> None:
-    global _WORKER_CONTEXT
-    # Ctrl-C reaches every process of the terminal's group: the parent alone handles it, stopping the
-    # workers with SIGTERM (`_stop_workers`) and removing what they were writing (`reshard.run`). The
-    # worker started with SIGINT blocked (`_spawning_deaf_to_sigint`); ignoring it discards one that came
-    # during start-up, and from then on none can reach it.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    os.environ.setdefault("SVT_LOG", "1")
-    _WORKER_CONTEXT = pickle.loads(context_file.read_bytes())
-
-
-def _write_context(ctx: TaskContext) -> Path:
-    """The workers' context, in a file of tmp/ that each worker reads at start.
-
-    Not in the pool's start-up arguments: those go down a pipe that the parent writes to the end while
-    the child imports, and a child that dies meanwhile (SIGTERM to the job, out of memory) would leave
-    the parent blocked on that write for ever, its signals held (`_spawning_deaf_to_sigint`). A context
-    is 50 KB to megabytes (it holds the source's episodes); a file name never fills a pipe.
-    """
-    path = Workspace(ctx.work).temp(".context.pickle")
-    path.write_bytes(pickle.dumps(ctx))
-    return path
-
-
-_HELD = (signal.SIGINT, signal.SIGTERM)
-
-
-@contextlib.contextmanager
-def _spawning_deaf_to_sigint() -> Iterator[None]:
-    """Start worker processes that never see a Ctrl-C, and hold a SIGINT or SIGTERM that arrives
-    meanwhile until every started worker is whole (then it is raised as it would have been).
-
-    A spawned worker imports for a second or more before `_init_worker` can ignore SIGINT; a Ctrl-C in
-    that time would print its `KeyboardInterrupt` traceback. So the workers start with SIGINT blocked:
-    the mask of the thread that forks is inherited across fork and exec (a Python handler is not, and
-    SIG_IGN here would lose the signal). Meanwhile this process records the signals instead of raising
-    them, so that no worker is left half-started, outside the pool's table and `_stop_workers`' reach;
-    nothing done meanwhile waits on a worker (`_write_context`), so a held signal is raised within
-    milliseconds.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    # The resource tracker unblocks SIGINT after starting itself (multiprocessing.resource_tracker): start
-    # it before the mask is set.
-    resource_tracker.ensure_running()
-    caught: list[int] = []
-
-    def hold(signum: int, frame: FrameType | None) -> None:
-        caught.append(signum)
-
-    previous = {sig: signal.signal(sig, hold) for sig in _HELD}
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a SIGINT held by the mask is recorded here
-        for sig, handler in previous.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
-        if caught:
-            signal.raise_signal(caught[0])
-
-
-def _run_in_worker(task: Task) -> list[VideoRecord]:
-    if _WORKER_CONTEXT is None:
-        raise RuntimeError("worker not initialised")
-    return run_task(task, _WORKER_CONTEXT)
-
-
-def _stop_workers(pool: ProcessPoolExecutor, *, grace_s: float = 30.0) -> None:
-    """SIGTERM to every worker of `pool`, and wait until they have ended (one that takes longer than
-    `grace_s` is killed): what they were writing is in the work directory's tmp/, which the caller
-    removes; their finished outputs stay. (The executor has no public list of its processes.)"""
-    # Every child this process started: a worker whose start the signal interrupted is not in the
-    # pool's table yet, and would fail reading its start-up data once this process is gone.
-    registered = list((getattr(pool, "_processes", None) or {}).values())
-    processes = [p for p in {*registered, *multiprocessing.active_children()} if p.pid is not None]
-    for process in processes:
-        with contextlib.suppress(OSError):
-            os.kill(process.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-        if process.is_alive():
-            process.kill()
-            process.join()
 
 
 class _ReshardProgress:
@@ -474,40 +384,24 @@ def run_tasks(tasks: list[Task], ctx: TaskContext, *, workers: int, quiet: bool)
 def _run_pool(
     pending: list[tuple[Task, int]], ctx: TaskContext, workers: int, progress: _ReshardProgress
 ) -> list[VideoRecord]:
-    spawn = multiprocessing.get_context("spawn")
     written: list[VideoRecord] = []
-    context_file = _write_context(ctx)
-    pool = ProcessPoolExecutor(workers, mp_context=spawn, initializer=_init_worker, initargs=(context_file,))
-    try:
-        futures: dict[Future[list[VideoRecord]], tuple[Task, int]] = {}
-        with _spawning_deaf_to_sigint():  # submit starts the workers
-            for task, left in pending:  # a worker may die while tasks are still being submitted
-                futures[pool.submit(_run_in_worker, task)] = (task, left)
-        remaining = set(futures)
-        while remaining:
-            done, remaining = wait(remaining, return_when=FIRST_EXCEPTION)
-            for future in done:
-                if future.exception() is not None:
-                    for other in remaining:
-                        other.cancel()
-                    future.result()  # raises the task's exception
-                written += future.result()
-                progress.task_done(*futures[future])
-    except BrokenProcessPool as exc:
-        # CPython 3.11 can start a worker (on submit) just after it terminated the others for the broken
-        # pool; that one waits for work forever and shutdown() with it. Every child left is a worker.
-        for child in multiprocessing.active_children():
-            child.terminate()
-        raise WorkerDied(
-            "A worker process ended abruptly (killed, or out of memory). Expected it to finish: rerun "
-            f"the same command to resume (finished outputs are kept in {ctx.work}); fewer --workers use less "
-            "memory."
-        ) from exc
-    except BaseException as exc:
-        if not isinstance(exc, Exception):  # Ctrl-C or SIGTERM here: the workers unwind their tasks too
-            _stop_workers(pool)
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        context_file.unlink(missing_ok=True)
+
+    def finished(position: int, records: list[VideoRecord]) -> None:
+        nonlocal written
+        written += records
+        progress.task_done(*pending[position])
+
+    run_in_pool(
+        [task for task, _ in pending],
+        _run_in_worker,
+        ctx,
+        workers=workers,
+        tmp_dir=Workspace(ctx.work).tmp_dir,
+        on_result=finished,
+        rerun=f"rerun the same command to resume (finished outputs are kept in {ctx.work})",
+    )
     return written
+
+
+def _run_in_worker(ctx: TaskContext, task: Task) -> list[VideoRecord]:
+    return run_task(task, ctx)

@@ -472,7 +472,7 @@ def _run_locked(
         with _disk_errors(ws, part, kept=not (fresh and part is None)):  # a fresh run's is removed below
             written = run_tasks(tasks, _context(source, ws.root, options), workers=workers, quiet=quiet)
     except (KeyboardInterrupt, Terminated):
-        # Ctrl-C or SIGTERM: the workers are stopped (`execute._stop_workers`) and what they were writing
+        # Ctrl-C or SIGTERM: the workers are stopped (`process_pool._stop_workers`) and what they were writing
         # goes; finished outputs stay for the rerun, which resumes (parts share tmp/, so a part's stays).
         if part is None:
             shutil.rmtree(ws.root / "tmp", ignore_errors=True)

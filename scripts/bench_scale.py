@@ -2,10 +2,15 @@
 `EpisodeStream` read through a DataLoader, at several dataset sizes; prints JSON.
 
     python scripts/bench_scale.py --sizes 500,2000,8000 [--work DIR] [--batches 40] [--workers 2] [--out FILE]
+        [--steps reshard,verify,stream] [--tool-workers 1]
 
 Each size gets a synthetic dataset (`lrs sample`: 1 camera, 48x64 H.264, 4-8 frames per episode, 500
 episodes per data and video file), resharded (`lrs reshard`) and verified (`lrs verify`). Every step
 runs in its own process; wall and CPU seconds and peak RSS come from that process's `wait4` rusage.
+`--steps` picks the steps measured: a dataset a step needs is made when missing (and measured only if
+its step is picked), and a picked `reshard` runs again, into a new output. The load average is
+recorded after each size. `--tool-workers` is
+the `--workers` of reshard and verify.
 The stream step (its own process too) reports: construction seconds, the pickled stream's bytes (what
 a spawn/forkserver DataLoader worker receives), the first batch's seconds, samples/s after it, and
 each DataLoader worker's peak RSS (`getrusage` in the worker, carried in the samples). Then, per
@@ -19,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -120,20 +126,31 @@ def stream_step(root: str, batches: int, workers: int) -> dict[str, Any]:
 # --- the driver ---------------------------------------------------------------------------------------
 
 
+STEPS = ("sample", "reshard", "verify", "stream")
+
+
 def measure(size: int, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     src, out = work / f"v3-{size}", work / f"lrs-{size}"
+    workers = (
+        ["--workers", str(args.tool_workers)] if args.tool_workers > 1 else []
+    )  # lrs before verify had it
     steps: dict[str, Any] = {}
     if not (src / "meta" / "info.json").exists():
+        shutil.rmtree(src, ignore_errors=True)
         steps["sample"] = run_step(
             [*LRS, "sample", "--num-episodes", str(size), *SAMPLE_ARGS, str(src)], env=env
         )
-    if not (out / "meta" / "lrs" / "layout.json").exists():
-        steps["reshard"] = run_step([*LRS, "reshard", str(src), "--out", str(out)], env=env)
-    if not args.skip_verify:
-        steps["verify"] = run_step([*LRS, "verify", str(out)], env=env)
+    if "reshard" in args.steps or not (out / "meta" / "lrs" / "layout.json").exists():
+        shutil.rmtree(out, ignore_errors=True)
+        steps["reshard"] = run_step([*LRS, "reshard", str(src), "--out", str(out), "-q", *workers], env=env)
+    if "verify" in args.steps:
+        steps["verify"] = run_step([*LRS, "verify", str(out), *workers], env=env)
+    steps = {name: step for name, step in steps.items() if name in args.steps}
     for step in steps.values():
         step.pop("stdout")
+    if "stream" not in args.steps:
+        return steps
     stream = run_step(
         [
             sys.executable,
@@ -149,6 +166,11 @@ def measure(size: int, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     )
     steps["stream"] = {**json.loads(stream.pop("stdout").strip().splitlines()[-1]), "process": stream}
     return steps
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages, to judge the seconds by."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def flatten(result: dict[str, Any], prefix: str = "") -> dict[str, float]:
@@ -186,7 +208,10 @@ def main() -> None:
     parser.add_argument("--work", default=None, help="where datasets go (kept; reused when present)")
     parser.add_argument("--batches", type=int, default=40, help="batches of 32 the stream step reads")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers")
-    parser.add_argument("--skip-verify", action="store_true", help="do not run lrs verify")
+    parser.add_argument(
+        "--steps", default="sample,reshard,verify,stream", help=f"steps measured, of {','.join(STEPS)}"
+    )
+    parser.add_argument("--tool-workers", type=int, default=1, help="--workers of lrs reshard and verify")
     parser.add_argument("--out", default=None, help="also write the JSON report to this file")
     parser.add_argument("--stream", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -194,11 +219,14 @@ def main() -> None:
         print(json.dumps(stream_step(args.stream, args.batches, args.workers)))
         return
     sizes = sorted(int(s) for s in args.sizes.split(","))
+    args.steps = [s for s in args.steps.split(",") if s]
+    if not set(args.steps) <= set(STEPS):
+        parser.error(f"Invalid --steps ({','.join(args.steps)}). Expected some of {','.join(STEPS)}.")
     work = Path(args.work or tempfile.mkdtemp(prefix="lrs-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     results = {}
     for size in sizes:
-        results[size] = measure(size, work, args)
+        results[size] = {**measure(size, work, args), "load_average": load_average()}
         print(json.dumps({"episodes": size, **results[size]}), file=sys.stderr, flush=True)
     report = {"sizes": sizes, "work": str(work), "results": {str(n): results[n] for n in sizes}}
     if len(sizes) >= 2:

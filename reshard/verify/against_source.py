@@ -1,11 +1,10 @@
 """`verify --against SRC`: an lrs/1 dataset equals the v3 source it was resharded from.
 
-The last two check classes of `reshard.verify`:
-
-6. `source-tables`: schema, metadata, tasks, stats and every row equal the source's (NaN equal to NaN);
-7. `source-videos`: decoded frames identical (copied) or above a PSNR floor (re-encoded), and each
-   camera's re-encoded colours where the source's are (fitted gain and offset, `ColourFit`); depth codes
-   identical whatever the mode.
+Class 6 of `reshard.verify`, `source-tables`: schema, metadata, tasks, stats and every row equal the
+source's (NaN equal to NaN). Class 7, `source-videos` (decoded frames identical when copied or above a
+PSNR floor when re-encoded, each camera's re-encoded colours where the source's are, depth codes
+identical whatever the mode), is judged in `reshard.verify.episode_videos`, which reads each episode
+video once for both `videos` and `source-videos`.
 
 Where the output left episodes out (`meta/lrs/dropped.json`), the source is compared as the output saw
 it (`as_resharded`): the kept episodes, renumbered.
@@ -22,20 +21,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cache.remote import Remote
-from reader.depth import is_depth
 from reader.format.v3 import EPISODES_DIR, STATS_PATH, TASKS_PATH
 from reshard.dropped import DROPPED_JSON, Selection
 from reshard.meta import stats_json
 from reshard.selection import select
 from reshard.source import V3Source
 from reshard.tables import SourceFileRows
-from reshard.verify.context import VerifyRun, VideoQuality
-from reshard.video.compare import (
-    MAX_GAIN_ERROR,
-    MAX_OFFSET,
-    ColourFit,
-    compare_episode_video,
-)
+from reshard.verify.context import VerifyRun
+from reshard.verify.output_checks import tables_to_check
 
 # The v3 pointer columns of meta/episodes: rewritten by reshard, compared with the source's otherwise.
 _POINTER_PREFIXES = ("data/", "videos/", "dataset_from_index", "dataset_to_index", "meta/episodes/")
@@ -68,10 +61,10 @@ def check_source_tables(run: VerifyRun) -> None:
         run.fail("source-tables", f"Invalid content. Expected {expected}.", STATS_PATH)
     _compare_episode_columns(run, src, out)
     with _SourceRows(run, src) as source_rows:
-        for rel in run.layout.data_files():
+        for rel, positions in tables_to_check(run):
             with run.local(run.remote, rel) as path:
                 file = pq.ParquetFile(path)
-                for entry in (e for e in run.layout.episodes if e.data_path == rel):
+                for entry in (run.layout.episodes[p] for p in positions):
                     expected = source_rows.read(entry.episode_index)
                     _compare_rows(run, entry, file.read_row_group(entry.row_group), expected)
 
@@ -145,92 +138,3 @@ def _nan_equal(x: pa.ChunkedArray | pa.Array, y: pa.ChunkedArray | pa.Array) -> 
     return bool(
         np.array_equal(x.to_numpy(zero_copy_only=False), y.to_numpy(zero_copy_only=False), equal_nan=True)
     )
-
-
-# --- 7. source videos ---------------------------------------------------------------------------------
-
-
-def check_source_videos(run: VerifyRun) -> None:
-    src, layout = run.source, run.layout
-    if src is None:
-        return
-    reencoded = {(r["episode"], r["camera"]) for r in layout.layout.get("reencoded", [])}
-    copy_mode = layout.params.get("video", "copy") == "copy"
-    for key in src.video_keys:
-        # A depth map's 12-bit codes must come back bit for bit (copied, or re-encoded losslessly): equal
-        # codes are equal depth; an 8-bit view's PSNR would hide a destroyed depth stream.
-        depth = is_depth(src.info.features[key])
-        colour = ColourFit()
-        for rel, episodes in src.episodes_by_video_file(key).items():
-            with run.local(src.remote, rel) as src_path:
-                for episode in episodes:
-                    ep = episode.episode_index
-                    video = layout.episode(ep).videos[src.video_keys.index(key)]
-                    with run.local(run.remote, video.path) as out_path:
-                        result = compare_episode_video(
-                            src_path,
-                            episode.video(key).from_timestamp,
-                            out_path,
-                            length=episode.length,
-                            fps=src.info.fps,
-                            episode=ep,
-                            camera=key,
-                        )
-                    was_reencoded = (not copy_mode or (ep, key) in reencoded) and not depth
-                    fit = result.colour
-                    run.videos.append(
-                        VideoQuality(
-                            ep,
-                            key,
-                            was_reencoded,
-                            result.identical,
-                            result.psnr_min_db,
-                            result.psnr_mean_db,
-                            fit.gain,
-                            fit.offset,
-                        )
-                    )
-                    _judge(run, video.path, ep, result, was_reencoded, depth=depth)
-                    colour += fit if was_reencoded else ColourFit()
-        _judge_colour(run, key, colour)
-
-
-def _judge_colour(run: VerifyRun, key: str, fit: ColourFit) -> None:
-    """A camera's re-encoded frames keep the source's colours: a contrast stretch or a shift (a range or
-    matrix lost on the way) can keep every frame above the PSNR floor."""
-    if fit.moved():
-        run.fail(
-            "source-videos",
-            f"Invalid colours of {key} (decoded output = {fit.gain:.3f} x source {fit.offset:+.4f}, RGB in "
-            f"[0, 1]). Expected gain 1 +- {MAX_GAIN_ERROR:g} and offset within +-{MAX_OFFSET:g}: the "
-            "re-encode lost the source's colour range or matrix.",
-        )
-
-
-def _judge(run: VerifyRun, rel: str, ep: int, result: Any, reencoded: bool, *, depth: bool = False) -> None:
-    for problem in result.problems:
-        run.fail("source-videos", problem, rel, ep)
-    if depth and not result.identical:
-        run.fail(
-            "source-videos",
-            "Invalid depth frames (not the source's codes). Expected the source's 12-bit depth codes "
-            "exactly: a depth map is copied or re-encoded losslessly, never to fewer bits.",
-            rel,
-            ep,
-        )
-    elif not reencoded and not result.identical:
-        run.fail(
-            "source-videos",
-            f"Invalid frames (PSNR min {result.psnr_min_db:.1f} dB). Expected frames identical to the source's "
-            "(copied, not re-encoded).",
-            rel,
-            ep,
-        )
-    elif reencoded and result.psnr_min_db < run.min_psnr:
-        run.fail(
-            "source-videos",
-            f"Invalid quality (PSNR min {result.psnr_min_db:.1f} dB, mean {result.psnr_mean_db:.1f} dB). "
-            f"Expected every frame >= {run.min_psnr:g} dB.",
-            rel,
-            ep,
-        )

@@ -1,11 +1,17 @@
-"""The output's own check classes of `verify` (2 to 5): `files`, `tables`, `pointers` and `videos`,
-each a function of the `VerifyRun` that records what it finds (see `reshard.verify.runner`)."""
+"""The output's own check classes of `verify` (2 to 5): `files`, `tables`, `pointers` and `videos`.
+
+Each records what it finds in the `VerifyRun` (see `reshard.verify.runner`). `files` and `tables` check
+a part of the files at a time (`check_files`, `check_table`: the jobs of `verify --workers`);
+`video_problems` judges one episode video from its probe, for `reshard.verify.episode_videos`, which
+reads each output video once for both the `videos` and the `source-videos` classes.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -19,16 +25,26 @@ from reshard.meta import path_sha256
 from reshard.source_checks import check_rows
 from reshard.tables import INDEX_COLUMNS, range_crc32, row_group_ranges
 from reshard.verify.context import VerifyRun
-from reshard.video.compare import probe_video
+from reshard.video.compare import VideoProbe
 
 # --- 2. files -----------------------------------------------------------------------------------------
 
 
-def check_files(run: VerifyRun) -> None:
-    # Stores that cannot list (plain HTTP) give {}: then only listed files are checked, by fetching them.
+def files_to_check(run: VerifyRun) -> tuple[list[tuple[str, bool]], list[str]]:
+    """Every listed file in order with whether the store lists it, and the files it lists that the index
+    does not (besides the index itself). Stores that cannot list (plain HTTP) give no listing: then every
+    listed file counts as present and is checked by fetching it."""
     present = list_files(run.remote)
-    for rel, entry in sorted(run.layout.files.items()):
-        if present and rel not in present:
+    listed = [(rel, not present or rel in present) for rel in sorted(run.layout.files)]
+    unlisted = sorted(set(present) - set(run.layout.files) - {FILES_INDEX})
+    return listed, unlisted
+
+
+def check_files(run: VerifyRun, files: Sequence[tuple[str, bool]]) -> None:
+    """The `files` check of some listed files (`files_to_check`): each is there with its size and sha256."""
+    for rel, present in files:
+        entry = run.layout.files[rel]
+        if not present:
             run.fail("files", "missing", file=rel)
             continue
         try:
@@ -42,24 +58,34 @@ def check_files(run: VerifyRun) -> None:
                     run.fail("files", "Invalid sha256. Expected the one files.parquet lists.", rel)
         except FileNotFoundError:
             run.fail("files", "missing", file=rel)
-    for rel in sorted(set(present) - set(run.layout.files) - {FILES_INDEX}):
+
+
+def fail_unlisted(run: VerifyRun, unlisted: Sequence[str]) -> None:
+    for rel in unlisted:
         run.fail("files", "not listed in meta/lrs/files.parquet", file=rel)
 
 
 # --- 3. tables ----------------------------------------------------------------------------------------
 
 
-def check_tables(run: VerifyRun) -> None:
-    by_file: dict[str, list[Any]] = {}
-    for entry in run.layout.episodes:
-        by_file.setdefault(entry.data_path, []).append(entry)
-    for rel, entries in sorted(by_file.items()):
-        with run.local(run.remote, rel) as path:
-            _check_data_file(run, rel, path, entries)
+def tables_to_check(run: VerifyRun) -> list[tuple[str, tuple[int, ...]]]:
+    """Every data file, sorted, with the positions of its episodes in the index."""
+    by_file: dict[str, list[int]] = {}
+    for position, rel in enumerate(run.layout.episodes.table.column("data_path").to_pylist()):
+        by_file.setdefault(rel, []).append(position)
+    return [(rel, tuple(positions)) for rel, positions in sorted(by_file.items())]
+
+
+def check_table(run: VerifyRun, rel: str, positions: Sequence[int]) -> None:
+    """The `tables` check of one data file, whose episodes are at `positions` of the index."""
+    with run.local(run.remote, rel) as path:
+        _check_data_file(run, rel, path, [run.layout.episodes[p] for p in positions])
 
 
 def _check_data_file(run: VerifyRun, rel: str, path: str, entries: list[Any]) -> None:
-    meta = pq.read_metadata(path)
+    # One parse of the footer (a file of N row groups has N row groups of column metadata to parse).
+    file = pq.ParquetFile(path)
+    meta = file.metadata
     if meta.num_row_groups != len(entries):
         run.fail(
             "tables",
@@ -68,48 +94,56 @@ def _check_data_file(run: VerifyRun, rel: str, path: str, entries: list[Any]) ->
         )
         return
     ranges = row_group_ranges(meta)
-    file = pq.ParquetFile(path)
-    for entry in entries:
-        group = meta.row_group(entry.row_group)
-        ep = entry.episode_index
-        if group.num_rows != entry.length:
-            run.fail(
-                "tables", f"Invalid row group rows ({group.num_rows}). Expected {entry.length}.", rel, ep
-            )
-            continue
-        if ranges[entry.row_group] != (entry.row_group_offset, entry.row_group_bytes):
-            run.fail(
-                "tables",
-                f"Invalid row group byte range ({entry.row_group_offset}, {entry.row_group_bytes}). "
-                f"Expected {ranges[entry.row_group]}, covering all its column chunks.",
-                rel,
-                ep,
-            )
-        if entry.row_group_crc32 is not None:
-            with open(path, "rb") as handle:
-                crc = range_crc32(handle, entry.row_group_offset, entry.row_group_bytes)
-            if crc != entry.row_group_crc32:
-                run.fail(
-                    "tables",
-                    f"Invalid row group CRC-32 ({crc}). Expected {entry.row_group_crc32}, as the index records.",
-                    rel,
-                    ep,
-                )
-        columns = [group.column(c) for c in range(group.num_columns)]
-        # Encoded images get an offset index but no column index (pyarrow keeps no min/max of blobs).
-        blobs = {f"{key}.bytes" for key in run.dataset.info.image_keys}
-        if not all(c.has_offset_index and (c.has_column_index or c.path_in_schema in blobs) for c in columns):
-            run.fail("tables", "Invalid page index (missing). Expected write_page_index=True.", rel, ep)
-        if not all(c.is_stats_set for c in columns):
-            run.fail(
-                "tables", "Invalid column statistics (missing). Expected statistics on every column.", rel, ep
-            )
-        rows = file.read_row_group(entry.row_group, columns=INDEX_COLUMNS)
-        _check_rows(run, rel, entry, rows)
+    with open(path, "rb") as handle:
+        for entry in entries:
+            _check_row_group(run, rel, file, ranges, handle, entry)
     try:
         check_rows(run.dataset, rel, file.read(columns=INDEX_COLUMNS))
     except DatasetError as exc:
         run.fail("tables", str(exc), rel)
+
+
+def _check_row_group(
+    run: VerifyRun,
+    rel: str,
+    file: pq.ParquetFile,
+    ranges: list[tuple[int, int]],
+    handle: BinaryIO,
+    entry: Any,
+) -> None:
+    group = file.metadata.row_group(entry.row_group)
+    ep = entry.episode_index
+    if group.num_rows != entry.length:
+        run.fail("tables", f"Invalid row group rows ({group.num_rows}). Expected {entry.length}.", rel, ep)
+        return
+    if ranges[entry.row_group] != (entry.row_group_offset, entry.row_group_bytes):
+        run.fail(
+            "tables",
+            f"Invalid row group byte range ({entry.row_group_offset}, {entry.row_group_bytes}). "
+            f"Expected {ranges[entry.row_group]}, covering all its column chunks.",
+            rel,
+            ep,
+        )
+    if entry.row_group_crc32 is not None:
+        crc = range_crc32(handle, entry.row_group_offset, entry.row_group_bytes)
+        if crc != entry.row_group_crc32:
+            run.fail(
+                "tables",
+                f"Invalid row group CRC-32 ({crc}). Expected {entry.row_group_crc32}, as the index records.",
+                rel,
+                ep,
+            )
+    columns = [group.column(c) for c in range(group.num_columns)]
+    # Encoded images get an offset index but no column index (pyarrow keeps no min/max of blobs).
+    blobs = {f"{key}.bytes" for key in run.dataset.info.image_keys}
+    if not all(c.has_offset_index and (c.has_column_index or c.path_in_schema in blobs) for c in columns):
+        run.fail("tables", "Invalid page index (missing). Expected write_page_index=True.", rel, ep)
+    if not all(c.is_stats_set for c in columns):
+        run.fail(
+            "tables", "Invalid column statistics (missing). Expected statistics on every column.", rel, ep
+        )
+    rows = file.read_row_group(entry.row_group, columns=INDEX_COLUMNS)
+    _check_rows(run, rel, entry, rows)
 
 
 def _check_rows(run: VerifyRun, rel: str, entry: Any, rows: pa.Table) -> None:
@@ -164,27 +198,19 @@ def check_pointers(run: VerifyRun) -> None:
 # --- 5. videos ----------------------------------------------------------------------------------------
 
 
-def check_videos(run: VerifyRun) -> None:
+def video_problems(run: VerifyRun, entry: Any, video: Any, probe: VideoProbe) -> list[str]:
+    """What the `videos` check finds wrong with one episode video, from its probe."""
     fps = run.layout.fps
-    for entry in run.layout.episodes:
-        for video in entry.videos:
-            expected = run.layout.info.features[video.key].get("info", {})
-            with run.local(run.remote, video.path) as path:
-                probe = probe_video(path, episode=entry.episode_index, camera=video.key)
-            problems = []
-            if probe.frames != entry.length:
-                problems.append(f"Invalid frame count ({probe.frames}). Expected {entry.length}.")
-            times = np.asarray(probe.frame_times_s)
-            if len(times) == entry.length and not np.allclose(
-                times, np.arange(entry.length) / fps, atol=1e-4
-            ):
-                problems.append("Invalid frame timestamps. Expected frame i at i / fps.")
-            if not probe.starts_on_keyframe or (len(times) and abs(times[0]) > 1e-6):
-                problems.append("Invalid first frame. Expected a keyframe at 0 s.")
-            for name, got in (("video.codec", probe.codec), ("video.pix_fmt", probe.pix_fmt)):
-                if name in expected and expected[name] != got:
-                    problems.append(
-                        f"Invalid {name} ({got!r}). Expected {expected[name]!r} as info.json says."
-                    )
-            for message in problems:
-                run.fail("videos", message, video.path, entry.episode_index)
+    expected = run.layout.info.features[video.key].get("info", {})
+    problems = []
+    if probe.frames != entry.length:
+        problems.append(f"Invalid frame count ({probe.frames}). Expected {entry.length}.")
+    times = np.asarray(probe.frame_times_s)
+    if len(times) == entry.length and not np.allclose(times, np.arange(entry.length) / fps, atol=1e-4):
+        problems.append("Invalid frame timestamps. Expected frame i at i / fps.")
+    if not probe.starts_on_keyframe or (len(times) and abs(times[0]) > 1e-6):
+        problems.append("Invalid first frame. Expected a keyframe at 0 s.")
+    for name, got in (("video.codec", probe.codec), ("video.pix_fmt", probe.pix_fmt)):
+        if name in expected and expected[name] != got:
+            problems.append(f"Invalid {name} ({got!r}). Expected {expected[name]!r} as info.json says.")
+    return problems

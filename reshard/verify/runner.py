@@ -14,11 +14,14 @@ index makes every later check noise):
               source's colours (re-encoded).
 
 Classes 2 to 5 are in `reshard.verify.output_checks`, 6 and 7 in `reshard.verify.against_source`; what
-they share in `reshard.verify.context`.
+they share in `reshard.verify.context`. `files`, `tables` and `videos` run as jobs in `workers` processes
+(`reshard.verify.jobs`), judged in order, so the report does not depend on their number; each episode
+video is read once, for `videos` and `source-videos` both (`reshard.verify.episode_videos`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -32,10 +35,13 @@ from reader.format.layout import Layout
 from reader.format.v3 import INFO_PATH
 from reshard.dropped import DROPPED_JSON
 from reshard.fingerprint import SourceFingerprint, describe_change
+from reshard.process_pool import WorkerPool
 from reshard.source import V3Source, check_files_exist, open_source
-from reshard.verify.against_source import as_resharded, check_source_tables, check_source_videos
+from reshard.verify.against_source import as_resharded, check_source_tables
 from reshard.verify.context import VerifyRun, Violation
-from reshard.verify.output_checks import check_files, check_pointers, check_tables, check_videos
+from reshard.verify.episode_videos import RangeOutcome, judge_source_videos, judge_videos
+from reshard.verify.jobs import file_jobs, record, run_jobs, table_jobs, video_jobs, worker_pool
+from reshard.verify.output_checks import check_pointers, fail_unlisted, files_to_check, tables_to_check
 from reshard.verify.report import VerifyReport
 from reshard.video.compare import DEFAULT_MIN_PSNR_DB
 
@@ -46,6 +52,7 @@ def verify(
     against: str | None = None,
     min_psnr: float = DEFAULT_MIN_PSNR_DB,
     storage_options: dict[str, Any] | None = None,
+    workers: int = 1,
 ) -> VerifyReport:
     """Check every lrs/1 invariant of the dataset at `url`, and with `against` its equality with the source.
 
@@ -54,6 +61,8 @@ def verify(
         against: the v3 source it was resharded from.
         min_psnr: the lowest per-frame PSNR (dB) accepted for a re-encoded episode video.
         storage_options: passed to the fsspec filesystems.
+        workers: processes checking files, tables and videos at once (the report is the same whatever
+            their number).
 
     Returns:
         The checks passed and the violations of the first failing class.
@@ -61,7 +70,10 @@ def verify(
     Raises:
         DatasetError: `against` is not a readable v3 dataset, or `url` holds no dataset at all (no
             `meta/info.json`): nothing to check, which is an input error, not a failed check.
+        WorkerDied: a worker process ended abruptly.
     """
+    if workers < 1:
+        raise ValueError(f"Invalid workers ({workers}). Expected >= 1.")
     # The files are checked for the episodes the output kept (`_as_resharded`).
     source = open_source(against, storage_options=storage_options, check_files=False) if against else None
     remote = resolve(url, storage_options=storage_options)
@@ -70,21 +82,26 @@ def verify(
     try:
         layout = Layout.load(remote)
         # Missing files are the next class's business, reported there with the rest.
-        dataset = open_source(remote.url, storage_options=storage_options, check_files=False)
+        # Its pointers as they are, for `pointers` to check (and no footer read: a data file of N row groups
+        # takes about 5 KB per row group to parse).
+        dataset = open_source(
+            remote.url, storage_options=storage_options, check_files=False, locate_rows=False
+        )
     except (LayoutError, DatasetError) as exc:
         violation = Violation("layout", str(exc))
         return VerifyReport(remote.url, source.url if source else None, (), (violation,))
-    checks: list[tuple[str, Callable[[VerifyRun], None]]] = [
-        ("files", check_files),
-        ("tables", check_tables),
-        ("pointers", check_pointers),
-        ("videos", check_videos),
-    ]
     changed = _source_change(layout, source) if source is not None else None
+    checks = _Checks(workers, compare=source is not None and changed is None)
+    classes: list[tuple[str, Callable[[VerifyRun], None]]] = [
+        ("files", checks.files),
+        ("tables", checks.tables),
+        ("pointers", check_pointers),
+        ("videos", checks.videos),
+    ]
     if changed is not None:
-        checks.append(("source-tables", lambda run: run.fail("source-tables", changed, LAYOUT_JSON)))
+        classes.append(("source-tables", lambda run: run.fail("source-tables", changed, LAYOUT_JSON)))
     elif source is not None:
-        checks += [("source-tables", check_source_tables), ("source-videos", check_source_videos)]
+        classes += [("source-tables", check_source_tables), ("source-videos", checks.source_videos)]
         try:
             source = as_resharded(source, remote)
         except (DatasetError, ValueError) as exc:
@@ -92,9 +109,11 @@ def verify(
             return VerifyReport(remote.url, source.url, ("layout",), (violation,))
         check_files_exist(source)
     passed = ["layout"]
-    with tempfile.TemporaryDirectory(prefix="lrs-verify-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="lrs-verify-"))
         run = VerifyRun(remote, Path(tmp), min_psnr, layout, dataset, source)
-        for name, check in checks:
+        checks.pool = stack.enter_context(worker_pool(run, workers))
+        for name, check in classes:
             check(run)
             if run.violations:
                 break
@@ -106,6 +125,34 @@ def verify(
         violations=tuple(run.violations),
         videos=tuple(run.videos),
     )
+
+
+class _Checks:
+    """The classes that run as jobs (`reshard.verify.jobs`), in `workers` processes; the episode videos
+    are read once, for both `videos` and `source-videos` (with `compare`)."""
+
+    def __init__(self, workers: int, *, compare: bool) -> None:
+        self.workers, self.compare = workers, compare
+        self.ranges: list[RangeOutcome] = []
+        self.pool: WorkerPool | None = None  # set once the run exists (`worker_pool`)
+
+    def files(self, run: VerifyRun) -> None:
+        listed, unlisted = files_to_check(run)
+        record(run, run_jobs(run, file_jobs(listed, self.workers), self.pool))
+        fail_unlisted(run, unlisted)
+
+    def tables(self, run: VerifyRun) -> None:
+        record(run, run_jobs(run, table_jobs(tables_to_check(run)), self.pool))
+
+    def videos(self, run: VerifyRun) -> None:
+        jobs = video_jobs(len(run.layout.episodes), self.workers, compare=self.compare)
+        results = run_jobs(run, jobs, self.pool)
+        # A job that raised outside the reading of a video (a fetch) stops the class at its turn too.
+        self.ranges = [r.videos if r.videos is not None else RangeOutcome((), r.error) for r in results]
+        judge_videos(run, self.ranges)
+
+    def source_videos(self, run: VerifyRun) -> None:
+        judge_source_videos(run, self.ranges)
 
 
 def _source_change(layout: Layout, source: V3Source) -> str | None:

@@ -1,16 +1,19 @@
 """Probing videos and proving a per-episode video equals its source.
 
-`probe_video` reads a file's stream properties and packet timing without decoding;
+`probe_video` reads a file's stream properties and packet timing without decoding (`probe_opened`, of a
+file already open, also returns the packets, so that `frames.decode` of them needs no second open);
 `compare_episode_video` checks a cut: the source decoded at `from_timestamp + i / fps` (lerobot's rule,
-`reshard.video.frames.nearest`) against the output decoded at `i / fps`. Errors name the file, and the
-episode and camera when the caller passes them.
+`reshard.video.frames.nearest`) against the output decoded at `i / fps` (`compare_frames`, of frames
+decoded by the caller). Errors name the file, and the episode and camera when the caller passes them.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import astuple, dataclass, field
+from typing import Any
 
 import av
 import numpy as np
@@ -20,6 +23,7 @@ from reshard.video.frames import (
     TIMESTAMP_TOLERANCE_S,
     EpisodeSpan,
     VideoFileRef,
+    VideoStream,
     all_frames,
     codec_name,
     demux,
@@ -135,32 +139,46 @@ def probe_video(path: str, *, episode: int | None = None, camera: str | None = N
     """
     ref = VideoFileRef(path, episode, camera)
     with open_video(ref, threads=None) as (container, stream):
-        tb = time_base(stream, ref)
-        times, keys, end = [], [], 0.0
-        for packet in demux(container, stream, ref):
-            if packet.dts is None or packet.pts is None:
-                continue
-            times.append(float(packet.pts * tb))
-            keys.append(bool(packet.is_keyframe))
-            end = max(end, float((packet.pts + (packet.duration or 0)) * tb))
-        cc = stream.codec_context
-        rate = stream.average_rate or stream.guessed_rate
-        return VideoProbe(
-            path=path,
-            bytes=os.path.getsize(path),
-            codec=codec_name(stream),
-            profile=cc.profile,
-            pix_fmt=cc.pix_fmt,
-            width=cc.width,
-            height=cc.height,
-            fps=float(rate) if rate else 0.0,
-            frames=len(times),
-            duration_s=end,
-            gop=keyframe_interval(times, keys),
-            keyframe_times_s=tuple(sorted(t for t, k in zip(times, keys, strict=True) if k)),
-            frame_times_s=tuple(sorted(times)),
-            reordered=any(b < a for a, b in zip(times, times[1:], strict=False)),
-        )
+        return probe_opened(container, stream, ref)[0]
+
+
+def probe_opened(
+    container: Any, stream: VideoStream, ref: VideoFileRef
+) -> tuple[VideoProbe, list[av.Packet]]:
+    """`probe_video` of an open file, read from its start, with the packets read (flush packets included,
+    so that `frames.decode` of them gives every frame): a caller that also decodes the file opens it once.
+
+    Raises:
+        DatasetError: the file is unreadable.
+    """
+    tb = time_base(stream, ref)
+    times, keys, end, packets = [], [], 0.0, []
+    for packet in demux(container, stream, ref):
+        packets.append(packet)
+        if packet.dts is None or packet.pts is None:
+            continue
+        times.append(float(packet.pts * tb))
+        keys.append(bool(packet.is_keyframe))
+        end = max(end, float((packet.pts + (packet.duration or 0)) * tb))
+    cc = stream.codec_context
+    rate = stream.average_rate or stream.guessed_rate
+    probe = VideoProbe(
+        path=ref.path,
+        bytes=os.path.getsize(ref.path),
+        codec=codec_name(stream),
+        profile=cc.profile,
+        pix_fmt=cc.pix_fmt,
+        width=cc.width,
+        height=cc.height,
+        fps=float(rate) if rate else 0.0,
+        frames=len(times),
+        duration_s=end,
+        gop=keyframe_interval(times, keys),
+        keyframe_times_s=tuple(sorted(t for t, k in zip(times, keys, strict=True) if k)),
+        frame_times_s=tuple(sorted(times)),
+        reordered=any(b < a for a, b in zip(times, times[1:], strict=False)),
+    )
+    return probe, packets
 
 
 # --- comparing ---------------------------------------------------------------------------------------
@@ -224,25 +242,48 @@ def compare_episode_video(
         ValueError: `length` < 1 or `fps` <= 0.
         DatasetError: either file is unreadable, or the source lacks frames of the episode.
     """
-    if length < 1 or not (math.isfinite(fps) and fps > 0):
-        raise ValueError(f"Invalid length/fps ({length}, {fps}). Expected length >= 1 and fps > 0.")
-    segment = EpisodeSpan(from_timestamp, length, frame_rate(fps))
+    segment = episode_span(from_timestamp, length, fps)
     src_ref, out_ref = VideoFileRef(src_path, episode, camera), VideoFileRef(out_path, episode, camera)
     threads = 1 if threads is None else threads
-    tally = _Tally(segment)
     with open_video(src_ref, threads) as (src, src_stream), open_video(out_ref, threads) as (out, out_stream):
-        source = nearest(frames_from(src, src_stream, from_timestamp, src_ref), segment, src_ref)
-        output = all_frames(out, out_stream, out_ref)
-        for i, src_frame in source:
-            got = next(output, None)
-            if got is None:
-                tally.problems.append(f"output has {i} frames, expected {length}")
-                break
-            tally.add(i, src_frame, *got)
-        else:
-            extra = sum(1 for _ in output)
-            if extra:
-                tally.problems.append(f"output has {length + extra} frames, expected {length}")
+        source = frames_from(src, src_stream, from_timestamp, src_ref)
+        return compare_frames(source, all_frames(out, out_stream, out_ref), segment, src_ref)
+
+
+def episode_span(from_timestamp: float, length: int, fps: float) -> EpisodeSpan:
+    """The episode's frames in its source, its arguments checked.
+
+    Raises:
+        ValueError: `length` < 1 or `fps` <= 0.
+    """
+    if length < 1 or not (math.isfinite(fps) and fps > 0):
+        raise ValueError(f"Invalid length/fps ({length}, {fps}). Expected length >= 1 and fps > 0.")
+    return EpisodeSpan(from_timestamp, length, frame_rate(fps))
+
+
+def compare_frames(
+    source: Iterable[tuple[float, av.VideoFrame]],
+    output: Iterator[tuple[float, av.VideoFrame]],
+    segment: EpisodeSpan,
+    src_ref: VideoFileRef,
+) -> VideoComparison:
+    """`compare_episode_video` of decoded frames: the source's from the episode's start (lerobot's
+    nearest frames are picked here), the output's from its first frame.
+
+    Raises:
+        DatasetError: the source lacks frames of the episode, or either file is unreadable.
+    """
+    tally, length = _Tally(segment), segment.length
+    for i, src_frame in nearest(source, segment, src_ref):
+        got = next(output, None)
+        if got is None:
+            tally.problems.append(f"output has {i} frames, expected {length}")
+            break
+        tally.add(i, src_frame, *got)
+    else:
+        extra = sum(1 for _ in output)
+        if extra:
+            tally.problems.append(f"output has {length + extra} frames, expected {length}")
     return tally.result()
 
 

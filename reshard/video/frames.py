@@ -9,11 +9,13 @@ passes them.
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
-from collections.abc import Generator, Iterable, Iterator, Sequence
+import dataclasses
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import av
 
@@ -75,6 +77,83 @@ def open_video(ref: VideoFileRef, threads: int | None = 1) -> Iterator[tuple[Any
         yield container, stream
 
 
+class OpenVideos:
+    """Video files kept open across the episodes read from them: the `capacity` most recently used.
+
+    A packed v3 MP4 holds hundreds of episodes, and opening it parses its whole index; readers that go
+    through its episodes in order open it once instead of once per episode. A container is reused only
+    for demuxing and decoding after a seek (PyAV's `seek` flushes the decoder), and closed when evicted,
+    when a read of it raised, or at `close`.
+
+    Args:
+        capacity: files kept open at most.
+        fetch: maps a file's name to a context giving a local path (a remote file fetched for as long
+            as it stays open); None: names are local paths.
+    """
+
+    def __init__(
+        self, capacity: int = 2, fetch: Callable[[str], AbstractContextManager[str]] | None = None
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"Invalid capacity ({capacity}). Expected >= 1.")
+        self.capacity, self.fetch = capacity, fetch
+        self.opens = 0  # files opened so far
+        self._open: OrderedDict[tuple[str, int | None], tuple[contextlib.ExitStack, OpenedVideo]] = (
+            OrderedDict()
+        )
+
+    def __enter__(self) -> OpenVideos:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def open(self, ref: VideoFileRef, threads: int | None = 1) -> Iterator[OpenedVideo]:
+        """`open_video(ref, threads)` (with the local path), or the one already open for that file and
+        thread count."""
+        key = (ref.path, threads)
+        if key in self._open:
+            self._open.move_to_end(key)
+        else:
+            self._open[key] = self._open_new(ref, threads)
+            self.opens += 1
+            while len(self._open) > self.capacity:
+                self._drop(next(iter(self._open)))
+        try:
+            yield self._open[key][1]
+        except BaseException:
+            self._drop(key)  # its position and decoder state are unknown
+            raise
+
+    def _open_new(self, ref: VideoFileRef, threads: int | None) -> tuple[contextlib.ExitStack, OpenedVideo]:
+        stack = contextlib.ExitStack()
+        try:
+            local = stack.enter_context(self.fetch(ref.path)) if self.fetch is not None else ref.path
+            container, stream = stack.enter_context(open_video(dataclasses.replace(ref, path=local), threads))
+        except BaseException:
+            stack.close()
+            raise
+        return stack, OpenedVideo(container, stream, local)
+
+    def _drop(self, key: tuple[str, int | None]) -> None:
+        entry = self._open.pop(key, None)
+        if entry is not None:
+            entry[0].close()
+
+    def close(self) -> None:
+        for key in list(self._open):
+            self._drop(key)
+
+
+class OpenedVideo(NamedTuple):
+    """A file of `OpenVideos`: its container, first video stream and local path."""
+
+    container: Any
+    stream: VideoStream
+    path: str
+
+
 def codec_name(stream: VideoStream) -> str:
     """The codec's canonical name (`av1` whether PyAV decodes it with libdav1d or not)."""
     return stream.codec_context.codec.canonical_name
@@ -118,7 +197,14 @@ def all_frames(
     container: Any, stream: VideoStream, ref: VideoFileRef
 ) -> Generator[tuple[float, av.VideoFrame], None, None]:
     """(time in s, frame) in presentation order, from the current position to the end."""
-    for packet in demux(container, stream, ref):
+    return decode(stream, demux(container, stream, ref), ref)
+
+
+def decode(
+    stream: VideoStream, packets: Iterable[av.Packet], ref: VideoFileRef
+) -> Generator[tuple[float, av.VideoFrame], None, None]:
+    """(time in s, frame) in presentation order, of `packets` (demuxed from `stream`, flush packets last)."""
+    for packet in packets:
         try:
             frames = stream.decode(packet)
         except av.FFmpegError as exc:

@@ -58,6 +58,7 @@ from reshard.video.encode import (
 )
 from reshard.video.frames import (
     EpisodeSpan,
+    OpenVideos,
     VideoFileRef,
     VideoStream,
     codec_name,
@@ -77,6 +78,7 @@ __all__ = [
     "ENCODERS",
     "EncoderSettings",
     "EpisodeVideo",
+    "OpenVideos",
     "VideoComparison",
     "VideoMode",
     "VideoProbe",
@@ -135,6 +137,7 @@ def write_episode_video(
     episode: int | None = None,
     camera: str | None = None,
     depth: bool = False,
+    videos: OpenVideos | None = None,
 ) -> EpisodeVideo:
     """Write one episode of a packed source MP4 to its own MP4, frame `i` at `i / fps`, atomically.
 
@@ -159,6 +162,8 @@ def write_episode_video(
         depth: the stream is a depth map (12-bit codes): it is never re-encoded lossily nor to another
             pixel format, whatever `mode` says. It is copied; an episode that does not start on a
             keyframe is re-encoded as lossless HEVC in its own pixel format.
+        videos: source files kept open across calls (a copy reads `src_path` from there, so that the
+            episodes of one packed file open it once); None: open it for this call.
 
     Returns:
         What was written.
@@ -185,7 +190,15 @@ def write_episode_video(
     threads = 1 if threads is None else threads
     if mode == "copy" or depth:
         return _copy_episode(
-            ref, out_path, segment, gop=gop, crf=crf, preset=preset, threads=threads, depth=depth
+            ref,
+            out_path,
+            segment,
+            gop=gop,
+            crf=crf,
+            preset=preset,
+            threads=threads,
+            depth=depth,
+            videos=videos,
         )
     encoder = EncoderSettings(
         codec=mode,
@@ -336,8 +349,10 @@ def _copy_episode(
     preset: str | None,
     threads: int,
     depth: bool = False,
+    videos: OpenVideos | None = None,
 ) -> EpisodeVideo:
-    with open_video(ref, threads) as (container, stream):
+    opened = videos.open(ref, threads) if videos is not None else open_video(ref, threads)
+    with opened as (container, stream, *_):
         codec, pix_fmt = codec_name(stream), pixel_format(stream, ref)
         width, height = stream.codec_context.width, stream.codec_context.height
         packets = demux_window(container, stream, segment, ref)

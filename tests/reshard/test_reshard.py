@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
+import av
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -352,3 +354,22 @@ def test_finalize_without_any_part_is_refused(sample_ds: Path, tmp_path: Path) -
     with pytest.raises(ReshardError, match=r"Invalid --finalize for .*: no unfinished reshard in"):
         reshard(str(sample_ds), tmp_path / "out", finalize_only=True, quiet=True)
     assert not default_work_dir(tmp_path / "out").exists()
+
+
+def test_copy_opens_a_packed_source_video_once(
+    sample_ds: Path, sample_resharded_ds: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy reads a packed source MP4 for all its episodes through one open container (it opened the
+    file again for each episode), and writes the same bytes."""
+    opened: Counter[str] = Counter()
+    real_open = av.open
+
+    def counting(file: object, *args: object, **kwargs: object) -> object:
+        opened[str(file)] += 1
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(av, "open", counting)
+    reshard(str(sample_ds), tmp_path / "out", quiet=True)
+    sources = {str(p) for p in (sample_ds / "videos").rglob("*.mp4")}
+    assert {p: opened[p] for p in sources} == dict.fromkeys(sources, 1)
+    assert files_of(tmp_path / "out") == files_of(sample_resharded_ds)

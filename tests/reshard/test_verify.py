@@ -11,6 +11,7 @@ import hashlib
 import json
 import re
 import zlib
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -296,3 +297,116 @@ def test_nan_values_copied_from_the_source_verify_equal(sample_ds: Path, tmp_pat
     assert tables_equal(nan, nan.select(["x"]))
     assert not tables_equal(nan, pa.table({"x": pa.array([[1.0, 2.0]], pa.list_(pa.float32()))}))
     assert not tables_equal(nan, pa.table({"x": pa.array([[1.0, None]], pa.list_(pa.float32()))}))
+
+
+# --- workers and opens (issue 31) ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["good", "flipped-byte", "rows-out-of-order", "swapped-videos", "changed-value", "other-pixels"]
+)
+def test_two_workers_give_the_report_of_one(
+    name: str, sample_resharded_ds: Path, sample_ds: Path, copy_ds: Callable[[Path], Path]
+) -> None:
+    """`--workers 2` splits files, tables and videos into jobs; the report is the one of a single pass,
+    violations in the same order, video comparisons included."""
+    root = copy_ds(sample_resharded_ds)
+    if name != "good":
+        _, _, corrupt, needs_reindex = CORRUPTIONS[name]
+        corrupt(root, sample_ds)
+        if needs_reindex:
+            reindex(root)
+    one = verify(str(root), against=str(sample_ds))
+    two = verify(str(root), against=str(sample_ds), workers=2)
+    assert two.to_json() == one.to_json()
+    assert one.ok == (name == "good") and len(one.videos) == (16 if name in ("good", "other-pixels") else 0)
+
+
+def test_the_cli_runs_two_workers(sample_resharded_ds: Path, sample_ds: Path) -> None:
+    args = ["verify", str(sample_resharded_ds), "--against", str(sample_ds)]
+    one, two = (CliRunner().invoke(cli, [*args, *extra]) for extra in ([], ["--workers", "2"]))
+    assert (two.exit_code, two.output) == (one.exit_code, one.output) == (0, one.output)
+    assert CliRunner().invoke(cli, [*args, "--workers", "0"]).exit_code == 2
+
+
+def test_each_video_is_opened_once(
+    sample_resharded_ds: Path, sample_ds: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a source, each episode video is opened once for `videos` and `source-videos` both, and a
+    packed source video once for all its episodes (it was 1 + 1 + 1 opens per episode video)."""
+    import av
+
+    opened: Counter[str] = Counter()
+    real_open = av.open
+
+    def counting(file: object, *args: object, **kwargs: object) -> object:
+        opened[str(file)] += 1
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(av, "open", counting)
+    assert verify(str(sample_resharded_ds), against=str(sample_ds)).ok
+    outputs = {str(p) for p in (sample_resharded_ds / "videos").rglob("*.mp4")}
+    sources = {str(p) for p in (sample_ds / "videos").rglob("*.mp4")}
+    assert {p: opened[p] for p in outputs} == dict.fromkeys(outputs, 1)
+    assert {p: opened[p] for p in sources} == dict.fromkeys(sources, 1)
+
+
+def test_a_good_video_leaves_nothing_to_keep(sample_resharded_ds: Path) -> None:
+    """Without a source, reading the videos keeps only the ones with a problem: the parent's memory grows
+    with what is wrong, not with the episodes."""
+    from reader.format.layout import Layout
+    from reshard.source import open_source
+    from reshard.verify.context import VerifyRun
+    from reshard.verify.episode_videos import read_episode_videos
+
+    layout = Layout.load(str(sample_resharded_ds))
+    dataset = open_source(str(sample_resharded_ds), check_files=False)
+    run = VerifyRun(layout.remote, sample_resharded_ds, 30.0, layout, dataset, None)
+    outcome = read_episode_videos(run, range(len(layout.episodes)), compare=False)
+    assert outcome.cameras == () and outcome.error is None
+
+
+def test_a_killed_worker_is_one_error_line(sample_resharded_ds: Path) -> None:
+    """A verify worker SIGKILLed (the OOM killer): exit 3 with one line, as for reshard."""
+    import os
+    import subprocess
+    import sys
+
+    from reshard.execute import KILL_ENV
+
+    argv = [sys.executable, "-c", "from reshard.cli import main; main()", "verify", str(sample_resharded_ds)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), KILL_ENV: "verify-job:1"}
+    killed = subprocess.run([*argv, "--workers", "2"], env=env, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == 3, killed.stderr[-2000:]
+    assert killed.stderr.startswith("Error: A worker process ended abruptly (killed, or out of memory)")
+    assert len(killed.stderr.strip().splitlines()) == 1, killed.stderr
+
+
+def test_a_stale_data_pointer_is_a_violation(
+    sample_resharded_ds: Path, sample_ds: Path, copy_ds: Callable[[Path], Path]
+) -> None:
+    """The output's `meta/episodes` is checked as written: a data pointer naming another file is reported
+    (verify used to relocate it from every data file's footer, as a reader of a v3 source does, and pass).
+    The rows of the file it no longer points at no longer add up: `tables` finds it first."""
+    root = copy_ds(sample_resharded_ds)
+    edit_episodes_meta(root, "data/file_index", 3, 5)
+    reindex(root)
+    report = verify(str(root), against=str(sample_ds))
+    assert report.failed_check == "tables", report.describe()
+    assert re.search(
+        r"Invalid row count \(\d+\)\. Expected \d+, the rows of the episodes", str(report.violations[0])
+    )
+
+
+def test_what_a_video_job_raises_stops_verify(
+    sample_resharded_ds: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error while reading the videos (a failed fetch) is raised, never taken for a clean pass."""
+    import reshard.verify.jobs as jobs
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise OSError("Could not fetch a video")
+
+    monkeypatch.setattr(jobs, "read_episode_videos", fail)
+    with pytest.raises(OSError, match="Could not fetch a video"):
+        verify(str(sample_resharded_ds))
