@@ -5,10 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections import Counter
 from pathlib import Path
 
-import av
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -27,6 +25,7 @@ from reshard.tables import row_group_ranges
 from reshard.verify import verify
 from reshard.video.write import DEFAULT_CRF
 from tests.servers import RangeServer
+from tests.support.opens import count_av_opens
 
 
 def files_of(root: Path) -> dict[str, bytes]:
@@ -361,14 +360,7 @@ def test_copy_opens_a_packed_source_video_once(
 ) -> None:
     """A copy reads a packed source MP4 for all its episodes through one open container (it opened the
     file again for each episode), and writes the same bytes."""
-    opened: Counter[str] = Counter()
-    real_open = av.open
-
-    def counting(file: object, *args: object, **kwargs: object) -> object:
-        opened[str(file)] += 1
-        return real_open(file, *args, **kwargs)
-
-    monkeypatch.setattr(av, "open", counting)
+    opened = count_av_opens(monkeypatch)
     reshard(str(sample_ds), tmp_path / "out", quiet=True)
     sources = {str(p) for p in (sample_ds / "videos").rglob("*.mp4")}
     assert {p: opened[p] for p in sources} == dict.fromkeys(sources, 1)

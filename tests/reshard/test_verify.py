@@ -11,7 +11,6 @@ import hashlib
 import json
 import re
 import zlib
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from reshard.cli import cli
 from reshard.demo.sample import draw_frame, encode_frames
 from reshard.tables import row_group_ranges
 from reshard.verify import verify
+from tests.support.opens import count_av_opens
 
 DATA = "data/chunk-000/file-000.parquet"
 CAM0 = "observation.images.cam0"
@@ -334,16 +334,7 @@ def test_each_video_is_opened_once(
 ) -> None:
     """With a source, each episode video is opened once for `videos` and `source-videos` both, and a
     packed source video once for all its episodes (it was 1 + 1 + 1 opens per episode video)."""
-    import av
-
-    opened: Counter[str] = Counter()
-    real_open = av.open
-
-    def counting(file: object, *args: object, **kwargs: object) -> object:
-        opened[str(file)] += 1
-        return real_open(file, *args, **kwargs)
-
-    monkeypatch.setattr(av, "open", counting)
+    opened = count_av_opens(monkeypatch)
     assert verify(str(sample_resharded_ds), against=str(sample_ds)).ok
     outputs = {str(p) for p in (sample_resharded_ds / "videos").rglob("*.mp4")}
     sources = {str(p) for p in (sample_ds / "videos").rglob("*.mp4")}
