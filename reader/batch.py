@@ -67,13 +67,18 @@ def collate(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {key: out[key] if key in out else default_collate([item[key] for item in items]) for key in first}
 
 
+def plain_cpu_tensor(value: Any) -> bool:
+    """Whether `value` is a dense CPU tensor, which a batch buffer can hold a row of."""
+    return (
+        isinstance(value, torch.Tensor)
+        and value.device.type == "cpu"
+        and value.layout == torch.strided
+        and not value.is_nested
+    )
+
+
 def _stackable(key: str, value: Any, items: Sequence[Mapping[str, Any]]) -> bool:
-    if (
-        not isinstance(value, torch.Tensor)
-        or value.device.type != "cpu"
-        or value.layout != torch.strided
-        or value.is_nested
-    ):
+    if not plain_cpu_tensor(value):
         return False
     return all(
         isinstance(item[key], torch.Tensor)

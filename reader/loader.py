@@ -1,10 +1,11 @@
 """`ResumableLoader`: a DataLoader over an `EpisodeStream` that counts the batches a trainer consumes,
 so that its `state_dict()` resumes at the exact next batch (the arithmetic is `reader.loader_math`);
-`BatchLoader`: the same batches built by threads in the trainer's process, with no DataLoader workers."""
+`BatchLoader`: the same batches built by threads in the trainer's process, with no DataLoader workers.
+Both count through `_CountedBatches`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -14,7 +15,42 @@ from reader.loader_math import batches_per_epoch
 from reader.stream import EpisodeStream
 
 
-class ResumableLoader:
+class _CountedBatches:
+    """Batches of `stream` as a loader hands them out (`_loader()`: its batch size and workers), counted
+    so that `state_dict()` resumes at the exact next batch."""
+
+    stream: EpisodeStream
+    batches: int
+
+    def _loader(self) -> tuple[int, int]:
+        """The batch size and the DataLoader workers per rank the batches come in."""
+        raise NotImplementedError
+
+    def _counted(self, batches: Iterable[Any]) -> Iterator[Any]:
+        self.batches = self.stream.pending_batches(self._loader()[1])
+        for batch in batches:
+            self.batches += 1
+            yield batch
+
+    def __len__(self) -> int:
+        """Batches per epoch (exact: each worker's last batch may be partial)."""
+        batch_size, num_workers = self._loader()
+        return batches_per_epoch(self.stream.schedule(num_workers).worker_samples(), batch_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stream's state after the batches consumed so far in this epoch."""
+        batch_size, num_workers = self._loader()
+        return self.stream.state_dict(
+            batches_consumed=self.batches, batch_size=batch_size, num_workers=num_workers
+        )
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Load a state into the stream (see `EpisodeStream.load_state_dict`)."""
+        self.stream.load_state_dict(state)
+        self.batches = self.stream.pending_batches(self._loader()[1])
+
+
+class ResumableLoader(_CountedBatches):
     """Wraps a DataLoader over an `EpisodeStream`, counting the batches the trainer consumes.
 
     Iterate it like the loader; `state_dict()` is then the stream's state after the batches consumed in
@@ -37,32 +73,14 @@ class ResumableLoader:
             )
         self.loader, self.stream, self.batches = loader, loader.dataset, 0
 
+    def _loader(self) -> tuple[int, int]:
+        return self.loader.batch_size or 1, self.loader.num_workers
+
     def __iter__(self) -> Iterator[Any]:
-        self.batches = self.stream.pending_batches(self.loader.num_workers)
-        for batch in self.loader:
-            self.batches += 1
-            yield batch
-
-    def __len__(self) -> int:
-        """Batches per epoch (exact: each worker's last batch may be partial)."""
-        worker_samples = self.stream.schedule(self.loader.num_workers).worker_samples()
-        return batches_per_epoch(worker_samples, self.loader.batch_size or 1)
-
-    def state_dict(self) -> dict[str, Any]:
-        """The stream's state after the batches consumed so far in this epoch."""
-        return self.stream.state_dict(
-            batches_consumed=self.batches,
-            batch_size=self.loader.batch_size or 1,
-            num_workers=self.loader.num_workers,
-        )
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Load a state into the stream (see `EpisodeStream.load_state_dict`)."""
-        self.stream.load_state_dict(state)
-        self.batches = self.stream.pending_batches(self.loader.num_workers)
+        return self._counted(self.loader)
 
 
-class BatchLoader:
+class BatchLoader(_CountedBatches):
     """Batches of an `EpisodeStream` built in the trainer's process by threads: no DataLoader workers.
 
     `for batch in BatchLoader(stream, batch_size=32):` yields what
@@ -101,30 +119,15 @@ class BatchLoader:
         self.channels_last = bool(channels_last)
         self.batches = 0
 
+    def _loader(self) -> tuple[int, int]:
+        return self.batch_size, 0  # one consumer per rank, as a DataLoader without workers
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        self.batches = self.stream.pending_batches(0)
         batches = self.stream.batches(
             self.batch_size, threads=self.threads, ahead=self.batches_ahead, channels_last=self.channels_last
         )
-        for batch in batches:
-            self.batches += 1
-            yield batch
-
-    def __len__(self) -> int:
-        """Batches per epoch on this rank."""
-        return batches_per_epoch(self.stream.schedule(0).worker_samples(), self.batch_size)
+        yield from self._counted(batches)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration streams (`EpisodeStream.set_epoch`)."""
         self.stream.set_epoch(epoch)
-
-    def state_dict(self) -> dict[str, Any]:
-        """The stream's state after the batches handed out so far in this epoch."""
-        return self.stream.state_dict(
-            batches_consumed=self.batches, batch_size=self.batch_size, num_workers=0
-        )
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Load a state into the stream (see `EpisodeStream.load_state_dict`)."""
-        self.stream.load_state_dict(state)
-        self.batches = self.stream.pending_batches(0)

@@ -27,8 +27,7 @@ from typing import Any
 import torch
 
 from cache import FetchError, IntegrityError, LrsError, NodeCache
-from cache.arguments import check_int
-from reader.batch import collate
+from reader.batch import collate, plain_cpu_tensor
 from reader.decode import Decoders, VideoWhere, decode_frames
 from reader.depth import DepthUnit, Quantizer
 from reader.errors import DecodeError
@@ -250,10 +249,7 @@ class Consumer:
         return f"Consumer({self.emission!r}, position={self.position})"
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        needed = (self.emission.departure_steps >= self.start).tolist()
-        pool = EpisodePool(
-            self._refs, needed, prefetch_episodes=self._options.prefetch_episodes, counters=self._counters
-        )
+        pool = self._pool()
         threads = self._options.decode_threads
         executor = (
             ThreadPoolExecutor(max_workers=threads, thread_name_prefix="lrs-decode") if threads else None
@@ -297,21 +293,16 @@ class Consumer:
         thread only walks the plan, admits pieces and hands finished batches out. The keys in
         `channels_last` come in (..., H, W, C) memory order (the same shapes and values).
         """
-        check_int("batch_size", batch_size, 1)
-        check_int("lanes", lanes, 1)
-        check_int("ahead", ahead, 0)
-        needed = (self.emission.departure_steps >= self.start).tolist()
-        pool = EpisodePool(
-            self._refs, needed, prefetch_episodes=self._options.prefetch_episodes, counters=self._counters
+        pool = self._pool()
+        lanes_ = _Lanes(
+            [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"lrs-lane{i}") for i in range(lanes)],
+            channels_last,
         )
-        executors = [
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"lrs-lane{i}") for i in range(lanes)
-        ]
         pending: deque[_BatchJob] = deque()
         try:
             steps = self.emission.steps(self.start)
             while chunk := list(itertools.islice(steps, batch_size)):
-                pending.append(self._submit_batch(pool, chunk, executors, channels_last))
+                pending.append(self._submit_batch(pool, chunk, lanes_))
                 if len(pending) > ahead:
                     yield self._finish_batch(pending.popleft())
             while pending:
@@ -320,46 +311,51 @@ class Consumer:
             for job in pending:
                 for future in job.lanes:
                     future.cancel()
-            for executor in executors:
+            for executor in lanes_.executors:
                 executor.shutdown(wait=True, cancel_futures=True)
             pool.close()
 
-    def _submit_batch(
-        self,
-        pool: EpisodePool,
-        steps: list[Step],
-        executors: Sequence[ThreadPoolExecutor],
-        channels_last: frozenset[str],
-    ) -> _BatchJob:
+    def _pool(self) -> EpisodePool:
+        """The pool of this iteration: only the pieces still emitted from `start` on are loaded."""
+        needed = (self.emission.departure_steps >= self.start).tolist()
+        return EpisodePool(
+            self._refs, needed, prefetch_episodes=self._options.prefetch_episodes, counters=self._counters
+        )
+
+    def _submit_batch(self, pool: EpisodePool, steps: list[Step], lanes: _Lanes) -> _BatchJob:
         """Admit the batch's pieces (in emission order, on this thread) and start building its samples."""
-        by_lane: list[list[tuple[int, Step, _Slot]]] = [[] for _ in executors]
+        by_lane: list[list[tuple[int, Step, _Slot]]] = [[] for _ in lanes.executors]
         for row, step in enumerate(steps):
             for piece in step.admitted:
                 pool.admit(piece)
             slot = pool[step.piece]
-            by_lane[step.piece % len(executors)].append((row, step, slot))
+            by_lane[step.piece % len(lanes.executors)].append((row, step, slot))
             if step.last:
                 pool.release(step.piece)  # the lane's job holds the slot until it has built the sample
-        fill = _BatchFill(len(steps), channels_last)
-        lanes = [
-            executor.submit(self._fill, pool, fill, samples)
-            for executor, samples in zip(executors, by_lane, strict=True)
+        fill = _BatchFill(len(steps), lanes.channels_last)
+        futures = [
+            executor.submit(self._fill, pool, fill, samples, lanes.transform_lock)
+            for executor, samples in zip(lanes.executors, by_lane, strict=True)
             if samples
         ]
-        return _BatchJob(steps[-1].step, fill, lanes)
+        return _BatchJob(steps[-1].step, fill, futures)
 
     def _fill(
-        self, pool: EpisodePool, fill: _BatchFill, samples: list[tuple[int, Step, _Slot]]
+        self,
+        pool: EpisodePool,
+        fill: _BatchFill,
+        samples: list[tuple[int, Step, _Slot]],
+        transform_lock: threading.Lock,
     ) -> _LaneTotals:
         """Build `samples` (on a lane thread) into their rows of `fill`."""
         totals = _LaneTotals()
+        transform = self._options.image_transforms
         for row, step, slot in samples:
             item, decoded, seconds = self._build(pool, slot, step.frame)
-            transform = self._options.image_transforms
             if transform is not None:
-                with (
-                    fill.transform_lock
-                ):  # one transform at a time: a user's transform need not be thread-safe
+                # One transform at a time across the lanes (of every batch in flight): a user's transform
+                # need not be thread-safe.
+                with transform_lock:
                     self._transform(slot, item, transform)
             fill.put(row, item)
             totals.add(slot.local, decoded, seconds)
@@ -492,7 +488,6 @@ class _BatchFill:
         self.kinds: dict[str, tuple[torch.Size, torch.dtype]] = {}  # key -> its rows' shape and dtype
         self.loose: dict[str, list[Any]] = {}
         self.channels_last = channels_last
-        self.transform_lock = threading.Lock()
         self._lock = threading.Lock()
 
     def put(self, row: int, item: dict[str, Any]) -> None:
@@ -513,15 +508,15 @@ class _BatchFill:
 
     def batch(self) -> dict[str, Any]:
         assert self.keys is not None
-        loose = self.loose
-        rest = collate([{k: loose[k][row] for k in loose} for row in range(self.size)]) if loose else {}
+        rows = [{key: values[row] for key, values in self.loose.items()} for row in range(self.size)]
+        rest = collate(rows) if self.loose else {}
         return {key: rest[key] if key in rest else self.buffers[key] for key in self.keys}
 
     def _allocate(self, key: str, value: Any) -> torch.Tensor | None:
         with self._lock:
             if key in self.buffers or key in self.loose:
                 return self.buffers.get(key)
-            if not _stackable(value):
+            if not plain_cpu_tensor(value):
                 self.loose[key] = [None] * self.size
                 return None
             if key in self.channels_last and value.dim() >= 3:
@@ -543,15 +538,6 @@ class _BatchFill:
             self.loose[key][row] = value
 
 
-def _stackable(value: Any) -> bool:
-    return (
-        isinstance(value, torch.Tensor)
-        and value.device.type == "cpu"
-        and value.layout == torch.strided
-        and not value.is_nested
-    )
-
-
 @dataclass
 class _LaneTotals:
     """What one lane counted while building its share of a batch."""
@@ -564,6 +550,16 @@ class _LaneTotals:
         self.local += 1 if local else 0
         self.decoded += decoded
         self.seconds += seconds
+
+
+@dataclass(frozen=True)
+class _Lanes:
+    """The lane threads of one `Consumer.batches` iteration: a single-thread executor per lane, the keys
+    laid out channels-last, and the lock that keeps the user's transforms to one at a time."""
+
+    executors: list[ThreadPoolExecutor]
+    channels_last: frozenset[str]
+    transform_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
 
 @dataclass(frozen=True)

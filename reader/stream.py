@@ -417,6 +417,7 @@ class EpisodeStream(IterableDataset):
             check_int("threads", threads, 1) if threads is not None else max(1, self.options.decode_threads)
         )
         check_int("batch_size", batch_size, 1)
+        check_int("ahead", ahead, 0)
         consumer, process = self._consumer(0, 0)
         if consumer is None:
             return iter(())

@@ -4,6 +4,8 @@ batch for batch, what `DataLoader(stream, num_workers=0, collate_fn=collate)` gi
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,23 @@ def test_a_mixture_and_a_transform_equal_the_dataloader_too(small: tuple[Path, P
     got = list(BatchLoader(stream(), 8, threads=2, batches_ahead=1))
     _assert_batches_equal(got, want)
     assert "dataset_index" in got[0]
+
+
+def test_transforms_run_one_at_a_time_across_the_batches_in_flight(small: tuple[Path, Path]) -> None:
+    inside, most, lock = [0], [0], threading.Lock()
+
+    def slow_transform(frames: torch.Tensor) -> torch.Tensor:  # not thread-safe, as a user's may be
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.002)
+        with lock:
+            inside[0] -= 1
+        return frames
+
+    stream = _stream(small[1], delta_timestamps=None, image_transforms=slow_transform)
+    batches = list(BatchLoader(stream, 2, threads=3, batches_ahead=3))
+    assert sum(len(b["index"]) for b in batches) == TOTAL and most[0] == 1
 
 
 def test_len_is_the_batches_of_an_epoch_and_every_frame_comes_once(small: tuple[Path, Path]) -> None:
