@@ -33,6 +33,7 @@ from reader.errors import DatasetError, LayoutError, RowGroupMismatch
 from reader.format.catalog import EpisodeRef
 from reader.format.footer import FooterCuts, cut_footer
 from reader.format.parquet import row_group_span
+from reader.format.v3 import INDEX_COLUMNS
 from reader.windows import Windows
 
 T = TypeVar("T")
@@ -112,8 +113,6 @@ def _rows(values: torch.Tensor | list[Any], rows: np.ndarray) -> Any:
     return [values[r] for r in rows.tolist()]
 
 
-# The columns every lerobot v3 frame has, returned even where `info.json` does not declare them.
-STANDARD_COLUMNS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 _NOTED: set[tuple[str, ...]] = set()
 
 
@@ -142,7 +141,8 @@ def rows_from_table(table: pa.Table, order: Sequence[str], *, episode: int, file
         DatasetError: a column holds nulls, ragged lists, or a type lerobot would not turn into a tensor.
     """
     names = [n for n in order if n in table.column_names]
-    names += [n for n in STANDARD_COLUMNS if n in table.column_names and n not in names]
+    # The columns every lerobot v3 frame has, returned even where `info.json` does not declare them.
+    names += [n for n in INDEX_COLUMNS if n in table.column_names and n not in names]
     undeclared = [n for n in table.column_names if n not in names]
     if undeclared:
         _note_undeclared(undeclared, file)

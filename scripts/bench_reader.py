@@ -215,12 +215,11 @@ def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
             **case["stream"],
         )
         opened = time.perf_counter() - began
-        if case.get("loader") == "batch":  # reader.BatchLoader: threads in this process, no DataLoader
+        in_process = case.get("loader") == "batch"  # reader.BatchLoader: threads here, no DataLoader
+        if in_process:
             loader: Any = BatchLoader(
                 stream, case["batch_size"], channels_last=case.get("channels_last", False)
             )
-            timing = _iterate(loader, began, stream.meta.camera_keys)
-            stats = [stream.stats().to_dict()]
         else:
             loader = DataLoader(
                 Reporting(stream, reports),
@@ -229,7 +228,10 @@ def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
                 collate_fn=collate if case.get("collate") else None,
                 **worker_settings(case["workers"], case.get("context")),
             )
-            timing = _iterate(loader, began, stream.meta.camera_keys)
+        timing = _iterate(loader, began, stream.meta.camera_keys)
+        if in_process:
+            stats = [stream.stats().to_dict()]
+        else:
             stats = [reports.get(timeout=60) for _ in range(max(1, case["workers"]))]
         del loader
         join_workers()

@@ -151,7 +151,8 @@ _SPEC_OPTIONS = {
             type=click.IntRange(0),
             default=0,
             show_default=True,
-            help="DataLoader workers per rank; must equal training's (0: the main process reads).",
+            help="DataLoader workers per rank; must equal training's (0: the main process reads, as with "
+            "reader.BatchLoader).",
         ),
         _spec_option(
             "--seed",

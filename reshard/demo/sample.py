@@ -32,7 +32,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from reader.depth import Quantizer
-from reader.format.v3 import CODEBASE_VERSION, DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH
+from reader.format.v3 import (
+    CODEBASE_VERSION,
+    DEFAULT_DATA_PATH,
+    DEFAULT_EPISODES_PATH,
+    DEFAULT_VIDEO_PATH,
+    INDEX_COLUMNS,
+)
 from reshard.demo.frame_marks import depth_frame, draw_frame
 from reshard.demo.lerobot_stats import dataset_stats, depth_stats, feature_stats, image_stats
 from reshard.demo.sample_spec import SampleSpec
@@ -154,7 +160,7 @@ def _write(root: Path, spec: SampleSpec, progress: Callable[[int], None] | None)
                 stats[key] = image_stats(image_samples[ep][key])
             for key in spec.depth_keys:
                 stats[key] = depth_stats(image_samples[ep][key])
-            for col in ("timestamp", "frame_index", "episode_index", "index", "task_index"):
+            for col in INDEX_COLUMNS:
                 stats[col] = feature_stats(table.column(col).to_numpy().reshape(-1, 1))
             ep_stats.append(stats)
             row: dict[str, Any] = {

@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from reader.errors import DatasetError
+from reader.format.v3 import INDEX_COLUMNS
 
 if TYPE_CHECKING:
     from reader.metadata import DatasetMeta
 
-# lerobot's bookkeeping columns: they are in every sample but are no curve worth drawing.
-STANDARD_COLUMNS = frozenset({"timestamp", "frame_index", "episode_index", "index", "task_index"})
 # Curves drawn first, in this order; other numeric features follow in `info.json` order.
 FIRST_CURVES = ("observation.state", "action")
 NUMERIC = ("float", "int", "uint", "bool")
@@ -99,7 +98,7 @@ def curve_keys(features: Mapping[str, Mapping[str, Any]]) -> list[str]:
     keys = [
         key
         for key, spec in features.items()
-        if key not in STANDARD_COLUMNS
+        if key not in INDEX_COLUMNS  # lerobot's bookkeeping columns: no curve worth drawing
         and str(spec.get("dtype", "")).startswith(NUMERIC)
         and len(spec.get("shape") or ()) <= 1
     ]

@@ -28,6 +28,7 @@ from pathlib import Path, PurePosixPath
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cache.arguments import check_int
 from cache.progress import human_bytes, progress_bar
 from cache.remote import resolve
 from reader.format.index import FILES_INDEX, LAYOUT_JSON, LRS_DIR, files_from_table
@@ -109,8 +110,7 @@ def push(
         PushError: the target is invalid or unreachable, an upload failed for good, or the target does
             not match the index afterwards.
     """
-    if workers < 1:
-        raise ValueError(f"Invalid workers ({workers}). Expected an integer >= 1.")
+    check_int("workers", workers, 1)
     started = time.monotonic()
     files = load_manifest(local_dir)
     target = open_target(url, endpoint_url=endpoint_url, source=Path(local_dir))

@@ -81,13 +81,17 @@ def table_jobs(tables: Sequence[tuple[str, tuple[int, ...]]]) -> list[VerifyJob]
 
 
 def video_jobs(episodes: int, workers: int, *, compare: bool) -> list[VerifyJob]:
-    jobs = 1 if workers <= 1 else workers * _JOBS_PER_WORKER
-    return [VerifyJob("videos", episodes=r, compare=compare) for r in episode_ranges(episodes, jobs)]
+    ranges = episode_ranges(episodes, _parts(workers))
+    return [VerifyJob("videos", episodes=r, compare=compare) for r in ranges]
 
 
 def _split(items: Sequence[T], workers: int) -> list[Sequence[T]]:
-    parts = 1 if workers <= 1 else workers * _JOBS_PER_WORKER
-    return [items[r.start : r.stop] for r in episode_ranges(len(items), parts)]
+    return [items[r.start : r.stop] for r in episode_ranges(len(items), _parts(workers))]
+
+
+def _parts(workers: int) -> int:
+    """Parts a class splits into: one without workers, else `_JOBS_PER_WORKER` per worker."""
+    return 1 if workers <= 1 else workers * _JOBS_PER_WORKER
 
 
 def run_jobs(run: VerifyRun, jobs: Sequence[VerifyJob], pool: WorkerPool | None) -> list[JobResult]:

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cache.arguments import check_int
 from cache.backoff import redact
 from cache.remote import resolve
 from reader.errors import DatasetError, LayoutError
@@ -72,8 +73,7 @@ def verify(
             `meta/info.json`): nothing to check, which is an input error, not a failed check.
         WorkerDied: a worker process ended abruptly.
     """
-    if workers < 1:
-        raise ValueError(f"Invalid workers ({workers}). Expected >= 1.")
+    check_int("workers", workers, 1)
     # The files are checked for the episodes the output kept (`_as_resharded`).
     source = open_source(against, storage_options=storage_options, check_files=False) if against else None
     remote = resolve(url, storage_options=storage_options)

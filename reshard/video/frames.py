@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import av
 
+from cache.arguments import check_int
 from reader.errors import DatasetError
 
 T = TypeVar("T")
@@ -94,9 +95,7 @@ class OpenVideos:
     def __init__(
         self, capacity: int = 2, fetch: Callable[[str], AbstractContextManager[str]] | None = None
     ) -> None:
-        if capacity < 1:
-            raise ValueError(f"Invalid capacity ({capacity}). Expected >= 1.")
-        self.capacity, self.fetch = capacity, fetch
+        self.capacity, self.fetch = check_int("capacity", capacity, 1), fetch
         self.opens = 0  # files opened so far
         self._open: OrderedDict[tuple[str, int | None], tuple[contextlib.ExitStack, OpenedVideo]] = (
             OrderedDict()
