@@ -229,8 +229,15 @@ def decode_frames(
     frames = batch.data if closest is None else batch.data[closest]
     if return_uint8:
         return frames
-    # lerobot's `frames / 255.0` in float32, bit for bit, with one pass less (measured: 0.06 vs 0.09 ms
-    # per 240x320 frame).
+    return to_unit_float(frames)
+
+
+def to_unit_float(frames: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """uint8 frames as float32 in [0, 1]: lerobot's `frames / 255.0`, bit for bit (float32 division in
+    both), into `out` when given: one pass that reads the uint8 frame and writes the float32 row."""
+    if out is not None:
+        return torch.div(frames, 255.0, out=out)
+    # one pass less than `frames.float() / 255` (measured: 0.06 vs 0.09 ms per 240x320 frame)
     return frames.to(torch.float32).div_(255.0)
 
 

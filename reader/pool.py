@@ -28,7 +28,7 @@ import torch
 
 from cache import FetchError, IntegrityError, LrsError, NodeCache
 from reader.batch import collate, plain_cpu_tensor
-from reader.decode import Decoders, VideoWhere, decode_frames
+from reader.decode import Decoders, VideoWhere, decode_frames, to_unit_float
 from reader.depth import DepthUnit, Quantizer
 from reader.errors import DecodeError
 from reader.format.catalog import Catalog, EpisodeRef, VideoRef, changed_since
@@ -350,14 +350,17 @@ class Consumer:
         """Build `samples` (on a lane thread) into their rows of `fill`."""
         totals = _LaneTotals()
         transform = self._options.image_transforms
+        # float32 frames: decoded as uint8 and converted as they are copied into the batch (one pass, no
+        # float32 frame of their own), unless a transform must see them as floats first.
+        late = not self._options.return_uint8 and transform is None
         for row, step, slot in samples:
-            item, decoded, seconds = self._build(pool, slot, step.frame)
+            item, decoded, seconds = self._build(pool, slot, step.frame, uint8_frames=late)
             if transform is not None:
                 # One transform at a time across the lanes (of every batch in flight): a user's transform
                 # need not be thread-safe.
                 with transform_lock:
                     self._transform(slot, item, transform)
-            fill.put(row, item)
+            fill.put(row, item, self._late_keys(slot) if late else frozenset())
             totals.add(slot.local, decoded, seconds)
         return totals
 
@@ -403,11 +406,23 @@ class Consumer:
             if key not in depth and key in item:  # lerobot does not transform depth maps either
                 item[key] = transform(item[key])
 
+    def _late_keys(self, slot: _Slot) -> frozenset[str]:
+        """The cameras of `slot` that `_build(..., uint8_frames=True)` leaves as uint8."""
+        part = slot.part
+        return frozenset(part.catalog.info.video_keys) - part.options.depth.keys() - part.drop
+
     def _build(
-        self, pool: EpisodePool, slot: _Slot, frame: int, after: Future[_Built] | None = None
+        self,
+        pool: EpisodePool,
+        slot: _Slot,
+        frame: int,
+        after: Future[_Built] | None = None,
+        *,
+        uint8_frames: bool = False,
     ) -> _Built:
         """The item at `frame` of `slot` (its frames decoded, before transforms), the frames decoded and
-        the seconds spent decoding. Runs on a decode thread when there are any.
+        the seconds spent decoding. Runs on a decode thread when there are any. With `uint8_frames` the
+        camera frames (not depth maps) come as uint8 whatever the stream returns (`_late_keys`).
 
         `after` is the piece's previous job: its decoders must see the piece's frames in emission order
         (forward), not in whichever order two threads reach them. The thread pool runs jobs in the order
@@ -420,7 +435,7 @@ class Consumer:
         tabular, queries = slot.rows.sample(frame, part.options.windows, info.video_keys)
         began = time.perf_counter()
         frames = {
-            video.key: self._decode(pool, slot, video, where, queries[video.key])
+            video.key: self._decode(pool, slot, video, where, queries[video.key], uint8_frames)
             for video, where in zip(slot.ref.videos, slot.where, strict=True)
             if video.key not in part.drop
         }
@@ -450,7 +465,13 @@ class Consumer:
         return decode_image(data, return_uint8=self._options.return_uint8, where=where)
 
     def _decode(
-        self, pool: EpisodePool, slot: _Slot, video: VideoRef, where: VideoWhere, timestamps: list[float]
+        self,
+        pool: EpisodePool,
+        slot: _Slot,
+        video: VideoRef,
+        where: VideoWhere,
+        timestamps: list[float],
+        uint8: bool = False,
     ) -> torch.Tensor:
         part = slot.part
         quantizer = part.options.depth.get(video.key)
@@ -467,7 +488,7 @@ class Consumer:
                 cursor,
                 [video.from_timestamp + t for t in timestamps],
                 tolerance_s=self._options.tolerance_s,
-                return_uint8=self._options.return_uint8 or quantizer is not None,  # depth: raw codes
+                return_uint8=self._options.return_uint8 or uint8 or quantizer is not None,  # depth: codes
                 where=where,
             )
         if quantizer is not None:
@@ -485,26 +506,32 @@ class _BatchFill:
         self.size = size
         self.keys: list[str] | None = None
         self.buffers: dict[str, torch.Tensor] = {}
-        self.kinds: dict[str, tuple[torch.Size, torch.dtype]] = {}  # key -> its rows' shape and dtype
+        # key -> the shape and dtype its samples come with, and whether they are late (see `put`)
+        self.kinds: dict[str, tuple[torch.Size, torch.dtype, bool]] = {}
         self.loose: dict[str, list[Any]] = {}
         self.channels_last = channels_last
         self._lock = threading.Lock()
 
-    def put(self, row: int, item: dict[str, Any]) -> None:
+    def put(self, row: int, item: dict[str, Any], late: frozenset[str] = frozenset()) -> None:
+        """Copy `item` into row `row`; its keys in `late` are uint8 frames the batch holds as float32
+        (`to_unit_float`, written straight into the row)."""
         if row == 0:
             self.keys = list(item)
         for key, value in item.items():
             buffer = self.buffers.get(key)
             if buffer is None and key not in self.loose:
-                buffer = self._allocate(key, value)
+                buffer = self._allocate(key, value, key in late)
             if (
                 buffer is not None
                 and isinstance(value, torch.Tensor)
-                and (value.shape, value.dtype) == self.kinds[key]
+                and (value.shape, value.dtype, key in late) == self.kinds[key]
             ):
-                buffer[row].copy_(value)
+                if key in late:
+                    to_unit_float(value, out=buffer[row])
+                else:
+                    buffer[row].copy_(value)
             else:
-                self._loosen(key, row, value)
+                self._loosen(key, row, to_unit_float(value) if key in late else value)
 
     def batch(self) -> dict[str, Any]:
         assert self.keys is not None
@@ -512,21 +539,22 @@ class _BatchFill:
         rest = collate(rows) if self.loose else {}
         return {key: rest[key] if key in rest else self.buffers[key] for key in self.keys}
 
-    def _allocate(self, key: str, value: Any) -> torch.Tensor | None:
+    def _allocate(self, key: str, value: Any, late: bool) -> torch.Tensor | None:
         with self._lock:
             if key in self.buffers or key in self.loose:
                 return self.buffers.get(key)
             if not plain_cpu_tensor(value):
                 self.loose[key] = [None] * self.size
                 return None
+            dtype = torch.float32 if late else value.dtype
             if key in self.channels_last and value.dim() >= 3:
                 # (..., C, H, W) kept as (..., H, W, C) in memory: a decoded frame is laid out so (torchcodec
                 # permutes its HWC frames), and copying it in is then a plain copy, not a transposition.
                 shape = (self.size, *value.shape[:-3], *value.shape[-2:], value.shape[-3])
-                buffer = torch.empty(shape, dtype=value.dtype).movedim(-1, -3)
+                buffer = torch.empty(shape, dtype=dtype).movedim(-1, -3)
             else:
-                buffer = torch.empty((self.size, *value.shape), dtype=value.dtype)
-            self.buffers[key], self.kinds[key] = buffer, (value.shape, value.dtype)
+                buffer = torch.empty((self.size, *value.shape), dtype=dtype)
+            self.buffers[key], self.kinds[key] = buffer, (value.shape, value.dtype, late)
             return buffer
 
     def _loosen(self, key: str, row: int, value: Any) -> None:

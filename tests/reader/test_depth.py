@@ -15,7 +15,7 @@ import torch
 from click.testing import CliRunner
 from torch.utils.data import DataLoader
 
-from reader import EpisodeStream
+from reader import BatchLoader, EpisodeStream, collate
 from reader.depth import DEPTH_QMAX, Quantizer, is_depth
 from reader.errors import DatasetError, DecodeError
 from reshard.cli import cli
@@ -208,3 +208,20 @@ def test_verify_fails_a_depth_stream_degraded_to_8_bits(
     assert "episode 0: Invalid depth frames (not the source's codes)" in result.output
     with pytest.raises(DatasetError, match=r"Invalid video\.pix_fmt \('yuv420p'\) of a depth map"):
         EpisodeStream(out)  # and the reader refuses it instead of returning wrong depth
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_batch_loader_at_float32_converts_rgb_in_the_batch_and_leaves_depth_alone(
+    depth_ds: dict[str, Path], channels_last: bool
+) -> None:
+    """BatchLoader decodes RGB as uint8 and writes it into the float32 batch (one pass); depth maps are
+    dequantized codes, not /255: batch for batch what the DataLoader gives."""
+    options = {"delta_timestamps": {DEPTH: [-1 / 30, 0.0]}, "seed": 4, "episode_pool_size": 2}
+    want = list(DataLoader(EpisodeStream(depth_ds["copy"], **options), batch_size=3, collate_fn=collate))
+    got = list(BatchLoader(EpisodeStream(depth_ds["copy"], **options), 3, channels_last=channels_last))
+    assert len(got) == len(want) > 1
+    for g, w in zip(got, want, strict=True):
+        assert list(g) == list(w)
+        assert g[RGB].dtype == g[DEPTH].dtype == torch.float32
+        for key in (RGB, DEPTH, "index"):
+            assert torch.equal(g[key], w[key]), key
