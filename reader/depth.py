@@ -202,6 +202,10 @@ class DepthDecoder:
                 "feature's video.pix_fmt (a depth map read from another format would be wrong)."
             )
         self._pix_fmt = pix_fmt
+        # One FFmpeg thread, as the torchcodec decoders (the decode threads and workers are the
+        # parallelism). FFmpeg's own thread pool would also be a hazard: a fork worker inheriting this
+        # decoder as garbage frees it there, joining threads the child does not have (a hang).
+        self._stream.codec_context.thread_count = 1
         rate = self._stream.average_rate or self._stream.base_rate
         self.metadata = _Metadata(float(rate) if rate else 0.0, self._stream.frames or None)
         if self._stream.time_base is None:

@@ -225,3 +225,35 @@ def test_batch_loader_at_float32_converts_rgb_in_the_batch_and_leaves_depth_alon
         assert g[RGB].dtype == g[DEPTH].dtype == torch.float32
         for key in (RGB, DEPTH, "index"):
             assert torch.equal(g[key], w[key]), key
+
+
+def _collect_in_worker(worker_id: int) -> None:
+    import gc
+
+    gc.collect()  # what a worker's allocations trigger sooner or later
+
+
+def test_fork_workers_after_a_depth_stream_in_the_main_process(
+    depth_ds: dict[str, Path], small_lrs: Path
+) -> None:
+    """A depth stream read in the trainer's process leaves PyAV containers for the collector; a fork
+    worker inherits them, and freeing one there used to join FFmpeg threads the child does not have
+    (a hang). Depth decoders run on one FFmpeg thread, as the torchcodec ones do."""
+    import gc
+
+    gc.disable()  # keep the main process's garbage for the fork, as a busy trainer's collector may
+    try:
+        stream = EpisodeStream(depth_ds["copy"], seed=1)
+        assert sum(1 for _ in DataLoader(stream, batch_size=4)) > 0
+        del stream
+        loader = DataLoader(
+            EpisodeStream(small_lrs, seed=1),
+            batch_size=8,
+            num_workers=1,
+            multiprocessing_context="fork",
+            worker_init_fn=_collect_in_worker,
+            timeout=60,
+        )
+        assert sum(len(batch["index"]) for batch in loader) > 0
+    finally:
+        gc.enable()
