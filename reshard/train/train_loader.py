@@ -4,6 +4,11 @@ lerobot-train builds `DataLoader(dataset, batch_size, num_workers, prefetch_fact
 ...)` and draws batches with `cycle(dataloader)`, one per step, calling `iter()` again at each epoch's
 end. `TrainLoader` keeps those settings, collates with `reader.collate`, and adds what a stream needs:
 
+- **No workers, no DataLoader.** With `num_workers=0` the batches come from `EpisodeStream.batches`
+  (`reader.BatchLoader`'s path): threads in the trainer's process (the stream's `decode_threads`) write
+  each sample straight into its batch, rather than the main thread building samples one at a time. The
+  batches, their order and the state are the `num_workers=0` DataLoader's, so a checkpoint resumes either.
+
 - **Epochs with persistent workers.** A persistent worker keeps the copy of the dataset it started with,
   so the main process's `set_epoch` never reaches it. The DataLoader therefore iterates `EpochStream`,
   which streams epoch e, e+1, ... at its successive iterations in whichever process iterates it; the
@@ -26,8 +31,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from cache.arguments import check_int
 from reader.batch import collate
 from reader.loader_math import batches_per_epoch
 from reader.stream import EpisodeStream
@@ -54,7 +61,8 @@ class TrainLoader:
     Args:
         stream: the stream (a resume state already loaded, if any: its epoch is the first one).
         batch_size, num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context:
-            the DataLoader's (lerobot-train's).
+            the DataLoader's (lerobot-train's); with `num_workers=0` no DataLoader is built, and the
+            worker settings do not apply (the DataLoader ignores them too).
         record_dir: where to append the `index` of every batch (see the module docstring); None: nowhere.
     """
 
@@ -71,19 +79,24 @@ class TrainLoader:
         record_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.stream, self.epoch, self.batches = stream, stream.epoch, 0
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.num_workers = check_int("num_workers", num_workers, 0)
+        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()  # as a DataLoader pins
         self.epochs = EpochStream(stream, stream.epoch)
-        workers = num_workers > 0
-        self.loader = DataLoader(
-            self.epochs,
-            batch_size=batch_size,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            drop_last=False,
-            collate_fn=collate,
-            prefetch_factor=prefetch_factor if workers else None,
-            persistent_workers=persistent_workers and workers,
-            multiprocessing_context=multiprocessing_context if workers else None,
-        )
+        # None without workers: the batches then come from `stream.batches` (see the module docstring).
+        self.loader: DataLoader | None = None
+        if num_workers > 0:
+            self.loader = DataLoader(
+                self.epochs,
+                batch_size=batch_size,
+                num_workers=num_workers,
+                pin_memory=pin_memory,
+                drop_last=False,
+                collate_fn=collate,
+                prefetch_factor=prefetch_factor,
+                persistent_workers=persistent_workers,
+                multiprocessing_context=multiprocessing_context,
+            )
         self.record: Path | None = None
         if record_dir is not None:
             Path(record_dir).mkdir(parents=True, exist_ok=True)
@@ -103,25 +116,23 @@ class TrainLoader:
             record_dir=os.environ.get(RECORD_ENV) or None,
         )
 
-    @property
-    def batch_size(self) -> int:
-        return self.loader.batch_size or 1
-
-    @property
-    def num_workers(self) -> int:
-        return self.loader.num_workers
-
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """One epoch: the current one (from a loaded state's next batch), and the next at the next call."""
         epoch = self.epoch
         self.stream.set_epoch(epoch)
         self.epochs.next_epoch = epoch  # what the main process, or a new worker, streams
         self.batches = self.stream.pending_batches(self.num_workers)
-        for batch in self.loader:
+        for batch in self._epoch_batches():
             self.batches += 1
             self._record(epoch, batch)
             yield batch
         self.epoch = epoch + 1
+
+    def _epoch_batches(self) -> Iterator[dict[str, Any]]:
+        if self.loader is not None:
+            return iter(self.loader)
+        batches = self.stream.batches(self.batch_size)
+        return map(pinned, batches) if self.pin_memory else batches
 
     def __len__(self) -> int:
         """Batches per epoch on this topology (each worker's last batch may be partial)."""
@@ -139,3 +150,10 @@ class TrainLoader:
         line = json.dumps({"epoch": epoch, "index": batch["index"].tolist()})
         with open(self.record, "a") as f:
             f.write(line + "\n")
+
+
+def pinned(batch: dict[str, Any]) -> dict[str, Any]:
+    """`batch` with its tensors in pinned memory, as a DataLoader with `pin_memory=True` hands it out."""
+    return {
+        key: value.pin_memory() if isinstance(value, torch.Tensor) else value for key, value in batch.items()
+    }

@@ -5,14 +5,16 @@ attributes lerobot-train reads on the dataset and its `meta`."""
 from __future__ import annotations
 
 import json
+import threading
 from itertools import islice
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from torch.utils.data import DataLoader
 
-from reader import EpisodeStream, ResumableLoader
+from reader import EpisodeStream, ResumableLoader, collate
 from reader.format.catalog import Catalog
 from reshard.train.train_loader import RECORD_ENV, TrainLoader
 
@@ -55,17 +57,69 @@ def test_persistent_workers_stream_each_epoch_in_its_own_order(sample_resharded_
     assert got[:per_epoch] != got[per_epoch:]
 
 
+@pytest.mark.parametrize("workers", [0, 2], ids=["batch-loader", "workers"])
 @pytest.mark.parametrize("cut", [5, "end", "end+3"], ids=["mid-epoch", "epoch-end", "next-epoch"])
-def test_a_saved_state_resumes_at_the_exact_next_batch(sample_resharded_ds: Path, cut: int | str) -> None:
-    first = train_loader(sample_resharded_ds)
+def test_a_saved_state_resumes_at_the_exact_next_batch(
+    sample_resharded_ds: Path, cut: int | str, workers: int
+) -> None:
+    first = train_loader(sample_resharded_ds, workers=workers)
     per_epoch = len(first)
     at = {"end": per_epoch, "end+3": per_epoch + 3}.get(cut, cut)  # type: ignore[call-overload]
     total = per_epoch + 6
-    whole = cycled(train_loader(sample_resharded_ds), total)
+    whole = cycled(train_loader(sample_resharded_ds, workers=workers), total)
     before = cycled(first, at)
     state = json.loads(json.dumps(first.state_dict()))  # what lrs_stream.json holds
-    after = cycled(train_loader(sample_resharded_ds, state), total - at)
+    after = cycled(train_loader(sample_resharded_ds, state, workers=workers), total - at)
     assert before + after == whole
+
+
+def lane_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("lrs-lane")]
+
+
+def test_without_workers_batches_are_built_by_lane_threads_as_the_dataloader_would(
+    sample_resharded_ds: Path,
+) -> None:
+    loader = train_loader(sample_resharded_ds, workers=0)
+    assert loader.loader is None  # no DataLoader: EpisodeStream.batches, BatchLoader's path
+    got = iter(loader)
+    first = next(got)
+    assert lane_threads()  # built by the lanes, not in this thread
+    epochs = [[first, *got]]
+    epochs.append(list(loader))
+    for epoch, batches in enumerate(epochs):
+        reference = stream_of(sample_resharded_ds)
+        reference.set_epoch(epoch)
+        plain = list(DataLoader(reference, batch_size=BATCH, num_workers=0, collate_fn=collate))
+        assert len(batches) == len(plain) == len(loader)
+        for ours, theirs in zip(batches, plain, strict=True):
+            assert ours.keys() == theirs.keys()
+            for key, value in theirs.items():
+                if isinstance(value, torch.Tensor):
+                    assert ours[key].dtype == value.dtype and torch.equal(ours[key], value), key
+                else:
+                    assert ours[key] == value, key
+
+
+def test_without_workers_the_state_is_the_plain_dataloaders(sample_resharded_ds: Path) -> None:
+    """A checkpoint written with num_workers=0 before this loader (a DataLoader) resumes here, and back."""
+    plain = ResumableLoader(
+        DataLoader(stream_of(sample_resharded_ds), batch_size=BATCH, num_workers=0, collate_fn=collate)
+    )
+    before = [b["index"].tolist() for b in islice(plain, 4)]
+    ours = train_loader(sample_resharded_ds, json.loads(json.dumps(plain.state_dict())), workers=0)
+    middle = cycled(ours, 3)
+    assert ours.state_dict() == {**plain.state_dict(), "batches_consumed": 7}
+    back = ResumableLoader(
+        DataLoader(stream_of(sample_resharded_ds), batch_size=BATCH, num_workers=0, collate_fn=collate)
+    )
+    back.load_state_dict(json.loads(json.dumps(ours.state_dict())))
+    after = [b["index"].tolist() for b in back]
+    whole = [
+        b["index"].tolist()
+        for b in DataLoader(stream_of(sample_resharded_ds), batch_size=BATCH, collate_fn=collate)
+    ]
+    assert before + middle + after == whole
 
 
 def test_a_state_resumes_on_another_batch_size_and_worker_count(sample_resharded_ds: Path) -> None:
