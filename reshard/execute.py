@@ -36,7 +36,7 @@ from reshard.meta import (
 from reshard.process_pool import run_in_pool
 from reshard.source import V3Source
 from reshard.tables import write_data_file
-from reshard.task_plan import DataTask, Task, VideoTask
+from reshard.task_plan import DEFAULT_EPISODES_PER_FILE, DataTask, Task, VideoTask
 from reshard.video.encode import CRF_RANGE, DEFAULT_CRF, DEFAULT_PRESET
 from reshard.video.write import (
     DEFAULT_GOP,
@@ -64,6 +64,8 @@ class ReshardOptions:
         crf: quality of re-encoded videos (default: the video step's).
         preset: encoder preset of re-encoded videos (default: the video step's).
         data_file_mb: the size bound of an output data file, in MiB.
+        episodes_per_data_file: the most episodes (row groups) of an output data file, which bounds the
+            memory of writing and parsing its footer.
         skip_defective: leave out the episodes `lrs doctor`'s checks find defective (instead of refusing
             the source), renumbering the rest (`reshard.selection`).
         skip_episodes: source episodes to leave out, as `3,7,10-12`.
@@ -74,6 +76,7 @@ class ReshardOptions:
     crf: int | None = None
     preset: str | None = None
     data_file_mb: float = 100.0
+    episodes_per_data_file: int = DEFAULT_EPISODES_PER_FILE
     skip_defective: bool = False
     skip_episodes: str = ""
 
@@ -101,6 +104,10 @@ class ReshardOptions:
             object.__setattr__(self, "skip_episodes", format_index_list(episodes))
         if not self.data_file_mb > 0:
             raise ValueError(f"Invalid data_file_mb ({self.data_file_mb}). Expected > 0.")
+        if self.episodes_per_data_file < 1:
+            raise ValueError(
+                f"Invalid episodes_per_data_file ({self.episodes_per_data_file}). Expected >= 1."
+            )
         if self.video != "copy" and self.preset is not None and self.preset not in X26X_PRESETS:
             raise ValueError(
                 f"Invalid preset ({self.preset!r}) for --video {self.video}. Expected one of {list(X26X_PRESETS)}."
