@@ -467,7 +467,8 @@ def reshard(
         _check_same_filesystem(work, out)
     ws = Workspace(work)
     # With episodes to leave out, files are checked per episode: a missing one drops its episodes.
-    source = open_source(src, storage_options=storage_options, check_files=False)
+    # The per-episode stats stay on disk until finalize rewrites them (`reshard.meta.episodes_files`).
+    source = open_source(src, storage_options=storage_options, check_files=False, all_columns=False)
     for warning in source.warnings:
         log.warning("%s", warning)
     _check_apart(source, out, ws.root)

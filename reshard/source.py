@@ -7,6 +7,7 @@ which read the `index` columns and the video headers, are in `reshard.source_che
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Iterator
@@ -62,6 +63,8 @@ class V3Source(OpenedDataset):
             every episode.
         warnings: what is off but readable, one line each (stale data pointers, optional columns
             missing), for `doctor` to report and `reshard` to log.
+        all_columns: whether `episodes_table` holds every column (`whole_episodes_table` reads them
+            where it does not).
     """
 
     remote: Remote
@@ -75,6 +78,7 @@ class V3Source(OpenedDataset):
     selection: Selection | None = field(default=None, repr=False)
     fingerprint: SourceFingerprint | None = field(default=None, repr=False)
     warnings: tuple[str, ...] = ()
+    all_columns: bool = True
 
     def __repr__(self) -> str:
         kept = f" of {len(self.parent.episodes)}" if self.parent else ""
@@ -132,6 +136,35 @@ class V3Source(OpenedDataset):
         for episode in self.episodes:
             groups[self.video_file(episode, key)].append(episode)
         return dict(sorted(groups.items()))
+
+    def episode_file_bytes(self, rel: str) -> bytes:
+        """A `meta/episodes/` file's bytes, as they were when the source was opened.
+
+        Raises:
+            DatasetError: the file changed since (its sha256 is not the fingerprint's).
+        """
+        data = self.whole.remote.cat(rel)
+        expected = self.whole.fingerprint.files.get(rel) if self.whole.fingerprint else None
+        if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+            raise DatasetError(
+                "Invalid content (changed while lrs was reading the source). Expected the metadata the job "
+                "began with: rerun it, and leave the source unchanged while it runs.",
+                file=self.whole.remote.display(rel),
+            )
+        return data
+
+    def whole_episodes_table(self) -> pa.Table:
+        """The `meta/episodes` table with every column (per-episode stats included), by episode index:
+        `episodes_table` where it has them, else the source's files read again (`episode_file_bytes`).
+
+        Raises:
+            DatasetError: a file changed since the source was opened, or is unreadable.
+        """
+        if self.all_columns:
+            return self.episodes_table
+        where = self.remote.display(EPISODES_DIR)
+        tables = [parse_parquet(self.episode_file_bytes(rel), file=where) for rel in self.episode_files]
+        return _by_episode_index(concat_episode_tables(tables, file=where))
 
     def read_json(self, rel: str) -> Any:
         return json.loads(self.remote.cat(rel))
@@ -205,7 +238,16 @@ def open_source(
     missing = missing_optional_columns(table.column_names, info.video_keys)
     warnings = (optional_columns_warning(missing, file=remote.display(EPISODES_DIR)),) if missing else ()
     source = V3Source(
-        remote, info, episodes, tasks, stats, table, episode_files, fingerprint=fingerprint, warnings=warnings
+        remote,
+        info,
+        episodes,
+        tasks,
+        stats,
+        table,
+        episode_files,
+        fingerprint=fingerprint,
+        warnings=warnings,
+        all_columns=all_columns,
     )
     check_pointers(source)
     listed = listed_files(source)

@@ -17,6 +17,7 @@ from reader import EpisodeStream
 from reader.errors import LayoutError
 from reader.format.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON
 from reader.format.layout import Layout, is_lrs
+from reshard import meta as reshard_meta
 from reshard.cli import cli
 from reshard.errors import ReshardError
 from reshard.execute import ReshardOptions
@@ -295,6 +296,22 @@ def test_episode_cap_bounds_data_files_that_verify_and_the_reader_read(
         episode, frame = int(item["episode_index"]), int(item["frame_index"])
         assert_items_equal(item, reference.get(episode, frame), context=f"episode {episode} frame {frame}")
     assert len(items) == sum(e.length for e in layout.episodes)
+
+
+def test_meta_episodes_rewritten_by_batches_equal_the_whole_rewrite(
+    sample_ds: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reshard_meta, "EPISODES_BATCH", 2)
+    batched = resharded(sample_ds, tmp_path / "batched")
+    monkeypatch.setattr(reshard_meta, "_streamed_episodes_files", lambda source, pointers: None)
+    whole = resharded(sample_ds, tmp_path / "whole")
+    rels = sorted(str(p.relative_to(whole)) for p in (whole / "meta/episodes").rglob("*.parquet"))
+    assert rels == sorted(str(p.relative_to(batched)) for p in (batched / "meta/episodes").rglob("*.parquet"))
+    for rel in rels:
+        table = pq.read_table(whole / rel)
+        assert pq.read_table(batched / rel).equals(table)
+        assert pq.read_metadata(batched / rel).num_row_groups == -(-table.num_rows // 2)
+    verified(batched, sample_ds)
 
 
 def _as_before_the_cap(path: Path) -> None:

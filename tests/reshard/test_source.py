@@ -61,6 +61,17 @@ def test_open_with_the_episode_columns_only(pristine: Path) -> None:
     assert not any(name.startswith("stats/") for name in narrow.episodes_table.column_names)
 
 
+def test_the_whole_table_read_later_is_the_one_opened(ds: Path) -> None:
+    whole, narrow = open_source(str(ds)), open_source(str(ds), all_columns=False)
+    assert narrow.whole_episodes_table().equals(whole.episodes_table)
+    table = pq.read_table(ds / EPISODES)
+    pq.write_table(table, ds / EPISODES, compression="gzip")  # the same rows, other bytes
+    with pytest.raises(
+        DatasetError, match=r"file-000.parquet: Invalid content \(changed while lrs was reading"
+    ):
+        narrow.whole_episodes_table()
+
+
 def test_open_file_url(pristine: Path) -> None:
     source = open_source(f"file://{pristine}")
     assert source.url == f"file://{pristine}"
