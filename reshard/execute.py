@@ -371,7 +371,12 @@ def _episodes_left(task: Task, ws: Workspace) -> int:
 
 
 def run_tasks(tasks: list[Task], ctx: TaskContext, *, workers: int, quiet: bool) -> list[VideoRecord]:
-    """Run tasks inline (`workers == 1`) or in a pool of processes; stops at the first failure."""
+    """Run tasks inline (`workers == 1`) or in a pool of processes; stops at the first failure.
+
+    Returns:
+        The records of the episode videos copy mode re-encoded (`reason` set), to warn of: the others
+        are on disk for finalize, and kept here they would grow with the episodes.
+    """
     ws = Workspace(ctx.work)
     # One look at the completion records serves the skip, the bars and the pool's progress.
     pending = [(task, left) for task in tasks if (left := _episodes_left(task, ws))]
@@ -380,7 +385,7 @@ def run_tasks(tasks: list[Task], ctx: TaskContext, *, workers: int, quiet: bool)
     try:
         if workers <= 1 or len(pending) <= 1:
             for task, _ in pending:
-                written += run_task(task, ctx, progress.callback(task))
+                written += _reencoded(run_task(task, ctx, progress.callback(task)))
         else:
             written = _run_pool(pending, ctx, workers, progress)
     finally:
@@ -411,4 +416,8 @@ def _run_pool(
 
 
 def _run_in_worker(ctx: TaskContext, task: Task) -> list[VideoRecord]:
-    return run_task(task, ctx)
+    return _reencoded(run_task(task, ctx))
+
+
+def _reencoded(records: list[VideoRecord]) -> list[VideoRecord]:
+    return [record for record in records if record.reason is not None]
