@@ -6,7 +6,8 @@ metadata file from the source's metadata, the plan and these records alone, as b
 plus finalize produce the same bytes as one run:
 
 - `meta/episodes/`: the source table with every pointer made true (data and video chunk/file indices,
-  `from_timestamp = 0`, `to_timestamp = length / fps`), the other columns (tasks, length, stats/*) kept;
+  `from_timestamp = 0`, `to_timestamp = length / fps`), the other columns (tasks, length, stats/*) kept,
+  each source file rewritten 1,000 rows at a time (`episodes_files`);
 - `meta/info.json` with the totals, the data file bound and per-camera video info as written;
 - `meta/tasks.parquet` and `meta/stats.json`, copied (episodes and frames do not change), or with
   episodes left out (`reshard.selection`), the stats of the kept ones aggregated from their per-episode
