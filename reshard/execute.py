@@ -36,7 +36,7 @@ from reshard.meta import (
 from reshard.process_pool import run_in_pool
 from reshard.source import V3Source
 from reshard.tables import write_data_file
-from reshard.task_plan import DataTask, Task, VideoTask
+from reshard.task_plan import DEFAULT_EPISODES_PER_FILE, DataTask, Task, VideoTask
 from reshard.video.encode import CRF_RANGE, DEFAULT_CRF, DEFAULT_PRESET
 from reshard.video.write import (
     DEFAULT_GOP,
@@ -64,6 +64,8 @@ class ReshardOptions:
         crf: quality of re-encoded videos (default: the video step's).
         preset: encoder preset of re-encoded videos (default: the video step's).
         data_file_mb: the size bound of an output data file, in MiB.
+        episodes_per_data_file: the most episodes (row groups) of an output data file, which bounds the
+            memory of writing and parsing its footer.
         skip_defective: leave out the episodes `lrs doctor`'s checks find defective (instead of refusing
             the source), renumbering the rest (`reshard.selection`).
         skip_episodes: source episodes to leave out, as `3,7,10-12`.
@@ -74,6 +76,7 @@ class ReshardOptions:
     crf: int | None = None
     preset: str | None = None
     data_file_mb: float = 100.0
+    episodes_per_data_file: int = DEFAULT_EPISODES_PER_FILE
     skip_defective: bool = False
     skip_episodes: str = ""
 
@@ -101,6 +104,10 @@ class ReshardOptions:
             object.__setattr__(self, "skip_episodes", format_index_list(episodes))
         if not self.data_file_mb > 0:
             raise ValueError(f"Invalid data_file_mb ({self.data_file_mb}). Expected > 0.")
+        if self.episodes_per_data_file < 1:
+            raise ValueError(
+                f"Invalid episodes_per_data_file ({self.episodes_per_data_file}). Expected >= 1."
+            )
         if self.video != "copy" and self.preset is not None and self.preset not in X26X_PRESETS:
             raise ValueError(
                 f"Invalid preset ({self.preset!r}) for --video {self.video}. Expected one of {list(X26X_PRESETS)}."
@@ -364,7 +371,12 @@ def _episodes_left(task: Task, ws: Workspace) -> int:
 
 
 def run_tasks(tasks: list[Task], ctx: TaskContext, *, workers: int, quiet: bool) -> list[VideoRecord]:
-    """Run tasks inline (`workers == 1`) or in a pool of processes; stops at the first failure."""
+    """Run tasks inline (`workers == 1`) or in a pool of processes; stops at the first failure.
+
+    Returns:
+        The records of the episode videos copy mode re-encoded (`reason` set), to warn of: the others
+        are on disk for finalize, and kept here they would grow with the episodes.
+    """
     ws = Workspace(ctx.work)
     # One look at the completion records serves the skip, the bars and the pool's progress.
     pending = [(task, left) for task in tasks if (left := _episodes_left(task, ws))]
@@ -373,7 +385,7 @@ def run_tasks(tasks: list[Task], ctx: TaskContext, *, workers: int, quiet: bool)
     try:
         if workers <= 1 or len(pending) <= 1:
             for task, _ in pending:
-                written += run_task(task, ctx, progress.callback(task))
+                written += _reencoded(run_task(task, ctx, progress.callback(task)))
         else:
             written = _run_pool(pending, ctx, workers, progress)
     finally:
@@ -404,4 +416,8 @@ def _run_pool(
 
 
 def _run_in_worker(ctx: TaskContext, task: Task) -> list[VideoRecord]:
-    return run_task(task, ctx)
+    return _reencoded(run_task(task, ctx))
+
+
+def _reencoded(records: list[VideoRecord]) -> list[VideoRecord]:
+    return [record for record in records if record.reason is not None]

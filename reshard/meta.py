@@ -6,7 +6,8 @@ metadata file from the source's metadata, the plan and these records alone, as b
 plus finalize produce the same bytes as one run:
 
 - `meta/episodes/`: the source table with every pointer made true (data and video chunk/file indices,
-  `from_timestamp = 0`, `to_timestamp = length / fps`), the other columns (tasks, length, stats/*) kept;
+  `from_timestamp = 0`, `to_timestamp = length / fps`), the other columns (tasks, length, stats/*) kept,
+  each source file rewritten 1,000 rows at a time (`episodes_files`);
 - `meta/info.json` with the totals, the data file bound and per-camera video info as written;
 - `meta/tasks.parquet` and `meta/stats.json`, copied (episodes and frames do not change), or with
   episodes left out (`reshard.selection`), the stats of the kept ones aggregated from their per-episode
@@ -28,6 +29,7 @@ from dataclasses import asdict, dataclass
 from importlib import metadata as importlib_metadata
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -179,28 +181,86 @@ def _parquet_bytes(table: pa.Table) -> bytes:
     return sink.getvalue()
 
 
+# Rows of `meta/episodes` rewritten at a time (one row group of the output each).
+EPISODES_BATCH = 1000
+_EPISODES_FILE_COLUMNS = ("meta/episodes/chunk_index", "meta/episodes/file_index")
+
+
 def episodes_files(source: V3Source, plan: ReshardPlan) -> list[tuple[str, bytes]]:
-    """`meta/episodes/` files with every pointer true, partitioned into files as the source's were."""
-    table = source.episodes_table  # by episode index: row e is episode e
-    data_task, videos = plan.data_task_of(), plan.video_outputs()
-    order = range(table.num_rows)
-    columns: dict[str, list[Any]] = {
-        "data/chunk_index": [data_task[e].chunk_index for e in order],
-        "data/file_index": [data_task[e].file_index for e in order],
-    }
-    for key in source.video_keys:
-        outputs = [videos[e, key] for e in order]
-        columns[f"videos/{key}/chunk_index"] = [v.chunk_index for v in outputs]
-        columns[f"videos/{key}/file_index"] = [v.file_index for v in outputs]
-        columns[f"videos/{key}/from_timestamp"] = [0.0 for _ in outputs]
-        columns[f"videos/{key}/to_timestamp"] = [v.length / source.info.fps for v in outputs]
-    table = replace_columns(table, columns)
+    """`meta/episodes/` files with every pointer true, partitioned into files as the source's were.
+
+    Each source file is rewritten `EPISODES_BATCH` rows at a time, so that the per-episode stats (most
+    of the table) are never all in memory; where the files' rows are not theirs in episode order (rows
+    naming another file, episodes out of order, episodes left out), the table is rewritten whole.
+    """
+    pointers = _pointers(source, plan)
+    streamed = None if source.parent is not None else _streamed_episodes_files(source, pointers)
+    if streamed is not None:
+        return streamed
+    table = replace_columns(source.whole_episodes_table(), pointers)  # row e is episode e
     return [(rel, _parquet_bytes(part)) for rel, part in _partition(table)]
+
+
+def _pointers(source: V3Source, plan: ReshardPlan) -> dict[str, np.ndarray]:
+    """The pointer columns of the output's `meta/episodes`, each by episode index."""
+    count = len(source.episodes)
+    data = np.zeros((2, count), dtype=np.int64)
+    for task in plan.data:
+        data[:, list(task.episodes)] = np.array([[task.chunk_index], [task.file_index]])
+    columns = {"data/chunk_index": data[0], "data/file_index": data[1]}
+    outputs = plan.video_outputs()
+    for key in source.video_keys:
+        videos = [outputs[e, key] for e in range(count)]
+        columns[f"videos/{key}/chunk_index"] = np.array([v.chunk_index for v in videos], dtype=np.int64)
+        columns[f"videos/{key}/file_index"] = np.array([v.file_index for v in videos], dtype=np.int64)
+        columns[f"videos/{key}/from_timestamp"] = np.zeros(count)
+        columns[f"videos/{key}/to_timestamp"] = np.array([v.length / source.info.fps for v in videos])
+    return columns
+
+
+def _streamed_episodes_files(
+    source: V3Source, pointers: dict[str, np.ndarray]
+) -> list[tuple[str, bytes]] | None:
+    """Each source `meta/episodes/` file rewritten by batches, or None where a batch's rows are not that
+    file's own in episode order (`episodes_files` then rewrites the table whole)."""
+    files, first = [], 0
+    for rel in source.episode_files:
+        parquet = pq.ParquetFile(pa.BufferReader(source.episode_file_bytes(rel)), pre_buffer=False)
+        sink, writer = io.BytesIO(), None
+        for batch in parquet.iter_batches(batch_size=EPISODES_BATCH, use_threads=False):
+            table = pa.Table.from_batches([batch])
+            if not _own_rows_in_order(table, rel, first):
+                return None
+            end = first + table.num_rows
+            table = replace_columns(table, {name: values[first:end] for name, values in pointers.items()})
+            writer = writer or pq.ParquetWriter(sink, table.schema)
+            writer.write_table(table)
+            first = end
+        if writer is None:
+            return None
+        writer.close()
+        files.append((rel, sink.getvalue()))
+    return files if first == len(source.episodes) else None
+
+
+def _own_rows_in_order(table: pa.Table, rel: str, first: int) -> bool:
+    """Whether the rows of `table`, read from the source file `rel`, are episodes `first, first + 1, ...`
+    and name `rel` as their `meta/episodes` file."""
+    names = ("episode_index", *_EPISODES_FILE_COLUMNS)
+    if any(n not in table.column_names or table.column(n).null_count for n in names):
+        return False
+    episodes = table.column("episode_index").to_numpy()
+    if not np.array_equal(episodes, np.arange(first, first + len(episodes))):
+        return False
+    chunks, numbers = (set(table.column(n).to_pylist()) for n in _EPISODES_FILE_COLUMNS)
+    if len(chunks) != 1 or len(numbers) != 1:
+        return False
+    return DEFAULT_EPISODES_PATH.format(chunk_index=chunks.pop(), file_index=numbers.pop()) == rel
 
 
 def _partition(table: pa.Table) -> list[tuple[str, pa.Table]]:
     """Split the episodes table by its `meta/episodes/chunk_index` and `file_index` columns, if any."""
-    names = ("meta/episodes/chunk_index", "meta/episodes/file_index")
+    names = _EPISODES_FILE_COLUMNS
     if not all(n in table.column_names for n in names):
         return [(DEFAULT_EPISODES_PATH.format(chunk_index=0, file_index=0), table)]
     keys = list(zip(*(table.column(n).to_pylist() for n in names), strict=True))

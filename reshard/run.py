@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import av
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from cache.arguments import local_dir
 from cache.exits import Terminated
@@ -40,7 +42,7 @@ from cache.remote import redact
 from cache.store import atomic_write
 from reader.depth import is_depth
 from reader.errors import DatasetError
-from reader.format.index import LAYOUT_JSON, parse_layout_json
+from reader.format.index import EPISODES_INDEX, LAYOUT_JSON, parse_layout_json
 from reader.format.locate import read_footer
 from reshard.defects import defects_error, describe_defect, raise_defects
 from reshard.doctor import Defect, examine
@@ -285,9 +287,10 @@ def _claim(ws: Workspace, doc: dict[str, Any], out: Path, fingerprint: SourceFin
         # A part that loses the race checks the winner's record like any other.
         _write_once(ws, path, json.dumps(doc, indent=2).encode())
     recorded = json.loads(path.read_text())
-    if recorded != doc:
+    if recorded != _as_recorded(recorded, doc):
         raise ReshardError(
-            f"Invalid options ({_differences(recorded, doc)}) for {out}. Expected the options of the unfinished "
+            f"Invalid options ({_differences(recorded, _as_recorded(recorded, doc))}) for {out}. Expected the "
+            "options of the unfinished "
             f"reshard in {ws.root}: rerun with them, or remove that directory (and {out}) to start over."
         )
 
@@ -301,6 +304,56 @@ def _write_once(ws: Workspace, path: Path, data: bytes) -> None:
     with contextlib.suppress(FileExistsError):
         os.link(tmp, path)
     tmp.unlink()
+
+
+# The option an lrs before the episode cap did not record: its jobs were planned without the cap.
+_CAP = "episodes_per_data_file"
+
+
+def _as_recorded(recorded: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
+    """`doc` as the lrs that wrote `recorded` records a job: without the episode cap where that lrs had
+    none (whether the cap changes the plan of that job is `_check_cap`'s question)."""
+    if _CAP in (recorded.get("params") or {}):
+        return doc
+    return {**doc, "params": {k: v for k, v in doc["params"].items() if k != _CAP}}
+
+
+def _uncapped(path: Path) -> bool:
+    """Whether the job recorded in `path` (options.json) was begun by an lrs without the episode cap."""
+    return path.exists() and _CAP not in (json.loads(path.read_text()).get("params") or {})
+
+
+def _check_cap(longest: int, cap: int, *, out: Path, what: str, remedy: str) -> None:
+    """A job planned without the episode cap, whose data files hold at most `longest` episodes, is this
+    job only where the cap cuts none of them (the plan is then the same file for file).
+
+    Raises:
+        ReshardError: the cap would plan other data files than the job's.
+    """
+    if longest > cap:
+        raise ReshardError(
+            f"Invalid options ({_CAP}: none -> {cap}) for {out}: {what} was planned by an lrs without that cap "
+            f"and has a data file of {longest} episodes. Expected its plan: rerun with --episodes-per-data-file "
+            f"{longest}, or {remedy}."
+        )
+
+
+def _check_begun_plan(
+    ws: Workspace, out: Path, source: V3Source, options: ReshardOptions, sizes: dict[str, int]
+) -> None:
+    """An unfinished job begun by an lrs without the episode cap goes on only where the cap plans the same
+    data files: its finished ones were written to the old plan."""
+    if not _uncapped(ws.root / "options.json"):
+        return
+    mb = options.data_file_mb
+    uncapped = make_plan(source.info, source.episodes, sizes, data_file_mb=mb, episodes_per_file=None)
+    _check_cap(
+        max(len(task.episodes) for task in uncapped.data),
+        options.episodes_per_data_file,
+        out=out,
+        what=f"the unfinished reshard in {ws.root}",
+        remedy=f"remove {ws.root} (and {out}) to start over",
+    )
 
 
 def _differences(recorded: dict[str, Any], doc: dict[str, Any]) -> str:
@@ -321,11 +374,16 @@ def _completed(out: Path, doc: dict[str, Any], source: V3Source) -> bool:
         return False
     layout = parse_layout_json(path.read_bytes(), file=str(path))
     recorded = {"source": layout.get("source", {}).get("url"), "params": layout.get("params")}
-    if recorded != doc:
+    if recorded != _as_recorded(recorded, doc):
         raise ReshardError(
-            f"Invalid options ({_differences(recorded, doc)}) for {out}. Expected the options of the "
-            "finished reshard there: choose another --out, or remove it first."
+            f"Invalid options ({_differences(recorded, _as_recorded(recorded, doc))}) for {out}. Expected the "
+            "options of the finished reshard there: choose another --out, or remove it first."
         )
+    if recorded != doc:  # an output of an lrs without the episode cap
+        counts = pc.value_counts(pq.read_table(out / EPISODES_INDEX, columns=["data_path"])["data_path"])
+        longest = max((c.as_py() for c in counts.field("counts")), default=0)
+        remedy = "choose another --out, or remove it first"
+        _check_cap(longest, doc["params"][_CAP], out=out, what="the finished reshard there", remedy=remedy)
     # An output of an lrs that recorded no fingerprint is taken as it is.
     old = SourceFingerprint.from_json(layout.get("source", {}).get("fingerprint"))
     if old is not None and source.fingerprint is not None and old != source.fingerprint:
@@ -409,7 +467,8 @@ def reshard(
         _check_same_filesystem(work, out)
     ws = Workspace(work)
     # With episodes to leave out, files are checked per episode: a missing one drops its episodes.
-    source = open_source(src, storage_options=storage_options, check_files=False)
+    # The per-episode stats stay on disk until finalize rewrites them (`reshard.meta.episodes_files`).
+    source = open_source(src, storage_options=storage_options, check_files=False, all_columns=False)
     for warning in source.warnings:
         log.warning("%s", warning)
     _check_apart(source, out, ws.root)
@@ -458,8 +517,13 @@ def _run_locked(
             source = select_episodes(source, options, ws, quiet=quiet)
         else:
             check_files_exist(source)
+        sizes = source_sizes(source)
         plan = make_plan(
-            source.info, source.episodes, source_sizes(source), data_file_mb=options.data_file_mb
+            source.info,
+            source.episodes,
+            sizes,
+            data_file_mb=options.data_file_mb,
+            episodes_per_file=options.episodes_per_data_file,
         )
         tasks = [] if finalize_only else (plan.tasks() if part is None else plan.part(*part))
         video_tasks = [t for t in tasks if isinstance(t, VideoTask)]
@@ -467,6 +531,7 @@ def _run_locked(
             check_video_files(source, video_tasks)
         check_frame_sizes(source, video_tasks, options.video)
         _claim(ws, doc, out, source.whole.fingerprint)
+        _check_begun_plan(ws, out, source, options, sizes)
         if part is None and not finalize_only:  # this run holds the lock alone: no temp file is another's
             shutil.rmtree(ws.root / "tmp", ignore_errors=True)
         with _disk_errors(ws, part, kept=not (fresh and part is None)):  # a fresh run's is removed below

@@ -137,8 +137,14 @@ def select(source: V3Source, selection: Selection) -> V3Source:
     for number, old in enumerate(selection.kept):
         episodes.append(renumber_episode(source.episodes[old], number, start))
         start += source.episodes[old].length
-    table = renumber_table(source.episodes_table, selection.kept, episodes)
+    table = renumber_table(source.whole_episodes_table(), selection.kept, episodes)
     stats = kept_stats(source.stats, table, file=source.remote.display(EPISODES_DIR)) if source.stats else {}
     return replace(
-        source, episodes=episodes, episodes_table=table, stats=stats, parent=source, selection=selection
+        source,
+        episodes=episodes,
+        episodes_table=table,
+        all_columns=True,
+        stats=stats,
+        parent=source,
+        selection=selection,
     )

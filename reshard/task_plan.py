@@ -5,7 +5,10 @@ file, nothing else, so every process of a job (local workers, SLURM array tasks,
 computes the same plan and can agree on who writes what without talking to each other.
 
 - Data: episodes, in order, are packed into output files of at most `data_file_mb` (estimated from the
-  source's bytes per row), at least one episode per file. Output file number n is `chunk n // chunks_size`,
+  source's bytes per row) and at most `episodes_per_file` episodes, at least one episode per file. The
+  episode cap bounds the memory of whoever writes or parses a file's footer (pyarrow holds about 12 KB
+  per row group while it writes one, 6 KB while it parses one): without it, a dataset of tiny episodes
+  fits one file of as many row groups as episodes. Output file number n is `chunk n // chunks_size`,
   `file n % chunks_size` of the v3 `data_path` template.
 - Videos: one output file per (episode, camera), file number = episode index. They are grouped into one
   task per source video file, so a remote source MP4 is fetched once for all the episodes it holds.
@@ -22,6 +25,8 @@ from dataclasses import dataclass
 from reader.format.v3 import EpisodeInfo, Info
 
 DEFAULT_CHUNKS_SIZE = 1000
+# Row groups (episodes) of an output data file: about 12 MB of footer while it is written.
+DEFAULT_EPISODES_PER_FILE = 1000
 _MB = 1024 * 1024
 
 
@@ -164,6 +169,7 @@ def make_plan(
     source_bytes: Mapping[str, int],
     *,
     data_file_mb: float,
+    episodes_per_file: int | None = DEFAULT_EPISODES_PER_FILE,
 ) -> ReshardPlan:
     """Plan a reshard from metadata alone.
 
@@ -172,15 +178,21 @@ def make_plan(
         episodes: the source's episodes, by episode index.
         source_bytes: the byte size of every source data file.
         data_file_mb: the size bound of an output data file, in MiB.
+        episodes_per_file: the most episodes (row groups) of an output data file; None: no cap (the
+            plan of an lrs before the cap, for the jobs it began).
 
     Raises:
-        ValueError: `data_file_mb` is not positive, or a source data file has no size.
+        ValueError: `data_file_mb` is not positive, `episodes_per_file` is below 1, or a source data file
+            has no size.
     """
     if not data_file_mb > 0:
         raise ValueError(f"Invalid data_file_mb ({data_file_mb}). Expected > 0.")
+    if episodes_per_file is not None and episodes_per_file < 1:
+        raise ValueError(f"Invalid episodes_per_file ({episodes_per_file}). Expected >= 1.")
     chunks_size = int(info.raw.get("chunks_size") or DEFAULT_CHUNKS_SIZE)
+    cap = episodes_per_file or len(episodes)
     return ReshardPlan(
-        data=_plan_data(info, episodes, source_bytes, int(data_file_mb * _MB), chunks_size),
+        data=_plan_data(info, episodes, source_bytes, (int(data_file_mb * _MB), cap), chunks_size),
         videos=_plan_videos(info, episodes, chunks_size),
     )
 
@@ -204,15 +216,17 @@ def _plan_data(
     info: Info,
     episodes: Sequence[EpisodeInfo],
     source_bytes: Mapping[str, int],
-    limit: int,
+    limits: tuple[int, int],
     chunks_size: int,
 ) -> tuple[DataTask, ...]:
+    """The data tasks, files bounded by `limits`: (bytes, episodes)."""
     estimates = _episode_bytes(info, episodes, source_bytes)
+    max_bytes, max_episodes = limits
     groups: list[list[int]] = []
     size = 0
     for episode, estimate in zip(episodes, estimates, strict=True):
-        # A file is closed before it would outgrow the bound, but never left empty.
-        if not groups or (size + estimate > limit and groups[-1]):
+        # A file is closed before it would outgrow a bound, but never left empty.
+        if not groups or len(groups[-1]) >= max_episodes or size + estimate > max_bytes:
             groups.append([])
             size = 0
         groups[-1].append(episode.episode_index)

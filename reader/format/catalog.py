@@ -315,9 +315,9 @@ def _open_v3(remote: Remote, reads: Reads) -> Catalog:
     info = Info.parse(info_bytes, file=remote.display(INFO_PATH))
     digest = hashlib.sha256(info_bytes)
     tables = []
-    for _, table, data in read_episode_files(remote, info):
+    for _, table, data in read_episode_files(remote, info, columns=episode_columns(info.video_keys)):
         digest.update(data)
-        tables.append(table.select([c for c in episode_columns(info.video_keys) if c in table.column_names]))
+        tables.append(table)
     table = concat_episode_tables(tables, file=remote.display(EPISODES_DIR))
     infos = parse_episodes(table, info.video_keys, fps=info.fps, file=remote.display(EPISODES_DIR))
     missing = missing_optional_columns(table.column_names, info.video_keys)

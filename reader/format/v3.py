@@ -404,10 +404,16 @@ def check_tiling(episodes: Sequence[Any], *, file: str, error: type[DatasetError
     return expected
 
 
-def read_episode_files(remote: Any, info: Info) -> list[tuple[str, pa.Table, bytes]]:
+def read_episode_files(
+    remote: Any, info: Info, *, columns: list[str] | None = None
+) -> list[tuple[str, pa.Table, bytes]]:
     """The `meta/episodes/` files as (path, table, bytes), found by walking lerobot's chunk/file numbering
     until `total_episodes` are counted: one read per file, on any store (plain HTTP cannot list). The one
     way the reader and reshard find them.
+
+    `columns`: only those of them a file has (`episode_columns`: what the episode records need), not
+    the per-episode stats that make most of a table (93 columns, 2.1 KB per episode, for a 1-camera
+    dataset); None: every column.
 
     Raises:
         DatasetError: a file of the numbering is missing before every episode is counted, or unreadable.
@@ -427,7 +433,7 @@ def read_episode_files(remote: Any, info: Info) -> list[tuple[str, pa.Table, byt
                 f"missing: {counted} of total_episodes={info.total_episodes} episodes found before it",
                 file=remote.display(rel),
             ) from exc
-        table = parse_parquet(data, file=remote.display(rel))
+        table = parse_parquet(data, file=remote.display(rel), columns=columns, missing_ok=True)
         counted += table.num_rows
         found.append((rel, table, data))
     return found

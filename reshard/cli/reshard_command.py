@@ -17,6 +17,7 @@ from reshard.cli.types import LocalDir, PartType
 from reshard.dropped import DROPPED_JSON
 from reshard.execute import ReshardOptions
 from reshard.run import reshard, slurm_part
+from reshard.task_plan import DEFAULT_EPISODES_PER_FILE
 from reshard.video.write import VIDEO_MODES
 
 
@@ -50,6 +51,13 @@ from reshard.video.write import VIDEO_MODES
     default=100.0,
     show_default=True,
     help="Size bound of an output data file, in MiB.",
+)
+@click.option(
+    "--episodes-per-data-file",
+    type=click.IntRange(1),
+    default=DEFAULT_EPISODES_PER_FILE,
+    show_default=True,
+    help="Most episodes (row groups) of an output data file; bounds the memory of writing and reading its footer.",
 )
 @click.option(
     "--workers", type=click.IntRange(1), default=1, show_default=True, help="Processes running tasks."
@@ -90,6 +98,7 @@ def reshard_cmd(
     crf: int | None,
     preset: str | None,
     data_file_mb: float,
+    episodes_per_data_file: int,
     workers: int,
     part: tuple[int, int] | None,
     finalize: bool,
@@ -119,6 +128,7 @@ def reshard_cmd(
             crf=crf,
             preset=preset,
             data_file_mb=data_file_mb,
+            episodes_per_data_file=episodes_per_data_file,
             skip_defective=skip_defective,
             skip_episodes=skip_episodes,
         )

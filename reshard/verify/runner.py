@@ -83,9 +83,13 @@ def verify(
         layout = Layout.load(remote)
         # Missing files are the next class's business, reported there with the rest.
         # Its pointers as they are, for `pointers` to check (and no footer read: a data file of N row groups
-        # takes about 5 KB per row group to parse).
+        # takes about 5 KB per row group to parse); its per-episode stats only to compare with the source's.
         dataset = open_source(
-            remote.url, storage_options=storage_options, check_files=False, locate_rows=False
+            remote.url,
+            storage_options=storage_options,
+            check_files=False,
+            locate_rows=False,
+            all_columns=source is not None,
         )
     except (LayoutError, DatasetError) as exc:
         violation = Violation("layout", str(exc))

@@ -8,6 +8,7 @@ the bytes once it has returned.
 
 from __future__ import annotations
 
+import gc
 import io
 import sys
 
@@ -15,8 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from cache.remote import resolve
 from reader.errors import DatasetError
-from reader.format.parquet import parse_parquet
+from reader.format.locate import FileRows, file_rows
+from reader.format.parquet import leaf_columns, parse_parquet
 
 
 @pytest.fixture(scope="module")
@@ -40,3 +43,27 @@ def test_missing_columns_and_bad_bytes(data: bytes) -> None:
     assert table.column_names == ["index"]
     with pytest.raises(DatasetError, match=r"f.parquet: not a readable parquet file"):
         parse_parquet(data[:100], file="f.parquet")
+
+
+def test_a_footer_read_for_its_rows_is_freed_without_the_cycle_collector(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`FileMetaData.schema` ties the footer into a reference cycle: read once per data file, footers then
+    piled up until the collector ran (50 MB at 8,000 episodes in 16 files). `file_rows` must not."""
+    nested = pa.table({"state": [[float(i)] * 2 for i in range(1000)], "index": list(range(1000))})
+    pq.write_table(nested, tmp_path / "file.parquet", row_group_size=100)
+    gc.collect()
+    gc.disable()
+    try:
+        rows = file_rows(resolve(str(tmp_path)), "file.parquet")
+        alive = [o for o in gc.get_objects() if type(o) is pq.FileMetaData]
+    finally:
+        gc.enable()
+    assert rows == FileRows("file.parquet", 1000, 0, 999)
+    assert alive == []
+
+
+def test_leaf_columns_number_the_column_chunks() -> None:
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"state": [[1.0, 2.0]], "index": [7]}), sink)
+    metadata = pq.read_metadata(pa.BufferReader(sink.getvalue()))
+    assert leaf_columns(metadata) == ["state.list.element", "index"]
+    assert metadata.row_group(0).column(leaf_columns(metadata).index("index")).statistics.min == 7

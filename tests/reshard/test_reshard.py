@@ -13,9 +13,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cache.remote import Remote
+from reader import EpisodeStream
 from reader.errors import LayoutError
 from reader.format.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON
 from reader.format.layout import Layout, is_lrs
+from reshard import meta as reshard_meta
 from reshard.cli import cli
 from reshard.errors import ReshardError
 from reshard.execute import ReshardOptions
@@ -24,7 +26,9 @@ from reshard.source import open_source
 from reshard.tables import row_group_ranges
 from reshard.verify import verify
 from reshard.video.write import DEFAULT_CRF
+from tests.reader.reference import ReferenceDataset, assert_items_equal
 from tests.servers import RangeServer
+from tests.support.datasets import resharded, verified
 from tests.support.opens import count_av_opens
 
 
@@ -254,8 +258,9 @@ def test_rerun_of_a_finished_output_does_nothing(sample_ds: Path, sample_reshard
     [
         (["--video", "hevc"], r"Invalid options \(video: 'copy' -> 'hevc'\)"),
         (["--data-file-mb", "5"], r"Invalid options \(data_file_mb: 100.0 -> 5.0\)"),
+        (["--episodes-per-data-file", "2"], r"Invalid options \(episodes_per_data_file: 1000 -> 2\)"),
     ],
-    ids=["video", "data-file-mb"],
+    ids=["video", "data-file-mb", "episodes-per-data-file"],
 )
 def test_rerun_with_other_options_is_refused(
     args: list[str], message: str, sample_ds: Path, sample_resharded_ds: Path, copy_ds, tmp_path: Path
@@ -271,6 +276,83 @@ def test_rerun_with_other_options_is_refused(
     result = lrs("reshard", str(sample_ds), "--out", str(partial), "--part", "1/2", *args)
     assert result.exit_code == 3
     assert re.search(message, result.output), result.output
+
+
+def test_episode_cap_bounds_data_files_that_verify_and_the_reader_read(
+    sample_ds: Path, tmp_path: Path
+) -> None:
+    out = resharded(sample_ds, tmp_path / "out", episodes_per_data_file=2)
+    episodes = len(open_source(str(sample_ds)).episodes)
+    layout = Layout.load(str(out))
+    assert [pq.read_metadata(out / rel).num_row_groups for rel in layout.data_files()] == [2] * (
+        episodes // 2
+    ) + [1] * (episodes % 2)
+    assert json.loads((out / LAYOUT_JSON).read_text())["params"]["episodes_per_data_file"] == 2
+    verified(out, sample_ds)
+    stream = EpisodeStream(out, episode_pool_size=2, seed=3)
+    reference = ReferenceDataset(out)
+    items = list(stream)
+    for item in items:
+        episode, frame = int(item["episode_index"]), int(item["frame_index"])
+        assert_items_equal(item, reference.get(episode, frame), context=f"episode {episode} frame {frame}")
+    assert len(items) == sum(e.length for e in layout.episodes)
+
+
+def test_meta_episodes_rewritten_by_batches_equal_the_whole_rewrite(
+    sample_ds: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reshard_meta, "EPISODES_BATCH", 2)
+    batched = resharded(sample_ds, tmp_path / "batched")
+    monkeypatch.setattr(reshard_meta, "_streamed_episodes_files", lambda source, pointers: None)
+    whole = resharded(sample_ds, tmp_path / "whole")
+    rels = sorted(str(p.relative_to(whole)) for p in (whole / "meta/episodes").rglob("*.parquet"))
+    assert rels == sorted(str(p.relative_to(batched)) for p in (batched / "meta/episodes").rglob("*.parquet"))
+    for rel in rels:
+        table = pq.read_table(whole / rel)
+        assert pq.read_table(batched / rel).equals(table)
+        assert pq.read_metadata(batched / rel).num_row_groups == -(-table.num_rows // 2)
+    verified(batched, sample_ds)
+
+
+def _as_before_the_cap(path: Path) -> None:
+    """Rewrite a job record (options.json or layout.json) as an lrs before the episode cap wrote it."""
+    doc = json.loads(path.read_text())
+    del doc["params"]["episodes_per_data_file"]
+    path.write_text(json.dumps(doc))
+
+
+def test_a_job_begun_before_the_cap_resumes_only_with_its_plan(
+    sample_ds: Path, sample_resharded_ds: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    assert lrs("reshard", str(sample_ds), "--out", str(out), "--part", "0/2", "--quiet").exit_code == 0
+    _as_before_the_cap(default_work_dir(out) / "options.json")
+    episodes = len(open_source(str(sample_ds)).episodes)  # one data file without the cap
+    result = lrs("reshard", str(sample_ds), "--out", str(out), "--episodes-per-data-file", "2")
+    assert result.exit_code == 3
+    assert (
+        f"Invalid options (episodes_per_data_file: none -> 2) for {out}: the unfinished reshard in "
+        f"{default_work_dir(out)} was planned by an lrs without that cap and has a data file of {episodes} "
+        f"episodes. Expected its plan: rerun with --episodes-per-data-file {episodes}, or remove"
+    ) in " ".join(result.output.split())
+    # The default cap plans the same files: the job goes on and ends as an uninterrupted run does.
+    assert lrs("reshard", str(sample_ds), "--out", str(out), "--quiet").exit_code == 0
+    assert files_of(out) == files_of(sample_resharded_ds)
+
+
+def test_an_output_finished_before_the_cap_is_complete_only_for_its_plan(
+    sample_ds: Path, sample_resharded_ds: Path, copy_ds
+) -> None:
+    out = copy_ds(sample_resharded_ds)
+    _as_before_the_cap(out / LAYOUT_JSON)
+    result = lrs("reshard", str(sample_ds), "--out", str(out), "--quiet")
+    assert result.exit_code == 0 and "already a complete reshard" in result.output
+    result = lrs("reshard", str(sample_ds), "--out", str(out), "--episodes-per-data-file", "2")
+    assert result.exit_code == 3
+    assert "Invalid options (episodes_per_data_file: none -> 2)" in result.output
+    assert "the finished reshard there was planned by an lrs without that cap" in " ".join(
+        result.output.split()
+    )
 
 
 def test_non_empty_foreign_output_is_refused(sample_ds: Path, tmp_path: Path) -> None:

@@ -136,3 +136,43 @@ def test_invalid_bound_and_missing_size() -> None:
         make_plan(info, episodes, _sizes(info, episodes, 1), data_file_mb=0)
     with pytest.raises(ValueError, match=r"no size for 'data/chunk-000/file-001.parquet'"):
         make_plan(info, episodes, {info.data_file(0, 0): 10}, data_file_mb=1)
+
+
+@pytest.mark.parametrize(
+    ("episodes", "cap", "files"),
+    [(10, 3, [3, 3, 3, 1]), (9, 3, [3, 3, 3]), (4, 1, [1, 1, 1, 1]), (4, 10, [4]), (4, None, [4])],
+    ids=["10-by-3", "9-by-3", "4-by-1", "under-the-cap", "no-cap"],
+)
+def test_episode_cap_splits_data_files(episodes: int, cap: int | None, files: list[int]) -> None:
+    info = _info(cameras=1, chunks_size=2)
+    records = _episodes([5] * episodes, per_data_file=episodes, per_video_file=episodes, cameras=1)
+    plan = make_plan(info, records, _sizes(info, records, 10), data_file_mb=100, episodes_per_file=cap)
+    assert [len(task.episodes) for task in plan.data] == files
+    assert [e for task in plan.data for e in task.episodes] == list(range(episodes))
+    assert [(t.chunk_index, t.file_index) for t in plan.data] == [chunk_file(n, 2) for n in range(len(files))]
+
+
+@pytest.mark.parametrize("seed", range(4), ids=lambda s: f"seed{s}")
+def test_episode_cap_and_byte_bound_hold_together(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    lengths = [int(x) for x in rng.integers(1, 400, size=60)]
+    info = _info(cameras=0, chunks_size=3)
+    episodes = _episodes(lengths, per_data_file=7, per_video_file=1, cameras=0)
+    cap, bound_mb = int(rng.integers(1, 8)), float(rng.uniform(0.02, 0.2))
+    plan = make_plan(
+        info, episodes, _sizes(info, episodes, 100), data_file_mb=bound_mb, episodes_per_file=cap
+    )
+    assert [e for task in plan.data for e in task.episodes] == list(range(len(lengths)))
+    assert all(len(task.episodes) <= cap for task in plan.data)
+    assert all(len(t.episodes) == 1 or t.est_bytes <= bound_mb * MB for t in plan.data)
+    # A file closes only on a bound: the next episode would break one of them.
+    estimates = {e.episode_index: e.length * 100 for e in episodes}
+    for task, after in zip(plan.data, plan.data[1:], strict=False):
+        assert len(task.episodes) == cap or task.est_bytes + estimates[after.episodes[0]] > bound_mb * MB
+
+
+def test_invalid_episode_cap() -> None:
+    info = _info(cameras=0, chunks_size=10)
+    episodes = _episodes([3], per_data_file=1, per_video_file=1, cameras=0)
+    with pytest.raises(ValueError, match=r"Invalid episodes_per_file \(0\)\. Expected >= 1"):
+        make_plan(info, episodes, _sizes(info, episodes, 1), data_file_mb=1, episodes_per_file=0)

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from reader.errors import DatasetError
+from reader.format.v3 import episode_columns
 from reshard.demo.sample import write_sample
 from reshard.source import V3Source, describe, open_source
 from reshard.source_checks import check_rows, check_videos, validate
@@ -51,6 +52,24 @@ def test_open_local_exposes_everything(pristine: Path) -> None:
     assert "stats/action/mean" in source.episodes_table.column_names
     validate(source)
     assert describe(source)["frames"] == source.total_frames
+
+
+def test_open_with_the_episode_columns_only(pristine: Path) -> None:
+    whole, narrow = open_source(str(pristine)), open_source(str(pristine), all_columns=False)
+    assert narrow.episodes == whole.episodes and narrow.fingerprint == whole.fingerprint
+    assert set(narrow.episodes_table.column_names) == set(episode_columns(narrow.video_keys))
+    assert not any(name.startswith("stats/") for name in narrow.episodes_table.column_names)
+
+
+def test_the_whole_table_read_later_is_the_one_opened(ds: Path) -> None:
+    whole, narrow = open_source(str(ds)), open_source(str(ds), all_columns=False)
+    assert narrow.whole_episodes_table().equals(whole.episodes_table)
+    table = pq.read_table(ds / EPISODES)
+    pq.write_table(table, ds / EPISODES, compression="gzip")  # the same rows, other bytes
+    with pytest.raises(
+        DatasetError, match=r"file-000.parquet: Invalid content \(changed while lrs was reading"
+    ):
+        narrow.whole_episodes_table()
 
 
 def test_open_file_url(pristine: Path) -> None:
