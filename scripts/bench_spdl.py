@@ -57,35 +57,22 @@ def spdl_samples(stage: Callable[[int], int], items: int) -> Iterator[int]:
         yield from pipeline.get_iterator()
 
 
-def spdl_batched(stage: Callable[[int], int], items: int) -> Iterator[int]:
-    def batch(samples: list[int]) -> list[int]:
-        return [stage(s) for s in samples]
+def per_batch(stage: Callable[[int], int]) -> Callable[[list[int]], list[int]]:
+    return lambda samples: [stage(s) for s in samples]
 
-    pipeline = (
-        PipelineBuilder()
-        .add_source(range(items))
-        .aggregate(BATCH)
-        .pipe(batch, concurrency=LANES)
-        .add_sink(4)
-        .build(num_threads=LANES)
-    )
-    with pipeline.auto_stop():
-        for done in pipeline.get_iterator():
-            yield from done
+
+def spdl_batched(stage: Callable[[int], int], items: int) -> Iterator[int]:
+    builder = PipelineBuilder().add_source(range(items)).aggregate(BATCH)
+    yield from _spdl_batches(builder, stage)
 
 
 def spdl_batch_source(stage: Callable[[int], int], items: int) -> Iterator[int]:
-    def batch(samples: list[int]) -> list[int]:
-        return [stage(s) for s in samples]
-
     batches = [list(range(start, min(items, start + BATCH))) for start in range(0, items, BATCH)]
-    pipeline = (
-        PipelineBuilder()
-        .add_source(batches)
-        .pipe(batch, concurrency=LANES)
-        .add_sink(4)
-        .build(num_threads=LANES)
-    )
+    yield from _spdl_batches(PipelineBuilder().add_source(batches), stage)
+
+
+def _spdl_batches(builder: Any, stage: Callable[[int], int]) -> Iterator[int]:
+    pipeline = builder.pipe(per_batch(stage), concurrency=LANES).add_sink(4).build(num_threads=LANES)
     with pipeline.auto_stop():
         for done in pipeline.get_iterator():
             yield from done
@@ -93,10 +80,7 @@ def spdl_batch_source(stage: Callable[[int], int], items: int) -> Iterator[int]:
 
 def lanes(stage: Callable[[int], int], items: int) -> Iterator[int]:
     executors = [ThreadPoolExecutor(max_workers=1) for _ in range(LANES)]
-
-    def batch(samples: list[int]) -> list[int]:
-        return [stage(s) for s in samples]
-
+    batch = per_batch(stage)
     pending: list[list[Future[list[int]]]] = []
     try:
         for start in range(0, items, BATCH):
