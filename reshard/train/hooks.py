@@ -123,8 +123,7 @@ class Session:
         if split is not None:
             kwargs["episodes"] = list(split.train)
             held_out = split.eval_within(cfg.max_eval_samples, catalog.lengths.tolist())
-            eval_kwargs = {**kwargs, "episodes": list(held_out)}
-            self.eval_stream = EpisodeStream(**eval_kwargs, delta_timestamps=windows, shuffle=False)
+            self.eval_stream = self._eval_stream({**kwargs, "episodes": list(held_out)}, windows)
         transforms = cfg.dataset.image_transforms
         stream = EpisodeStream(
             **kwargs,
@@ -140,6 +139,12 @@ class Session:
         if cfg.resume:
             self._resume(cfg, stream)
         return stream, self.eval_stream
+
+    @staticmethod
+    def _eval_stream(kwargs: dict[str, Any], windows: Any) -> EpisodeStream:
+        """The held-out episodes as lerobot's eval dataset reads them: in order, no image transforms."""
+        log.info("lrs: eval stream over %d episodes", len(kwargs["episodes"]))
+        return EpisodeStream(**kwargs, delta_timestamps=windows, shuffle=False)
 
     @staticmethod
     def _split(catalog: Catalog, episodes: list[int] | None, eval_split: float) -> EpisodeSplit:
