@@ -20,7 +20,9 @@ On an `lrs sample` dataset resharded to lrs/1, with a small ACT (random backbone
    and lerobot's `Accelerator(cpu=True)` joins the processes over gloo): under each, the two ranks'
    samples together must be every frame once (less the fewer than 2 frames an epoch drops), the same
    count per rank;
-4. with `--compare`, lerobot's own `lerobot-train` on the source v3 dataset, same flags and seed, for
+4. `--dataset.eval_split=0.25 --eval_steps=5` for 10 steps: lerobot logs an `eval_loss` at steps 5
+   and 10, and the record holds the 10 training batches only, all from the training episodes;
+5. with `--compare`, lerobot's own `lerobot-train` on the source v3 dataset, same flags and seed, for
    seconds per step, lerobot's `data_s` per step and the loss beside `lrs train`'s.
 
 Prints one JSON object; exits 1 if a check fails. Every run's log is kept in the work directory.
@@ -64,6 +66,7 @@ ACT = [
 TIMEOUT_S = 1800  # a run that hangs (at exit, say) fails the check instead of blocking it
 RANKS_TIMEOUT_S = 600  # an epoch on 2 ranks takes about a minute on 2 cores
 LOG = re.compile(r"step:(\d+)\S* .*?loss:([\d.]+).*?updt_s:([\d.]+) data_s:([\d.]+)")
+EVAL_LOG = re.compile(r"step (\d+): eval_loss=([\d.]+)")
 
 
 def tool(name: str) -> str:
@@ -102,8 +105,10 @@ def run(
     if returncode != 0:
         tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
         raise SystemExit(f"Error: {name} exited {returncode} (log {log}):\n{tail}")
-    steps = [tuple(float(x) for x in m.groups()) for m in LOG.finditer(log.read_text())]
-    return {"seconds": round(seconds, 1), "steps": steps}
+    text = log.read_text()
+    steps = [tuple(float(x) for x in m.groups()) for m in LOG.finditer(text)]
+    evals = [(int(m[1]), float(m[2])) for m in EVAL_LOG.finditer(text)]
+    return {"seconds": round(seconds, 1), "steps": steps, "evals": evals}
 
 
 def batches(record: Path, rank: int = 0) -> list[dict[str, Any]]:
@@ -234,8 +239,39 @@ def check_ranks(work: Path, lrs: str, dataset: Path, name: str) -> dict[str, Any
     }
 
 
+def check_eval_split(work: Path, lrs: str, dataset: Path) -> dict[str, Any]:
+    """Step 4: a quarter of each task's episodes held out, its eval loss every 5 of 10 steps; the
+    trainer's record holds its training batches only, none from a held-out episode."""
+    from reader.format.catalog import Catalog
+    from reshard.train.hooks import first_tasks
+    from reshard.train.options import split_episodes
+
+    out, record = work / "eval-split", work / "rec-eval-split"
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(record, ignore_errors=True)
+    flags = ["--dataset.eval_split=0.25", "--eval_steps=5", "--steps=10", "--save_checkpoint=false"]
+    result = run(
+        "eval-split",
+        [lrs, "train", *ACT, f"--dataset.repo_id={dataset}", *flags, f"--output_dir={out}"],
+        work,
+        record,
+    )
+    catalog = Catalog.open(str(dataset))
+    split = split_episodes(range(len(catalog.lengths)), first_tasks(catalog), 0.25)
+    starts, lengths = catalog.from_indices.tolist(), catalog.lengths.tolist()
+    held_out = {i for e in split.eval for i in range(starts[e], starts[e] + lengths[e])}
+    trained = [i for b in batches(record) for i in b["index"]]
+    return {
+        "train_episodes": list(split.train),
+        "eval_episodes": list(split.eval),
+        "eval_losses": result["evals"],
+        "train_batches": len(batches(record)),
+        "trained_on_held_out": len(held_out.intersection(trained)),
+    }
+
+
 def compare(work: Path, lrs: str, source: Path, dataset: Path, steps: int) -> dict[str, Any]:
-    """Step 4: lerobot-train on the source and lrs train on its reshard, same flags, one after the other."""
+    """Step 5: lerobot-train on the source and lrs train on its reshard, same flags, one after the other."""
     out = {}
     for name, cmd in (
         (
@@ -273,11 +309,15 @@ def main() -> int:
     report["single"] = check_resume(work, lrs, dataset, args.steps)
     report["two_ranks"] = check_ranks(work, lrs, dataset, "torchrun")
     report["two_ranks_accelerate"] = check_ranks(work, lrs, dataset, "accelerate")
+    report["eval_split"] = check_eval_split(work, lrs, dataset)
     if args.compare:
         report["compare"] = compare(work, lrs, source, dataset, args.steps)
     ok = report["single"]["resume_exact"]
     for ranks in (report["two_ranks"], report["two_ranks_accelerate"]):
         ok = ok and ranks["every_frame_once"] and ranks["equal_ranks"]
+    held = report["eval_split"]
+    ok = ok and [s for s, _ in held["eval_losses"]] == [5, 10] and held["train_batches"] == 10
+    ok = ok and held["trained_on_held_out"] == 0
     report["ok"] = bool(ok)
     print(json.dumps(report))
     return 0 if ok else 1

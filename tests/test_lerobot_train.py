@@ -61,6 +61,10 @@ def test_lrs_train_trains_resumes_and_splits_ranks(lerobot_python: str, tmp_path
         ranks = report[key]
         assert ranks["launcher"] == launcher and ranks["processes"] == 2, ranks
         assert ranks["every_frame_once"] and ranks["equal_ranks"], ranks
+    held = report["eval_split"]  # --dataset.eval_split=0.25 --eval_steps=5 --steps=10
+    assert [step for step, _ in held["eval_losses"]] == [5, 10], held
+    assert held["train_batches"] == 10 and held["trained_on_held_out"] == 0, held
+    assert held["eval_episodes"] and held["train_episodes"], held
     assert report["ok"]
 
 

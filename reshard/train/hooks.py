@@ -7,11 +7,14 @@ duration of the call, each where lerobot looks it up at call time:
 - `lerobot.scripts.lerobot_train.make_train_eval_datasets` builds the stream (`make_datasets`): the windows
   from lerobot's own `resolve_delta_timestamps`, its `ImageTransforms`, `use_imagenet_stats`, uint8
   frames, and on `--resume` the stream state of the checkpoint. It sets `cfg.dataset.streaming`, so
-  lerobot's loop takes its IterableDataset branch (no sampler) and saves that in its config.
+  lerobot's loop takes its IterableDataset branch (no sampler) and saves that in its config. With
+  `--dataset.eval_split` it also builds the eval stream: the held-out episodes
+  (`reshard.train.options.split_episodes`), in order, the same windows, no image transforms.
 - `accelerate.Accelerator` (which `train()` imports when it starts) becomes a subclass whose
   `prepare_data_loader` hands back a `TrainLoader` for a DataLoader over a stream, untouched by
   accelerate: the stream is already this rank's share, which accelerate would otherwise dispatch from
-  rank 0 or cut to every Nth batch. Other DataLoaders go to accelerate as before. Every other argument
+  rank 0 or cut to every Nth batch. The train stream's loader is the one checkpoints save; the eval
+  stream's records nothing. Other DataLoaders go to accelerate as before. Every other argument
   lerobot gives the Accelerator (precision, CPU, DDP settings) is its own.
 - `lerobot.scripts.lerobot_train.save_checkpoint` also writes `training_state/lrs_stream.json`
   (`reshard.train.resume`).
@@ -32,11 +35,20 @@ from typing import Any
 
 import torch
 
+from reader.format.catalog import Catalog
+from reader.format.v3 import EPISODES_DIR, concat_episode_tables, read_episode_files
 from reader.loader_math import batches_per_epoch
 from reader.metadata import DatasetMeta
 from reader.stream import EpisodeStream
 from reshard.errors import LrsError
-from reshard.train.options import StreamOptions, imagenet_stats, settings_of, stream_kwargs
+from reshard.train.options import (
+    EpisodeSplit,
+    StreamOptions,
+    imagenet_stats,
+    settings_of,
+    split_episodes,
+    stream_kwargs,
+)
 from reshard.train.resume import STATE_FILE, SavedStream, TrainTopology, read_saved, resume_state, write_saved
 from reshard.train.train_loader import TrainLoader
 
@@ -74,34 +86,78 @@ def import_lerobot_train() -> Any:
     return module
 
 
+def first_tasks(catalog: Catalog) -> list[str]:
+    """Each episode's first task by episode index, "" for one without tasks (lerobot's
+    `meta.episodes["tasks"][i][0]`), from the `meta/episodes/` files (lrs/1 keeps them as lerobot's)."""
+    tables = [table for _, table, _ in read_episode_files(catalog.remote, catalog.info)]
+    table = concat_episode_tables(tables, file=catalog.remote.display(EPISODES_DIR))
+    if "tasks" not in table.column_names:  # optional: lerobot's reader does without
+        return [""] * len(catalog.lengths)
+    tasks = dict(
+        zip(table.column("episode_index").to_pylist(), table.column("tasks").to_pylist(), strict=True)
+    )
+    return [(tasks.get(episode) or [""])[0] for episode in range(len(catalog.lengths))]
+
+
 class Session:
-    """The state `lrs train`'s replacements share: lrs's options, and the loader it made."""
+    """The state `lrs train`'s replacements share: lrs's options, the eval stream and the train loader."""
 
     def __init__(self, options: StreamOptions) -> None:
         self.options = options
         self.loader: TrainLoader | None = None
+        self.eval_stream: EpisodeStream | None = None
 
-    def make_datasets(self, cfg: Any) -> tuple[EpisodeStream, None]:
-        """lerobot's `make_train_eval_datasets(cfg)`, with a stream for the train set and no eval set."""
+    def make_datasets(self, cfg: Any) -> tuple[EpisodeStream, EpisodeStream | None]:
+        """lerobot's `make_train_eval_datasets(cfg)`: a stream for the train set, and with
+        `--dataset.eval_split` one over the held-out episodes (else None)."""
         from lerobot.datasets.factory import resolve_delta_timestamps
         from lerobot.transforms import ImageTransforms
         from lerobot.utils.constants import IMAGENET_STATS
 
-        kwargs = stream_kwargs(settings_of(cfg.dataset, cfg), self.options)
-        meta = DatasetMeta.open(kwargs["source"], depth_output_unit=kwargs["depth_output_unit"])
+        settings = settings_of(cfg.dataset, cfg)
+        kwargs = stream_kwargs(settings, self.options)
+        catalog = Catalog.open(kwargs["source"])
+        meta = DatasetMeta.from_catalog(catalog, depth_output_unit=kwargs["depth_output_unit"])
+        windows = resolve_delta_timestamps(cfg.trainable_config, meta)
+        split = self._split(catalog, kwargs["episodes"], settings.eval_split) if settings.eval_split else None
+        if split is not None:
+            kwargs["episodes"] = list(split.train)
+            held_out = split.eval_within(cfg.max_eval_samples, catalog.lengths.tolist())
+            self.eval_stream = self._eval_stream({**kwargs, "episodes": list(held_out)}, windows)
         transforms = cfg.dataset.image_transforms
         stream = EpisodeStream(
             **kwargs,
-            delta_timestamps=resolve_delta_timestamps(cfg.trainable_config, meta),
+            delta_timestamps=windows,
             image_transforms=ImageTransforms(transforms) if transforms.enable else None,
         )
         if cfg.dataset.use_imagenet_stats:
             imagenet = {k: torch.tensor(v, dtype=torch.float32) for k, v in IMAGENET_STATS.items()}
-            imagenet_stats(stream.meta.stats, stream.meta.camera_keys, stream.meta.depth_keys, imagenet)
+            for each in (stream, self.eval_stream):
+                if each is not None:
+                    imagenet_stats(each.meta.stats, each.meta.camera_keys, each.meta.depth_keys, imagenet)
         cfg.dataset.streaming = True  # lerobot's IterableDataset branch: no sampler, no shuffle
         if cfg.resume:
             self._resume(cfg, stream)
-        return stream, None
+        return stream, self.eval_stream
+
+    @staticmethod
+    def _eval_stream(kwargs: dict[str, Any], windows: Any) -> EpisodeStream:
+        """The held-out episodes as lerobot's eval dataset reads them: in order, no image transforms."""
+        log.info("lrs: eval stream over %d episodes", len(kwargs["episodes"]))
+        return EpisodeStream(**kwargs, delta_timestamps=windows, shuffle=False)
+
+    @staticmethod
+    def _split(catalog: Catalog, episodes: list[int] | None, eval_split: float) -> EpisodeSplit:
+        selected = episodes if episodes is not None else range(len(catalog.lengths))
+        split = split_episodes(selected, first_tasks(catalog), eval_split)
+        log.info(
+            "lrs: train/eval split: %d train, %d eval episodes (eval_split=%s, %d tasks)",
+            len(split.train),
+            len(split.eval),
+            eval_split,
+            len(split.held_out),
+        )
+        return split
 
     def _resume(self, cfg: Any, stream: EpisodeStream) -> None:
         from lerobot.common.train_utils import (
@@ -153,10 +209,13 @@ class Session:
 
         class StreamAccelerator(base):
             def prepare_data_loader(self, data_loader: Any, *args: Any, **kwargs: Any) -> Any:
-                if isinstance(getattr(data_loader, "dataset", None), EpisodeStream):
-                    session.loader = TrainLoader.like(data_loader)
-                    return session.loader
-                return super().prepare_data_loader(data_loader, *args, **kwargs)
+                dataset = getattr(data_loader, "dataset", None)
+                if not isinstance(dataset, EpisodeStream):
+                    return super().prepare_data_loader(data_loader, *args, **kwargs)
+                if dataset is session.eval_stream:  # not trained on: neither saved nor recorded
+                    return TrainLoader.like(data_loader, record=False)
+                session.loader = TrainLoader.like(data_loader)
+                return session.loader
 
         return StreamAccelerator
 

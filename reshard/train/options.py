@@ -7,6 +7,7 @@ the rest is refused in one line rather than ignored.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -72,17 +73,13 @@ def source_of(settings: DatasetSettings) -> str:
 
 def stream_kwargs(settings: DatasetSettings, options: StreamOptions) -> dict[str, Any]:
     """`EpisodeStream` keyword arguments for lerobot-train's dataset (without the windows and the image
-    transforms, which need lerobot's policy config): frames as uint8, as lerobot-train's own datasets
-    give them (`return_uint8=True`), normalized by its loop after the DataLoader.
+    transforms, which need lerobot's policy config, and without the eval split, which needs the
+    episodes' tasks: `split_episodes`): frames as uint8, as lerobot-train's own datasets give them
+    (`return_uint8=True`), normalized by its loop after the DataLoader.
 
     Raises:
-        TrainConfigError: a setting the stream cannot honour (`--dataset.eval_split`, `--dataset.revision`).
+        TrainConfigError: a setting the stream cannot honour (`--dataset.revision`).
     """
-    if settings.eval_split:
-        raise TrainConfigError(
-            f"Invalid --dataset.eval_split ({settings.eval_split}). Expected 0: lrs train does not hold "
-            "out episodes yet; select them with --dataset.episodes=[...] and evaluate them separately."
-        )
     kwargs: dict[str, Any] = {
         "source": source_of(settings),
         "episodes": list(settings.episodes) if settings.episodes is not None else None,
@@ -97,6 +94,84 @@ def stream_kwargs(settings: DatasetSettings, options: StreamOptions) -> dict[str
         if value is not None:
             kwargs[name] = value
     return kwargs
+
+
+@dataclass(frozen=True)
+class EpisodeSplit:
+    """lerobot's train/eval split of the selected episodes (`split_episodes`).
+
+    Attributes:
+        train: the training episodes, task by task (the stream reads them in ascending order anyway).
+        held_out: each task's held-out episodes, in episode order, tasks in their order of appearance.
+    """
+
+    train: tuple[int, ...]
+    held_out: tuple[tuple[int, ...], ...]
+
+    @property
+    def eval(self) -> tuple[int, ...]:
+        """Every held-out episode."""
+        return tuple(episode for group in self.held_out for episode in group)
+
+    def eval_within(self, max_samples: int, lengths: Sequence[int]) -> tuple[int, ...]:
+        """The held-out episodes `--max_eval_samples` keeps: lerobot takes the first
+        `max(1, max_samples // tasks)` frames of each task; a stream reads whole episodes, so each task's
+        leading held-out episodes until they hold that many frames (rounded up to whole episodes).
+        Every held-out episode when `max_samples` is 0 (lerobot's "all").
+
+        Args:
+            max_samples: `--max_eval_samples`.
+            lengths: frames of every episode, by episode index.
+        """
+        if max_samples <= 0:
+            return self.eval
+        per_task = max(1, max_samples // len(self.held_out))
+        kept: list[int] = []
+        for group in self.held_out:
+            frames = 0
+            for episode in group:
+                if frames >= per_task:
+                    break
+                kept.append(episode)
+                frames += int(lengths[episode])
+        return tuple(kept)
+
+
+def split_episodes(episodes: Sequence[int], first_tasks: Sequence[str], eval_split: float) -> EpisodeSplit:
+    """lerobot's `--dataset.eval_split` (`make_train_eval_datasets`): the selected episodes grouped by
+    their first task, and the last `ceil(n x eval_split)` of each group of n held out.
+
+    Args:
+        episodes: the selected episodes, in order (`--dataset.episodes`, or every episode).
+        first_tasks: each episode's first task by episode index ("" for an episode without tasks).
+        eval_split: the fraction held out, in (0, 1).
+
+    Raises:
+        TrainConfigError: `eval_split` out of (0, 1), an episode the dataset does not have, or no
+            training episode left.
+    """
+    if not 0.0 < eval_split < 1.0:
+        raise TrainConfigError(f"Invalid --dataset.eval_split ({eval_split}). Expected a fraction in (0, 1).")
+    groups: dict[str, list[int]] = {}
+    for episode in episodes:
+        if not 0 <= episode < len(first_tasks):
+            raise TrainConfigError(
+                f"Invalid --dataset.episodes entry ({episode}). Expected an episode index below "
+                f"{len(first_tasks)}."
+            )
+        groups.setdefault(first_tasks[episode], []).append(episode)
+    train: list[int] = []
+    held_out: list[tuple[int, ...]] = []
+    for group in groups.values():
+        kept = len(group) - math.ceil(len(group) * eval_split)
+        train.extend(group[:kept])
+        held_out.append(tuple(group[kept:]))
+    if not train:
+        raise TrainConfigError(
+            f"Invalid --dataset.eval_split ({eval_split}). Expected a split that leaves training episodes: "
+            f"it holds out all {len(episodes)} selected episodes."
+        )
+    return EpisodeSplit(train=tuple(train), held_out=tuple(held_out))
 
 
 # The settings lerobot keeps on `cfg` itself; every other `DatasetSettings` field is on `cfg.dataset`.

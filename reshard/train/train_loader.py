@@ -103,8 +103,9 @@ class TrainLoader:
             self.record = Path(record_dir) / f"rank{stream.rank}.jsonl"
 
     @classmethod
-    def like(cls, loader: DataLoader) -> TrainLoader:
-        """A TrainLoader with the settings of `loader`, a DataLoader over an `EpisodeStream` (lerobot-train's)."""
+    def like(cls, loader: DataLoader, *, record: bool = True) -> TrainLoader:
+        """A TrainLoader with the settings of `loader`, a DataLoader over an `EpisodeStream` (lerobot-train's),
+        recording its batches where `LRS_TRAIN_RECORD` says unless `record` is False (an eval loader)."""
         return cls(
             loader.dataset,  # type: ignore[arg-type]
             batch_size=loader.batch_size or 1,
@@ -113,7 +114,7 @@ class TrainLoader:
             prefetch_factor=loader.prefetch_factor,
             persistent_workers=loader.persistent_workers,
             multiprocessing_context=loader.multiprocessing_context,
-            record_dir=os.environ.get(RECORD_ENV) or None,
+            record_dir=(os.environ.get(RECORD_ENV) or None) if record else None,
         )
 
     def __iter__(self) -> Iterator[dict[str, Any]]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,11 +18,13 @@ from click.testing import CliRunner
 from reshard.cli import cli
 from reshard.train.options import (
     DatasetSettings,
+    EpisodeSplit,
     StreamOptions,
     TrainConfigError,
     imagenet_stats,
     settings_of,
     source_of,
+    split_episodes,
     stream_kwargs,
 )
 from reshard.train.resume import (
@@ -110,9 +114,121 @@ def test_settings_come_off_lerobots_dataset_config_and_its_train_config() -> Non
     )  # fmt: skip
 
 
-def test_an_eval_split_is_refused_not_ignored() -> None:
-    with pytest.raises(TrainConfigError, match=r"^Invalid --dataset.eval_split \(0.1\). Expected 0"):
-        stream_kwargs(DatasetSettings(repo_id="/d", eval_split=0.1), StreamOptions())
+def test_an_eval_split_leaves_the_stream_arguments_to_the_split() -> None:
+    plain = stream_kwargs(DatasetSettings(repo_id="/d", episodes=(3, 1)), StreamOptions())
+    assert (
+        stream_kwargs(DatasetSettings(repo_id="/d", episodes=(3, 1), eval_split=0.1), StreamOptions())
+        == plain
+    )
+
+
+def test_the_split_holds_out_the_last_episodes_of_each_task() -> None:
+    tasks = ["a", "b"] * 5  # episode e does task "a" or "b" by parity: 5 episodes each
+    split = split_episodes(range(10), tasks, 0.25)  # ceil(5 x 0.25) = 2 held out per task
+    assert split == EpisodeSplit(train=(0, 2, 4, 1, 3, 5), held_out=((6, 8), (7, 9)))
+    assert split.eval == (6, 8, 7, 9)
+    # A selection in its own order; "" (no task) is a task of its own; 3 x 0.5 rounds up to 2.
+    tasks = ["a", "", "a", "b", "", "a", "b", "a", ""]
+    split = split_episodes([8, 7, 0, 1, 2, 4, 5, 3], tasks, 0.5)
+    assert split == EpisodeSplit(train=(8, 7, 0), held_out=((1, 4), (2, 5), (3,)))
+
+
+@pytest.mark.parametrize(
+    ("episodes", "tasks", "fraction", "message"),
+    [
+        ([0, 1], ["a", "b"], 0.1, r"Invalid --dataset.eval_split \(0.1\). Expected a split that leaves "
+         r"training episodes: it holds out all 2 selected episodes\.$"),
+        ([0, 1], ["a", "a"], 0.0, r"Invalid --dataset.eval_split \(0.0\). Expected a fraction in \(0, 1\)\.$"),
+        ([0, 1], ["a", "a"], 1.0, r"Invalid --dataset.eval_split \(1.0\). Expected a fraction"),
+        ([0, 2], ["a", "a"], 0.5, r"Invalid --dataset.episodes entry \(2\). Expected an episode index below 2\.$"),
+    ],
+    ids=["nothing-left", "zero", "one", "unknown-episode"],
+)  # fmt: skip
+def test_a_split_that_cannot_be_is_one_line(
+    episodes: list[int], tasks: list[str], fraction: float, message: str
+) -> None:
+    with pytest.raises(TrainConfigError, match=f"^{message}"):
+        split_episodes(episodes, tasks, fraction)
+
+
+def test_max_eval_samples_keeps_each_tasks_leading_whole_episodes() -> None:
+    split = EpisodeSplit(train=(0, 1), held_out=((2, 3, 4), (5, 6)))
+    lengths = [9, 9, 10, 10, 10, 4, 30]
+    assert split.eval_within(0, lengths) == (2, 3, 4, 5, 6)  # 0: all, as lerobot
+    assert split.eval_within(40, lengths) == (2, 3, 5, 6)  # 20 frames a task: 10 + 10, and 4 + 30
+    assert split.eval_within(20, lengths) == (2, 5, 6)  # 10 a task: 10, and 4 + 30 (whole episodes)
+    assert split.eval_within(1, lengths) == (2, 5)  # at least 1 frame a task, as lerobot's max(1, ...)
+
+
+# lerobot's own `make_train_eval_datasets`, its datasets replaced by recorders: the episodes it gives the
+# train and eval datasets, for each case on stdin ({"tasks": [[...] per episode], "episodes", "split"}).
+LEROBOT_SPLIT = """
+import json, sys
+from types import SimpleNamespace
+import lerobot.datasets.factory as factory
+
+made = []
+factory.resolve_delta_timestamps = lambda *a: None
+factory.LeRobotDataset = lambda *a, episodes, **k: made.append(list(episodes))
+out = []
+for case in json.load(sys.stdin):
+    tasks = case["tasks"]
+    meta = SimpleNamespace(episodes={"tasks": tasks}, camera_keys=[])
+    full = SimpleNamespace(episodes=case["episodes"], num_episodes=len(tasks), meta=meta)
+    factory.make_dataset = lambda cfg: full
+    dataset = SimpleNamespace(
+        eval_split=case["split"], image_transforms=SimpleNamespace(enable=False), use_imagenet_stats=False,
+        repo_id="r", root=None, revision=None, video_backend=None,
+    )
+    cfg = SimpleNamespace(dataset=dataset, trainable_config=None, tolerance_s=1e-4)
+    made.clear()
+    try:
+        factory.make_train_eval_datasets(cfg)
+        out.append(made[:2])
+    except ValueError:
+        out.append(None)
+print(json.dumps(out))
+"""
+
+
+def lerobot_python() -> str:
+    """A Python with lerobot 0.6.1 (`LRS_LEROBOT_PYTHON`, else the usual reference venv), or skip."""
+    path = os.environ.get("LRS_LEROBOT_PYTHON", "/tmp/lerobot-venv/bin/python")
+    if not Path(path).exists():
+        pytest.skip(f"no lerobot Python at {path} (set LRS_LEROBOT_PYTHON)")
+    return path
+
+
+def test_the_split_is_lerobots_own() -> None:
+    rng = np.random.default_rng(0)
+    cases = []
+    for _ in range(200):
+        count = int(rng.integers(1, 30))
+        names = ["a", "b", "c", "d"][: int(rng.integers(1, 5))]
+        tasks = [[] if rng.random() < 0.1 else [str(rng.choice(names)), "second"] for _ in range(count)]
+        episodes = None
+        if rng.random() < 0.5:
+            episodes = rng.permutation(count)[: int(rng.integers(1, count + 1))].tolist()
+        cases.append(
+            {"tasks": tasks, "episodes": episodes, "split": float(rng.choice([0.1, 0.25, 0.5, 0.9]))}
+        )
+    done = subprocess.run(
+        [lerobot_python(), "-c", LEROBOT_SPLIT], input=json.dumps(cases), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    refused = 0
+    for case, expected in zip(cases, theirs, strict=True):
+        first = [t[0] if t else "" for t in case["tasks"]]
+        selected = case["episodes"] if case["episodes"] is not None else range(len(first))
+        if expected is None:
+            refused += 1
+            with pytest.raises(TrainConfigError, match="leaves training episodes"):
+                split_episodes(selected, first, case["split"])
+            continue
+        split = split_episodes(selected, first, case["split"])
+        assert [list(split.train), list(split.eval)] == expected, case
+    assert 0 < refused < len(cases)  # both outcomes compared
 
 
 def test_imagenet_stats_replace_rgb_cameras_only() -> None:

@@ -16,6 +16,8 @@ from torch.utils.data import DataLoader
 
 from reader import EpisodeStream, ResumableLoader, collate
 from reader.format.catalog import Catalog
+from reshard.train.hooks import Session, first_tasks
+from reshard.train.options import StreamOptions
 from reshard.train.train_loader import RECORD_ENV, TrainLoader
 
 BATCH = 8
@@ -146,6 +148,36 @@ def test_the_record_is_what_the_trainer_received(
     lines = [json.loads(line) for line in (tmp_path / "rank0.jsonl").read_text().splitlines()]
     assert [line["index"] for line in lines] == got
     assert {line["epoch"] for line in lines} == {0}
+
+
+def test_the_eval_loader_is_neither_saved_nor_recorded(
+    sample_resharded_ds: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Accelerator:  # accelerate's, for what lrs's subclass passes on
+        def prepare_data_loader(self, data_loader: object) -> str:
+            return "accelerate's"
+
+    monkeypatch.setenv(RECORD_ENV, str(tmp_path))
+    session = Session(StreamOptions())
+    session.eval_stream = stream_of(sample_resharded_ds, episodes=[6, 7], shuffle=False)
+    accelerator = session.accelerator_class(Accelerator)()
+    train = accelerator.prepare_data_loader(DataLoader(stream_of(sample_resharded_ds), batch_size=BATCH))
+    held_out = accelerator.prepare_data_loader(DataLoader(session.eval_stream, batch_size=BATCH))
+    assert session.loader is train and held_out is not train  # checkpoints save the train loader's state
+    assert train.record == tmp_path / "rank0.jsonl" and held_out.record is None
+    episodes = session.eval_stream.meta.episodes
+    assert episodes is not None
+    frames = range(int(episodes["dataset_from_index"][6]), int(episodes["dataset_to_index"][7]))
+    assert sorted(i for batch in held_out for i in batch["index"].tolist()) == list(frames)
+    assert not (tmp_path / "rank0.jsonl").exists()  # the eval epoch recorded nothing
+    assert accelerator.prepare_data_loader(DataLoader([1, 2])) == "accelerate's"
+
+
+def test_first_tasks_are_lerobots(sample_ds: Path, sample_resharded_ds: Path) -> None:
+    for url in (sample_ds, sample_resharded_ds):
+        tasks = first_tasks(Catalog.open(str(url)))
+        names = [f"task {t}: pick the cube number {t} and place it in the bin" for t in range(3)]
+        assert tasks == [names[episode % 3] for episode in range(8)]  # `lrs sample`: episode e, task e % 3
 
 
 def test_what_lerobot_train_reads_on_the_dataset(sample_ds: Path, sample_resharded_ds: Path) -> None:
