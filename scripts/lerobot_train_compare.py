@@ -119,6 +119,10 @@ def case_summary(lerobot: list[dict[str, Any]], lrs: list[dict[str, Any]]) -> di
             k: relative_ratio(mean["lrs-train"][k], mean["lerobot-train"][k])
             for k in ("step_s", "step_s_median", "data_s", "wall_s")
         },
+        # Per round too: a round another job stalled stands out instead of moving the mean.
+        "step_s_median_by_round": [
+            relative_ratio(b["step_s_median"], a["step_s_median"]) for a, b in zip(lerobot, lrs, strict=True)
+        ],
         "loss_gap_same_seed": round(
             fmean(relative_gap(b["loss_tail"], a["loss_tail"]) for a, b in zip(lerobot, lrs, strict=True)), 4
         ),

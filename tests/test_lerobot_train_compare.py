@@ -71,6 +71,7 @@ def test_a_case_gives_ratios_of_the_round_means_and_the_seed_yardstick() -> None
     assert ratios["step_s"] == pytest.approx(0.9 / 1.1, abs=1e-3)
     assert ratios["data_s"] == pytest.approx(0.05 / 0.2, abs=1e-3)
     assert ratios["wall_s"] == pytest.approx(60.0 / 70.0, abs=1e-3)
+    assert summary["step_s_median_by_round"] == [0.9, 0.75]
     # Gaps as fractions of the two losses' mean: seed 1 lrs 2.1 against lerobot 2.0, seed 2 equal.
     assert summary["loss_gap_same_seed"] == pytest.approx((0.1 / 2.05 + 0.0) / 2, abs=1e-4)
     assert summary["loss_gap_lerobot_seeds"] == pytest.approx(0.2 / 2.1, abs=1e-4)
