@@ -22,8 +22,10 @@ On an `lrs sample` dataset resharded to lrs/1, with a small ACT (random backbone
    count per rank;
 4. `--dataset.eval_split=0.25 --eval_steps=5` for 10 steps: lerobot logs an `eval_loss` at steps 5
    and 10, and the record holds the 10 training batches only, all from the training episodes;
-5. with `--compare`, lerobot's own `lerobot-train` on the source v3 dataset, same flags and seed, for
-   seconds per step, lerobot's `data_s` per step and the loss beside `lrs train`'s.
+5. with `--compare`, lerobot's own `lerobot-train` on the source v3 dataset and `lrs train` on its
+   reshard, same flags and seed: seconds per step, lerobot's `data_s` per step, the loss and the ratios
+   (one round of `scripts/lerobot_train_compare.py`'s ACT case on this dataset; that script measures
+   more datasets, policies and rounds).
 
 Prints one JSON object; exits 1 if a check fails. Every run's log is kept in the work directory.
 """
@@ -45,6 +47,8 @@ from typing import Any
 
 BATCH = 8
 WORKERS = 2
+# lerobot-train's flags every run here shares: batch, DataLoader workers, a log line per step.
+TRAIN = ["--wandb.enable=false", f"--batch_size={BATCH}", f"--num_workers={WORKERS}", "--log_freq=1"]
 # A small ACT so that a CPU step takes about a second: the data path is what is checked.
 ACT = [
     "--policy.type=act",
@@ -58,10 +62,7 @@ ACT = [
     "--policy.dim_feedforward=128",
     "--policy.n_encoder_layers=1",
     "--policy.n_decoder_layers=1",
-    "--wandb.enable=false",
-    f"--batch_size={BATCH}",
-    f"--num_workers={WORKERS}",
-    "--log_freq=1",
+    *TRAIN,
 ]
 TIMEOUT_S = 1800  # a run that hangs (at exit, say) fails the check instead of blocking it
 RANKS_TIMEOUT_S = 600  # an epoch on 2 ranks takes about a minute on 2 cores
@@ -106,9 +107,13 @@ def run(
         tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
         raise SystemExit(f"Error: {name} exited {returncode} (log {log}):\n{tail}")
     text = log.read_text()
-    steps = [tuple(float(x) for x in m.groups()) for m in LOG.finditer(text)]
     evals = [(int(m[1]), float(m[2])) for m in EVAL_LOG.finditer(text)]
-    return {"seconds": round(seconds, 1), "steps": steps, "evals": evals}
+    return {"seconds": round(seconds, 1), "steps": parse_steps(text), "evals": evals}
+
+
+def parse_steps(log: str) -> list[tuple[float, ...]]:
+    """(step, loss, updt_s, data_s) of each line lerobot's trainer logged."""
+    return [tuple(float(x) for x in m.groups()) for m in LOG.finditer(log)]
 
 
 def batches(record: Path, rank: int = 0) -> list[dict[str, Any]]:
@@ -270,24 +275,6 @@ def check_eval_split(work: Path, lrs: str, dataset: Path) -> dict[str, Any]:
     }
 
 
-def compare(work: Path, lrs: str, source: Path, dataset: Path, steps: int) -> dict[str, Any]:
-    """Step 5: lerobot-train on the source and lrs train on its reshard, same flags, one after the other."""
-    out = {}
-    for name, cmd in (
-        (
-            "lerobot-train",
-            [tool("lerobot-train"), "--dataset.repo_id=local/sample", f"--dataset.root={source}"],
-        ),
-        ("lrs-train", [lrs, "train", f"--dataset.repo_id={dataset}"]),
-    ):
-        target = work / f"compare-{name}"
-        shutil.rmtree(target, ignore_errors=True)
-        full = [*cmd, *ACT, f"--steps={steps}", f"--output_dir={target}", "--save_checkpoint=false"]
-        result = run(name, full, work)
-        out[name] = {"seconds": result["seconds"], "steps": steps, **summary(result["steps"])}
-    return out
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, help="Keep the files here (default: a temporary directory).")
@@ -300,7 +287,7 @@ def main() -> int:
     work = args.workdir or Path(tempfile.mkdtemp(prefix="lrs-train-check-"))
     work.mkdir(parents=True, exist_ok=True)
     lrs = tool("lrs")
-    source, dataset = make_dataset(work, lrs)
+    _, dataset = make_dataset(work, lrs)
     report: dict[str, Any] = {
         "lerobot": lerobot.__version__,
         "workdir": str(work),
@@ -310,8 +297,12 @@ def main() -> int:
     report["two_ranks"] = check_ranks(work, lrs, dataset, "torchrun")
     report["two_ranks_accelerate"] = check_ranks(work, lrs, dataset, "accelerate")
     report["eval_split"] = check_eval_split(work, lrs, dataset)
-    if args.compare:
-        report["compare"] = compare(work, lrs, source, dataset, args.steps)
+    if args.compare:  # the short form of lerobot_train_compare.py: this dataset, ACT, one round
+        from lerobot_train_compare import measure
+
+        report["compare"] = measure(
+            work, lrs, ["sample"], ["act"], steps=args.steps, repeat=1, seed=1, warmup=5
+        )
     ok = report["single"]["resume_exact"]
     for ranks in (report["two_ranks"], report["two_ranks_accelerate"]):
         ok = ok and ranks["every_frame_once"] and ranks["equal_ranks"]
