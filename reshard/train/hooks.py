@@ -89,7 +89,8 @@ def import_lerobot_train() -> Any:
 def first_tasks(catalog: Catalog) -> list[str]:
     """Each episode's first task by episode index, "" for one without tasks (lerobot's
     `meta.episodes["tasks"][i][0]`), from the `meta/episodes/` files (lrs/1 keeps them as lerobot's)."""
-    tables = [table for _, table, _ in read_episode_files(catalog.remote, catalog.info)]
+    files = read_episode_files(catalog.remote, catalog.info, columns=["episode_index", "tasks"])
+    tables = [table for _, table, _ in files]  # not the per-episode stats: most of the table
     table = concat_episode_tables(tables, file=catalog.remote.display(EPISODES_DIR))
     if "tasks" not in table.column_names:  # optional: lerobot's reader does without
         return [""] * len(catalog.lengths)
