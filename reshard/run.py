@@ -287,9 +287,10 @@ def _claim(ws: Workspace, doc: dict[str, Any], out: Path, fingerprint: SourceFin
         # A part that loses the race checks the winner's record like any other.
         _write_once(ws, path, json.dumps(doc, indent=2).encode())
     recorded = json.loads(path.read_text())
-    if recorded != _as_recorded(recorded, doc):
+    expected = _as_recorded(recorded, doc)
+    if recorded != expected:
         raise ReshardError(
-            f"Invalid options ({_differences(recorded, _as_recorded(recorded, doc))}) for {out}. Expected the "
+            f"Invalid options ({_differences(recorded, expected)}) for {out}. Expected the "
             "options of the unfinished "
             f"reshard in {ws.root}: rerun with them, or remove that directory (and {out}) to start over."
         )
@@ -374,9 +375,10 @@ def _completed(out: Path, doc: dict[str, Any], source: V3Source) -> bool:
         return False
     layout = parse_layout_json(path.read_bytes(), file=str(path))
     recorded = {"source": layout.get("source", {}).get("url"), "params": layout.get("params")}
-    if recorded != _as_recorded(recorded, doc):
+    expected = _as_recorded(recorded, doc)
+    if recorded != expected:
         raise ReshardError(
-            f"Invalid options ({_differences(recorded, _as_recorded(recorded, doc))}) for {out}. Expected the "
+            f"Invalid options ({_differences(recorded, expected)}) for {out}. Expected the "
             "options of the finished reshard there: choose another --out, or remove it first."
         )
     if recorded != doc:  # an output of an lrs without the episode cap
