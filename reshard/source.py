@@ -32,12 +32,8 @@ from reader.format.v3 import (
     OpenedDataset,
     check_tiling,
     concat_episode_tables,
-    episode_columns,
-    missing_optional_columns,
-    optional_columns_warning,
-    parse_episodes,
-    parse_tasks,
-    read_episode_files,
+    read_v3_metadata,
+    sorted_by_episode_index,
 )
 from reader.metadata import parse_stats
 from reshard.defects import raise_defects
@@ -164,7 +160,7 @@ class V3Source(OpenedDataset):
             return self.episodes_table
         where = self.remote.display(EPISODES_DIR)
         tables = [parse_parquet(self.episode_file_bytes(rel), file=where) for rel in self.episode_files]
-        return _by_episode_index(concat_episode_tables(tables, file=where))
+        return sorted_by_episode_index(concat_episode_tables(tables, file=where))
 
     def read_json(self, rel: str) -> Any:
         return json.loads(self.remote.cat(rel))
@@ -201,52 +197,25 @@ def open_source(
         remote = resolve(url, storage_options=storage_options)
     except ValueError as exc:
         raise DatasetError(str(exc)) from exc
-    try:
-        info_bytes = remote.cat(INFO_PATH)
-        info = Info.parse(info_bytes, file=remote.display(INFO_PATH))
-    except FileNotFoundError as exc:
-        raise DatasetError(
-            "missing: not a LeRobot v3 dataset root (no meta/info.json)", file=remote.display(INFO_PATH)
-        ) from exc
-    columns = None if all_columns else episode_columns(info.video_keys)
-    found = read_episode_files(remote, info, columns=columns)
-    if not found:
-        raise DatasetError(
-            "no episodes: meta/episodes/ holds no parquet file", file=remote.display(EPISODES_DIR)
-        )
-    episode_files = [rel for rel, _, _ in found]
-    table = concat_episode_tables([t for _, t, _ in found], file=remote.display(EPISODES_DIR))
-    table = _by_episode_index(table)
-    episodes = parse_episodes(table, info.video_keys, fps=info.fps, file=remote.display(EPISODES_DIR))
-    if not episodes:
-        raise DatasetError("no episodes: the dataset is empty", file=remote.display(EPISODES_DIR))
-    try:
-        tasks_bytes = remote.cat(TASKS_PATH)
-    except FileNotFoundError as exc:
-        raise DatasetError("missing", file=remote.display(TASKS_PATH)) from exc
-    tasks = parse_tasks(
-        parse_parquet(tasks_bytes, file=remote.display(TASKS_PATH)), file=remote.display(TASKS_PATH)
-    )
-    metadata = {INFO_PATH: info_bytes, TASKS_PATH: tasks_bytes, **{rel: data for rel, _, data in found}}
+    read = read_v3_metadata(remote, all_columns=all_columns)
+    metadata = {INFO_PATH: read.info_bytes, TASKS_PATH: read.tasks_bytes, **dict(read.episode_files)}
     stats: dict[str, Any] = {}
     if remote.exists(STATS_PATH):
         metadata[STATS_PATH] = remote.cat(STATS_PATH)
         stats = parse_stats(metadata[STATS_PATH], file=remote.display(STATS_PATH))
     fingerprint = SourceFingerprint.of(
-        metadata, episodes=len(episodes), frames=sum(e.length for e in episodes)
+        metadata, episodes=len(read.episodes), frames=sum(e.length for e in read.episodes)
     )
-    missing = missing_optional_columns(table.column_names, info.video_keys)
-    warnings = (optional_columns_warning(missing, file=remote.display(EPISODES_DIR)),) if missing else ()
     source = V3Source(
         remote,
-        info,
-        episodes,
-        tasks,
+        read.info,
+        read.episodes,
+        read.tasks,
         stats,
-        table,
-        episode_files,
+        read.table,
+        [rel for rel, _ in read.episode_files],
         fingerprint=fingerprint,
-        warnings=warnings,
+        warnings=(read.warning,) if read.warning else (),
         all_columns=all_columns,
     )
     check_pointers(source)
@@ -256,16 +225,6 @@ def open_source(
     if check_files:
         raise_defects(list(iter_missing_files(source, listed)), source.url)
     return source
-
-
-def _by_episode_index(table: pa.Table) -> pa.Table:
-    """The rows in `episode_index` order: the table itself where they are (lerobot writes them so), else a
-    sorted copy (a copy of every stats column: megabytes at 10,000 episodes)."""
-    if "episode_index" in table.column_names and table.column("episode_index").null_count == 0:
-        order = table.column("episode_index").to_numpy()
-        if np.all(order[1:] >= order[:-1]):
-            return table
-    return table.take(pa.compute.sort_indices(table, [("episode_index", "ascending")]))
 
 
 def true_pointers(source: V3Source, listed: set[str] | None) -> V3Source:

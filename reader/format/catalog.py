@@ -26,19 +26,13 @@ from reader.format.layout import Layout
 from reader.format.locate import find_rows, list_data_files
 from reader.format.parquet import parse_parquet, release_memory
 from reader.format.v3 import (
-    EPISODES_DIR,
     INFO_PATH,
     TASKS_PATH,
     EpisodeInfo,
     Info,
     OpenedDataset,
-    concat_episode_tables,
-    episode_columns,
-    missing_optional_columns,
-    optional_columns_warning,
-    parse_episodes,
     parse_tasks,
-    read_episode_files,
+    read_v3_metadata,
 )
 
 LayoutKind = Literal["lrs/1", "v3"]
@@ -308,30 +302,21 @@ def changed_since(
 
 
 def _open_v3(remote: Remote, reads: Reads) -> Catalog:
-    try:
-        info_bytes = reads.cat(INFO_PATH)
-    except FileNotFoundError as exc:
-        raise DatasetError("missing: not a LeRobot v3 dataset root", file=remote.display(INFO_PATH)) from exc
-    info = Info.parse(info_bytes, file=remote.display(INFO_PATH))
-    digest = hashlib.sha256(info_bytes)
-    tables = []
-    for _, table, data in read_episode_files(remote, info, columns=episode_columns(info.video_keys)):
+    read = read_v3_metadata(remote, cat=reads.cat)
+    if read.warning is not None:
+        log.warning("%s", read.warning)
+    digest = hashlib.sha256(read.info_bytes)
+    for _, data in read.episode_files:
         digest.update(data)
-        tables.append(table)
-    table = concat_episode_tables(tables, file=remote.display(EPISODES_DIR))
-    infos = parse_episodes(table, info.video_keys, fps=info.fps, file=remote.display(EPISODES_DIR))
-    missing = missing_optional_columns(table.column_names, info.video_keys)
-    if missing:
-        log.warning("%s", optional_columns_warning(missing, file=remote.display(EPISODES_DIR)))
-    infos, warning = find_rows(remote, info, infos, list_data_files(remote))
+    infos, warning = find_rows(remote, read.info, read.episodes, list_data_files(remote))
     if warning is not None:
         log.warning("%s", warning)
     return Catalog(
         remote=remote,
-        info=info,
+        info=read.info,
         kind="v3",
-        episodes=_v3_refs(info, infos),
-        tasks=_tasks(remote, reads),
+        episodes=_v3_refs(read.info, infos),
+        tasks=tuple(read.tasks),
         fingerprint=f"v3-{digest.hexdigest()[:20]}",
     )
 

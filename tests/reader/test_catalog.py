@@ -42,6 +42,20 @@ def test_plain_v3_opens_over_http_asking_for_layout_json_once(pair: tuple[Path, 
         assert server.count(LAYOUT_JSON) == 1
 
 
+def test_plain_v3_reads_each_metadata_file_once(pair: tuple[Path, Path]) -> None:
+    with RangeServer(pair[0]) as server:
+        Catalog.open(server.url)
+        gets = [r.path for r in server.requests if r.method == "GET" and r.byte_range is None]
+        assert "meta/tasks.parquet" in gets
+        assert len(gets) == len(set(gets)), f"a metadata file was read twice: {sorted(gets)}"
+
+
+def test_an_empty_v3_dataset_is_refused_with_reshards_message(tmp_path: Path) -> None:
+    src = write_sample(tmp_path / "empty", episodes=0)
+    with pytest.raises(DatasetError, match="meta/episodes: no episodes"):
+        Catalog.open(str(src))
+
+
 @pytest.mark.parametrize(
     ("rel", "error", "message"),
     [
