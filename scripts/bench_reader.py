@@ -331,20 +331,25 @@ def _iterate(loader: Any, began: float, cameras: list[str]) -> dict[str, Any]:
 
 
 def run_decode_only_case(case: dict[str, Any]) -> dict[str, Any]:
-    """The same frames each DataLoader worker emits, decoded in a tight loop, one process per worker."""
+    """The same frames each DataLoader worker emits, decoded in a tight loop, one process per worker.
+
+    With `workers` 0: the one consumer `BatchLoader` and `num_workers=0` read, its pieces split over
+    `decode_threads` processes as `BatchLoader` splits them over its lanes (piece % lanes).
+    """
     from reader import EpisodeStream
 
     stream = EpisodeStream(case["root"], seed=0, batch_size=case["batch_size"], **case["stream"])
-    workers = max(1, case["workers"])
     schedule = stream.schedule(case["workers"])
-    jobs = []
-    for worker in range(workers):
-        emission = schedule.emission(0, 0, worker)
+    consumers = max(1, case["workers"])
+    workers = consumers if case["workers"] else max(1, case["stream"].get("decode_threads", 2))
+    jobs: list[list[tuple[list[str], int]]] = [[] for _ in range(workers)]
+    for consumer in range(consumers):
+        emission = schedule.emission(0, 0, consumer)
         pieces, frames = emission.arrays()
-        refs = [stream.catalog.episodes[stream.episodes[emission.pieces[p].episode]] for p in pieces.tolist()]
-        jobs.append(
-            [([v.path for v in ref.videos], frame) for ref, frame in zip(refs, frames.tolist(), strict=True)]
-        )
+        for piece, frame in zip(pieces.tolist(), frames.tolist(), strict=True):
+            ref = stream.catalog.episodes[stream.episodes[emission.pieces[piece].episode]]
+            job = jobs[consumer] if case["workers"] else jobs[piece % workers]
+            job.append(([v.path for v in ref.videos], frame))
     pool = multiprocessing.get_context("fork").Pool(workers)
     cpu = _cpu_seconds()
     began = time.perf_counter()
@@ -994,6 +999,10 @@ def run(args: argparse.Namespace) -> None:
         planned["lrs1-http"] = reader_case(lrs, args, http=True)
         planned["v3-local"] = reader_case(v3, args, http=False)
         planned["decode-only"] = reader_case(lrs, args, http=False, kind="decode-only")
+        # The floor of the cases without workers: one consumer's order (not two workers'), in 2 processes.
+        planned["decode-only-1consumer"] = reader_case(
+            lrs, args, http=False, kind="decode-only", workers=0, decode_threads=2
+        )
         planned["loader-only"] = reader_case(
             lrs, args, http=False, kind="loader-only", uint8=False, collate=False
         )
@@ -1034,8 +1043,8 @@ def run(args: argparse.Namespace) -> None:
             if settings.get("uint8") and settings.get("collate")
             else "loader-only"
         )
-        if settings.get("workers") == 0:
-            return decode  # nothing crosses a process boundary
+        if settings.get("workers") == 0:  # nothing crosses a process boundary; one consumer's order
+            return cases.get("decode-only-1consumer", cases["decode-only"])["samples_per_s"]
         return 1 / (1 / decode + 1 / cases[loader]["samples_per_s"])
 
     readers = {n: c for n, c in cases.items() if n.startswith(("lrs1", "v3"))}

@@ -1,0 +1,199 @@
+"""What the stream's order costs torchcodec's decode, against reading each file front to back: prints JSON.
+
+The README's decode-only floor decodes the frames one consumer emits, in the order it emits them
+(`scripts/bench_reader.py`). That order mixes episodes: each piece is read in runs of `RUN_FRAMES`
+frames in a pseudo-random order, and once the pool can no longer be refilled and holds fewer pieces
+than a batch, the remaining frames come one at a time in random order (`reader.schedule.emission`), so
+that the last batches of an epoch are not runs of neighbouring frames. A frame after a jump costs a seek:
+the decoder is flushed and decodes again from the keyframe before it. This script measures that cost
+on a dataset, per camera frame, alternating over `--rounds`:
+
+- `stream order`: the frames of one consumer's epoch (`EpisodeStream.schedule(0)`, as `BatchLoader`
+  and `num_workers=0` read), in emission order, one torchcodec decoder per file;
+- `file order`: the same frames, each file's read front to back, one file after another.
+
+Also reported: the share of frames that follow a jump in their decoder (a seek), and of those the
+share that jump backwards. One process, torch on one thread, every decoder on one FFmpeg thread (the
+reader's settings); CPU is the process's user + system time.
+
+With `--lanes`, also where `BatchLoader`'s CPU goes over the same epoch (2 lanes, `channels_last`, torch
+on one thread as above):
+the thread CPU its lanes spend in torchcodec's decode, in building the rest of each sample and in
+copying samples into the batch, and the process's CPU outside the lanes, per sample. It times private
+methods of `reader.pool` and `reader.decode` by wrapping them: a measurement, not an API.
+
+    python scripts/bench_decode_order.py DATASET [--rounds 2] [--seed 0] [--epoch 0] [--batch-size 32]
+        [--lanes]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+Job = list[tuple[str, int]]  # (video path, frame index) per decoded frame, in decode order
+
+
+def stream_order(root: Path, seed: int, epoch: int, batch_size: int) -> Job:
+    """Every camera frame of one consumer's epoch, in the order the stream emits its samples (the
+    stream's pool sized for `batch_size`, as in training)."""
+    from reader import EpisodeStream
+
+    stream = EpisodeStream(str(root), seed=seed, batch_size=batch_size, decode_threads=0)
+    emission = stream.schedule(0).emission(epoch, 0, 0)
+    pieces, frames = emission.arrays()
+    job: Job = []
+    for piece, frame in zip(pieces.tolist(), frames.tolist(), strict=True):
+        ref = stream.catalog.episodes[stream.episodes[emission.pieces[piece].episode]]
+        job.extend((str(root / video.path), frame) for video in ref.videos)
+    return job
+
+
+def file_order(job: Job) -> Job:
+    """The same frames, each file's in ascending order, files in the order they first appear."""
+    first: dict[str, int] = {}
+    for position, (path, _) in enumerate(job):
+        first.setdefault(path, position)
+    return sorted(job, key=lambda item: (first[item[0]], item[1]))
+
+
+def jumps(job: Job) -> dict[str, float]:
+    """The share of frames that are not their file's previous frame + 1, and of those the backward ones."""
+    last: dict[str, int] = {}
+    forward = backward = 0
+    for path, frame in job:
+        previous = last.get(path)
+        if previous is not None and frame != previous + 1:
+            if frame <= previous:
+                backward += 1
+            else:
+                forward += 1
+        last[path] = frame
+    seeks = forward + backward
+    return {
+        "frames_after_a_jump": round(seeks / len(job), 4),
+        "backward_share_of_jumps": round(backward / seeks, 4) if seeks else 0.0,
+    }
+
+
+def decode(job: Job) -> float:
+    """CPU milliseconds per frame to decode `job` in its order (decoders opened on first use)."""
+    from torchcodec.decoders import VideoDecoder
+
+    decoders: dict[str, Any] = {}
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime
+    for path, frame in job:
+        decoder = decoders.get(path)
+        if decoder is None:
+            decoder = decoders[path] = VideoDecoder(path, seek_mode="approximate", num_ffmpeg_threads=1)
+        decoder.get_frames_at(indices=[frame])
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return 1000 * (usage.ru_utime + usage.ru_stime - cpu) / len(job)
+
+
+def instrument() -> dict[str, float]:
+    """Wrap the lanes' methods once so that each adds its thread CPU seconds to the returned dict."""
+    import threading
+
+    from reader.decode import DecodeCursor
+    from reader.pool import Consumer, _BatchFill
+
+    spent = {"decode": 0.0, "build": 0.0, "copy": 0.0, "lanes": 0.0}
+    lock = threading.Lock()
+
+    def timed(owner: Any, name: str, key: str) -> None:
+        method = getattr(owner, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            began = time.thread_time()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                with lock:
+                    spent[key] += time.thread_time() - began
+
+        setattr(owner, name, wrapper)
+
+    timed(DecodeCursor, "get_frames_at", "decode")
+    timed(Consumer, "_build", "build")
+    timed(_BatchFill, "put", "copy")
+    timed(Consumer, "_fill", "lanes")
+    return spent
+
+
+def lane_breakdown(root: Path, seed: int, batch_size: int, spent: dict[str, float]) -> dict[str, float]:
+    """CPU ms per sample of one `BatchLoader` epoch (2 lanes, channels_last), split by where it goes
+    (`spent`: what `instrument` returned)."""
+    from reader import BatchLoader, EpisodeStream
+
+    spent.update(dict.fromkeys(spent, 0.0))
+    stream = EpisodeStream(str(root), seed=seed, batch_size=batch_size, return_uint8=True, decode_threads=2)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime
+    samples = sum(len(batch["index"]) for batch in BatchLoader(stream, batch_size, channels_last=True))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    total = 1000 * (usage.ru_utime + usage.ru_stime - cpu) / samples
+    ms = {key: 1000 * value / samples for key, value in spent.items()}
+    return {
+        "total": round(total, 3),
+        "decode": round(ms["decode"], 3),
+        "rest_of_sample": round(ms["build"] - ms["decode"], 3),
+        "copy_into_batch": round(ms["copy"], 3),
+        "rest_of_lanes": round(ms["lanes"] - ms["build"] - ms["copy"], 3),
+        "outside_lanes": round(total - ms["lanes"], 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dataset", type=Path, help="An lrs/1 dataset (local directory).")
+    parser.add_argument("--rounds", type=int, default=2, help="Rounds, both orders in each.")
+    parser.add_argument("--seed", type=int, default=0, help="The stream's seed.")
+    parser.add_argument("--epoch", type=int, default=0, help="The epoch whose order is decoded.")
+    parser.add_argument("--batch-size", type=int, default=32, help="The stream's batch size (its pool).")
+    parser.add_argument("--lanes", action="store_true", help="Also split BatchLoader's CPU per sample.")
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(1)
+    ordered = stream_order(args.dataset.resolve(), args.seed, args.epoch, args.batch_size)
+    jobs = {"stream order": ordered, "file order": file_order(ordered)}
+    rounds: dict[str, list[float]] = {name: [] for name in jobs}
+    spent = instrument() if args.lanes else {}
+    lanes: list[dict[str, float]] = []
+    load_before = os.getloadavg()
+    began = time.perf_counter()
+    for _ in range(args.rounds):
+        for name, job in jobs.items():
+            rounds[name].append(round(decode(job), 4))
+        if args.lanes:
+            lanes.append(lane_breakdown(args.dataset.resolve(), args.seed, args.batch_size, spent))
+    mean = {name: sum(values) / len(values) for name, values in rounds.items()}
+    print(
+        json.dumps(
+            {
+                "dataset": str(args.dataset),
+                "batch_size": args.batch_size,
+                "frames": len(ordered),
+                "files": len({path for path, _ in ordered}),
+                "stream_order": jumps(ordered),
+                "cpu_ms_per_frame_by_round": rounds,
+                "batchloader_cpu_ms_per_sample_by_round": lanes or None,
+                "stream_over_file_order": round(mean["stream order"] / mean["file order"], 3),
+                "seconds": round(time.perf_counter() - began, 1),
+                "load_average": {"before": load_before, "after": os.getloadavg()},
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
