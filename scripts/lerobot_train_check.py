@@ -36,8 +36,10 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -83,14 +85,16 @@ def tool(name: str) -> str:
 def run(
     name: str, cmd: list[str], work: Path, record: Path | None = None, timeout_s: float = TIMEOUT_S
 ) -> dict[str, Any]:
-    """Run `cmd`, its output in `work/<name>.log`; the steps lerobot logged (loss, updt_s, data_s)."""
+    """Run `cmd`, its output in `work/<name>.log`; the steps lerobot logged (loss, updt_s, data_s), its wall
+    seconds and the CPU seconds of its process tree (every process it started and waited for, DataLoader
+    workers included)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("LRS_TRAIN_RECORD", None)
     if record is not None:
         record.mkdir(parents=True, exist_ok=True)
         env["LRS_TRAIN_RECORD"] = str(record)
     log = work / f"{name}.log"
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _children_cpu_s()
     with open(log, "w") as out:
         # Its own process group: a launcher that times out is stopped with every rank it started.
         process = subprocess.Popen(
@@ -102,13 +106,18 @@ def run(
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             raise SystemExit(f"Error: {name} ran past {timeout_s} s (log {log}).") from None
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _children_cpu_s() - cpu
     if returncode != 0:
         tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
         raise SystemExit(f"Error: {name} exited {returncode} (log {log}):\n{tail}")
     text = log.read_text()
     evals = [(int(m[1]), float(m[2])) for m in EVAL_LOG.finditer(text)]
-    return {"seconds": round(seconds, 1), "steps": parse_steps(text), "evals": evals}
+    return {"seconds": round(seconds, 1), "cpu_s": round(cpu, 1), "steps": parse_steps(text), "evals": evals}
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def parse_steps(log: str) -> list[tuple[float, ...]]:
@@ -190,10 +199,18 @@ def check_resume(work: Path, lrs: str, dataset: Path, steps: int) -> dict[str, A
     }
 
 
+def free_port() -> int:
+    """A TCP port free on this machine now: two checks at once, or a rank another run left behind,
+    must not make a launcher fail with EADDRINUSE on a fixed port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def launcher(name: str) -> list[str]:
     """The command line that starts 2 CPU processes of what follows it, under `name`."""
     if name == "torchrun":
-        return [tool("torchrun"), "--nproc-per-node", "2", "--master-port", "29517"]
+        return [tool("torchrun"), "--nproc-per-node", "2", "--master-port", str(free_port())]
     # `--multi_gpu` is accelerate's torch elastic launcher whatever the device; the flags after it are
     # what accelerate would otherwise warn it chose.
     return [
@@ -209,7 +226,7 @@ def launcher(name: str) -> list[str]:
         "--dynamo_backend",
         "no",
         "--main_process_port",
-        "29518",
+        str(free_port()),
     ]
 
 

@@ -23,8 +23,8 @@ the gap between the two sides.
 Per run, from lerobot's per-step lines, the first `--warmup` steps left out (workers starting, first
 decodes): seconds per step (`updt_s + data_s`; the mean, and the median, which other load on the
 machine moves less), data wait per step (`data_s`: lerobot's time from asking the DataLoader for a
-batch to the batch normalized on the device), the process's wall seconds and its start-up (wall less
-the logged steps), the last step's loss and the mean loss of the last 10 steps (one batch's loss is
+batch to the batch normalized on the device), the process's wall seconds, the CPU seconds of its process
+tree (the trainer and its DataLoader workers) and its start-up (wall less the logged steps), the last step's loss and the mean loss of the last 10 steps (one batch's loss is
 noisy). Per case: means over rounds, ratios lrs/lerobot, loss gaps. Prints one JSON object; every
 run's log stays in the work directory.
 """
@@ -68,8 +68,11 @@ SIDES = ("lerobot-train", "lrs-train")
 TAIL = 10  # steps whose mean loss is reported
 
 
-def run_stats(steps: list[tuple[float, ...]], wall_s: float, warmup: int) -> dict[str, Any]:
-    """One run's figures from its logged `steps` (`parse_steps`), the first `warmup` out of timings."""
+def run_stats(
+    steps: list[tuple[float, ...]], wall_s: float, warmup: int, cpu_s: float = 0.0
+) -> dict[str, Any]:
+    """One run's figures from its logged `steps` (`parse_steps`), the first `warmup` out of timings, and
+    its process tree's CPU seconds (`cpu_s`)."""
     if len(steps) <= warmup:
         raise ValueError(f"Invalid run ({len(steps)} steps logged). Expected more than {warmup} (warmup).")
     rest = steps[warmup:]
@@ -81,6 +84,7 @@ def run_stats(steps: list[tuple[float, ...]], wall_s: float, warmup: int) -> dic
         "update_s": round(update, 4),
         "data_s": round(data, 4),
         "wall_s": round(wall_s, 1),
+        "cpu_s": round(cpu_s, 1),
         "startup_s": round(wall_s - sum(s[2] + s[3] for s in steps), 1),
         "loss_last": steps[-1][1],
         "loss_tail": round(fmean(s[1] for s in steps[-TAIL:]), 4),
@@ -108,7 +112,7 @@ def case_summary(lerobot: list[dict[str, Any]], lrs: list[dict[str, Any]]) -> di
     same seed, and lerobot against itself across seeds (the yardstick)."""
     if not lerobot or len(lerobot) != len(lrs):
         raise ValueError(f"Invalid rounds ({len(lerobot)} lerobot, {len(lrs)} lrs). Expected as many, >= 1.")
-    keys = ("step_s", "step_s_median", "update_s", "data_s", "wall_s", "startup_s", "loss_tail")
+    keys = ("step_s", "step_s_median", "update_s", "data_s", "wall_s", "cpu_s", "startup_s", "loss_tail")
     mean = {
         side: {k: round(fmean(r[k] for r in runs), 4) for k in keys}
         for side, runs in zip(SIDES, (lerobot, lrs), strict=True)
@@ -117,7 +121,7 @@ def case_summary(lerobot: list[dict[str, Any]], lrs: list[dict[str, Any]]) -> di
         **mean,
         "lrs_over_lerobot": {
             k: relative_ratio(mean["lrs-train"][k], mean["lerobot-train"][k])
-            for k in ("step_s", "step_s_median", "data_s", "wall_s")
+            for k in ("step_s", "step_s_median", "data_s", "wall_s", "cpu_s")
         },
         # Per round too: a round another job stalled stands out instead of moving the mean.
         "step_s_median_by_round": [
@@ -147,8 +151,9 @@ def make_recorded(work: Path, lrs: str) -> tuple[Path, Path]:
 
 def one_run(
     work: Path, lrs: str, side: str, case: tuple[str, str], data: tuple[Path, Path], seed: int, steps: int
-) -> tuple[list[tuple[float, ...]], float]:
-    """Train `case` (dataset, policy) with lerobot-train on the v3 source or `lrs train` on the reshard."""
+) -> tuple[list[tuple[float, ...]], float, float]:
+    """Train `case` (dataset, policy) with lerobot-train on the v3 source or `lrs train` on the reshard:
+    the steps lerobot logged, the wall seconds and the process tree's CPU seconds."""
     name = f"{side}-{case[0]}-{case[1]}-seed{seed}"
     out = work / "runs" / name
     shutil.rmtree(out, ignore_errors=True)
@@ -165,7 +170,7 @@ def one_run(
         "--save_checkpoint=false",
     ]
     result = run(name, [*cmd, *flags], work)
-    return result["steps"], result["seconds"]
+    return result["steps"], result["seconds"], result["cpu_s"]
 
 
 def measure(
@@ -187,8 +192,8 @@ def measure(
     for r in range(repeat):
         for case in cases:
             for side in SIDES:
-                logged, wall = one_run(work, lrs, side, case, data[case[0]], seed + r, steps)
-                runs[case][side].append({"seed": seed + r, **run_stats(logged, wall, warmup)})
+                logged, wall, cpu = one_run(work, lrs, side, case, data[case[0]], seed + r, steps)
+                runs[case][side].append({"seed": seed + r, **run_stats(logged, wall, warmup, cpu)})
     return {
         f"{d}/{p}": {"summary": case_summary(*runs[(d, p)].values()), "runs": runs[(d, p)]} for d, p in cases
     }

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from lerobot_train_check import parse_steps  # noqa: E402
+from lerobot_train_check import parse_steps, run  # noqa: E402
 from lerobot_train_compare import case_summary, run_stats  # noqa: E402
 
 # lerobot 0.6.1's per-step line (lerobot_train.py logs its MetricsTracker), tqdm's bar in front of it.
@@ -33,8 +33,8 @@ def test_a_run_leaves_the_warmup_out_of_timings_and_averages_the_last_losses() -
     rows.append(("1K", 1.0, 0.9, 0.3))  # lerobot writes step 1000 as 1K
     steps = parse_steps(log(rows))
     assert [s[1] for s in steps] == [r[1] for r in rows]  # the total loss, not l1_loss or kld_loss
-    stats = run_stats(steps, wall_s=40.0, warmup=2)
-    assert stats["steps"] == 13
+    stats = run_stats(steps, wall_s=40.0, warmup=2, cpu_s=71.26)
+    assert stats["steps"] == 13 and stats["cpu_s"] == 71.3
     assert stats["update_s"] == pytest.approx((10 * 0.5 + 0.9) / 11, abs=1e-4)
     assert stats["data_s"] == pytest.approx((10 * 0.1 + 0.3) / 11, abs=1e-4)
     assert stats["step_s"] == pytest.approx(stats["update_s"] + stats["data_s"], abs=2e-4)
@@ -57,6 +57,7 @@ def figures(step_s: float, data_s: float, wall_s: float, loss: float) -> dict[st
         "update_s": step_s - data_s,
         "data_s": data_s,
         "wall_s": wall_s,
+        "cpu_s": 1.5 * wall_s,
         "startup_s": 5.0,
         "loss_tail": loss,
     }
@@ -71,6 +72,7 @@ def test_a_case_gives_ratios_of_the_round_means_and_the_seed_yardstick() -> None
     assert ratios["step_s"] == pytest.approx(0.9 / 1.1, abs=1e-3)
     assert ratios["data_s"] == pytest.approx(0.05 / 0.2, abs=1e-3)
     assert ratios["wall_s"] == pytest.approx(60.0 / 70.0, abs=1e-3)
+    assert ratios["cpu_s"] == pytest.approx(60.0 / 70.0, abs=1e-3)
     assert summary["step_s_median_by_round"] == [0.9, 0.75]
     # Gaps as fractions of the two losses' mean: seed 1 lrs 2.1 against lerobot 2.0, seed 2 equal.
     assert summary["loss_gap_same_seed"] == pytest.approx((0.1 / 2.05 + 0.0) / 2, abs=1e-4)
@@ -83,3 +85,11 @@ def test_one_round_has_no_seed_yardstick_and_unequal_rounds_are_refused() -> Non
     assert one["loss_gap_lerobot_seeds"] is None and one["loss_gap_same_seed"] == 0.0
     with pytest.raises(ValueError, match=r"Invalid rounds \(1 lerobot, 0 lrs\)"):
         case_summary([figures(1.0, 0.1, 60.0, 2.0)], [])
+
+
+def test_a_run_counts_the_cpu_of_every_process_it_started(tmp_path: Path) -> None:
+    spin = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\n"
+    # The child spins, and so does a grandchild it starts and waits for (a DataLoader worker's place).
+    code = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {spin!r}], check=True)\n{spin}"
+    result = run("spin", [sys.executable, "-c", code], tmp_path)
+    assert result["cpu_s"] >= 0.7 and result["steps"] == []

@@ -507,9 +507,7 @@ def read_v3_metadata(
     try:
         info_bytes = cat(INFO_PATH)
     except FileNotFoundError as exc:
-        raise DatasetError(
-            "missing: not a LeRobot v3 dataset root (no meta/info.json)", file=remote.display(INFO_PATH)
-        ) from exc
+        raise DatasetError("missing: not a LeRobot v3 dataset root", file=remote.display(INFO_PATH)) from exc
     info = Info.parse(info_bytes, file=remote.display(INFO_PATH))
     columns = None if all_columns else episode_columns(info.video_keys)
     found = read_episode_files(remote, info, columns=columns)
