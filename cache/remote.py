@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -73,7 +74,13 @@ class Remote:
         return f"{self.root}/{rel}" if self.root else rel
 
     def display(self, rel: str) -> str:
-        """A dataset-relative path as a URL a user can recognise (secrets in the URL redacted)."""
+        """A dataset-relative path as a URL a user can recognise (secrets in the URL redacted). In a URL
+        with a query (a signed URL, `?token=...`) the path goes before the query, where it belongs and
+        where redacting the query leaves it."""
+        if "://" in self.url:
+            parts = urlsplit(self.url)
+            if parts.query or parts.fragment:
+                return redact(urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{rel}")))
         return redact(f"{self.url}/{rel}")
 
     def local_path(self, rel: str) -> str | None:

@@ -3,7 +3,7 @@
 # accelerate), and this checkout installed the way the README tells users (`pip install /path/to/lrs`).
 # diffusers (lerobot's `diffusion` extra) is there for the diffusion policy of lerobot_train_compare.py.
 # It never goes in the project's .venv. Cached between runs under ~/.cache/lrs, keyed by the lerobot pin,
-# the Python version and this script; lrs itself is reinstalled from the checkout at every call (seconds).
+# the Python version and this script; lrs itself is reinstalled from the checkout when its files changed.
 # Logs go to stderr and to the venv's setup.log; stdout is only the python path:
 #   PY=$(scripts/lerobot_env.sh) && "$PY" scripts/lerobot_train_check.py
 # Env: LRS_PYTHON312 (a Python 3.12; default python3.12 on PATH, else pyenv's), LRS_LEROBOT_VENV (the venv).
@@ -40,10 +40,22 @@ if ! works; then
   fi
   works || { log "accelerate or lerobot.scripts.lerobot_train does not import in $VENV"; exit 1; }
 fi
-# This checkout, as users install it (not editable), without touching lerobot's pins.
-if ! "$VENV/bin/pip" install -q --no-deps --force-reinstall . >>"$VENV/setup.log" 2>&1; then
-  tail -n 30 "$VENV/setup.log" >&2; log "installing lrs into $VENV failed"; exit 1
+# This checkout, as users install it (not editable), without touching lerobot's pins: reinstalled only
+# when its files changed since the last install (a reinstall rewrites the package under any job of this
+# venv running at the time, such as another check), one install at a time (flock).
+source_sha() {
+  git ls-files -z --cached --others --exclude-standard 2>/dev/null | sort -z | xargs -0 sha256sum 2>/dev/null | sha256sum | cut -c1-16
+}
+sha=$(source_sha)
+exec 9>"$VENV/.lrs-install.lock"
+flock 9
+if [ -z "$sha" ] || [ "$(cat "$VENV/.lrs-source.sha" 2>/dev/null)" != "$sha" ]; then
+  if ! "$VENV/bin/pip" install -q --no-deps --force-reinstall . >>"$VENV/setup.log" 2>&1; then
+    tail -n 30 "$VENV/setup.log" >&2; log "installing lrs into $VENV failed"; exit 1
+  fi
+  echo "$sha" >"$VENV/.lrs-source.sha"
 fi
+flock -u 9
 "$VENV/bin/pip" check >&2 || { log "pip check failed in $VENV"; exit 1; }
 log "ok: $("$VENV/bin/python" -c 'import lerobot, torch, accelerate; print("lerobot", lerobot.__version__, "torch", torch.__version__, "accelerate", accelerate.__version__)')"
 echo "$VENV/bin/python"

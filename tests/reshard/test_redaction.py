@@ -47,6 +47,11 @@ def test_display_redacts_the_url() -> None:
     assert PASSWORD not in resolve(f"http://lrs:{PASSWORD}@127.0.0.1:9/ds").display("meta/info.json")
 
 
+def test_display_puts_the_path_before_a_query_that_redaction_removes() -> None:
+    shown = resolve(f"http://127.0.0.1:9/ds?token={QUERY_TOKEN}").display("meta/info.json")
+    assert shown == "http://127.0.0.1:9/ds/meta/info.json?<redacted>", shown
+
+
 def test_reshard_doctor_and_verify_write_no_password(
     sample_ds: Path, copy_ds: Callable[[Path], Path], tmp_path: Path
 ) -> None:
