@@ -43,10 +43,13 @@ fi
 # This checkout, as users install it (not editable), without touching lerobot's pins: reinstalled only
 # when its files changed since the last install (a reinstall rewrites the package under any job of this
 # venv running at the time, such as another check), one install at a time (flock).
+# Empty outside a git checkout: then lrs is reinstalled every time.
 source_sha() {
-  git ls-files -z --cached --others --exclude-standard 2>/dev/null | sort -z | xargs -0 sha256sum 2>/dev/null | sha256sum | cut -c1-16
+  git rev-parse --is-inside-work-tree >/dev/null 2>&1 || return 0
+  { git ls-files -z --cached --others --exclude-standard | xargs -0 sha256sum 2>/dev/null || true; } \
+    | sort | sha256sum | cut -c1-16
 }
-sha=$(source_sha)
+sha=$(source_sha || true)
 exec 9>"$VENV/.lrs-install.lock"
 flock 9
 if [ -z "$sha" ] || [ "$(cat "$VENV/.lrs-source.sha" 2>/dev/null)" != "$sha" ]; then
