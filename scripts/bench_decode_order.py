@@ -31,12 +31,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import time
 from pathlib import Path
 from typing import Any
 
-Job = list[tuple[str, int]]  # (video path, frame index) per decoded frame, in decode order
+from bench_reader import consumer_frames, cpu_seconds, decode_loop  # this folder: the floor's own pieces
+
+Job = list[tuple[str, int]]  # (dataset-relative video path, frame index) per decoded frame, in order
 
 
 def stream_order(root: Path, seed: int, epoch: int, batch_size: int) -> Job:
@@ -45,13 +46,8 @@ def stream_order(root: Path, seed: int, epoch: int, batch_size: int) -> Job:
     from reader import EpisodeStream
 
     stream = EpisodeStream(str(root), seed=seed, batch_size=batch_size, decode_threads=0)
-    emission = stream.schedule(0).emission(epoch, 0, 0)
-    pieces, frames = emission.arrays()
-    job: Job = []
-    for piece, frame in zip(pieces.tolist(), frames.tolist(), strict=True):
-        ref = stream.catalog.episodes[stream.episodes[emission.pieces[piece].episode]]
-        job.extend((str(root / video.path), frame) for video in ref.videos)
-    return job
+    samples = consumer_frames(stream, stream.schedule(0), 0, epoch)
+    return [(path, frame) for _, paths, frame in samples for path in paths]
 
 
 def file_order(job: Job) -> Job:
@@ -81,20 +77,11 @@ def jumps(job: Job) -> dict[str, float]:
     }
 
 
-def decode(job: Job) -> float:
-    """CPU milliseconds per frame to decode `job` in its order (decoders opened on first use)."""
-    from torchcodec.decoders import VideoDecoder
-
-    decoders: dict[str, Any] = {}
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = usage.ru_utime + usage.ru_stime
-    for path, frame in job:
-        decoder = decoders.get(path)
-        if decoder is None:
-            decoder = decoders[path] = VideoDecoder(path, seek_mode="approximate", num_ffmpeg_threads=1)
-        decoder.get_frames_at(indices=[frame])
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return 1000 * (usage.ru_utime + usage.ru_stime - cpu) / len(job)
+def decode(root: Path, job: Job) -> float:
+    """CPU milliseconds per frame to decode `job` in its order (the floor's `decode_loop`)."""
+    cpu = cpu_seconds()
+    decode_loop(str(root), [([path], frame) for path, frame in job])
+    return 1000 * (cpu_seconds() - cpu) / len(job)
 
 
 def instrument() -> dict[str, float]:
@@ -134,11 +121,9 @@ def lane_breakdown(root: Path, seed: int, batch_size: int, spent: dict[str, floa
 
     spent.update(dict.fromkeys(spent, 0.0))
     stream = EpisodeStream(str(root), seed=seed, batch_size=batch_size, return_uint8=True, decode_threads=2)
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = usage.ru_utime + usage.ru_stime
+    cpu = cpu_seconds()
     samples = sum(len(batch["index"]) for batch in BatchLoader(stream, batch_size, channels_last=True))
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    total = 1000 * (usage.ru_utime + usage.ru_stime - cpu) / samples
+    total = 1000 * (cpu_seconds() - cpu) / samples
     ms = {key: 1000 * value / samples for key, value in spent.items()}
     return {
         "total": round(total, 3),
@@ -163,7 +148,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    ordered = stream_order(args.dataset.resolve(), args.seed, args.epoch, args.batch_size)
+    root = args.dataset.resolve()
+    ordered = stream_order(root, args.seed, args.epoch, args.batch_size)
     jobs = {"stream order": ordered, "file order": file_order(ordered)}
     rounds: dict[str, list[float]] = {name: [] for name in jobs}
     spent = instrument() if args.lanes else {}
@@ -172,9 +158,9 @@ def main() -> None:
     began = time.perf_counter()
     for _ in range(args.rounds):
         for name, job in jobs.items():
-            rounds[name].append(round(decode(job), 4))
+            rounds[name].append(round(decode(root, job), 4))
         if args.lanes:
-            lanes.append(lane_breakdown(args.dataset.resolve(), args.seed, args.batch_size, spent))
+            lanes.append(lane_breakdown(root, args.seed, args.batch_size, spent))
     mean = {name: sum(values) / len(values) for name, values in rounds.items()}
     print(
         json.dumps(

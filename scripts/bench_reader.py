@@ -203,7 +203,7 @@ def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
     reports: Any = multiprocessing.get_context(case.get("context") or "fork").Queue()
 
     try:
-        cpu = _cpu_seconds()
+        cpu = cpu_seconds()
         began = time.perf_counter()
         stream = EpisodeStream(
             source,
@@ -235,7 +235,7 @@ def run_reader_case(case: dict[str, Any]) -> dict[str, Any]:
             stats = [reports.get(timeout=60) for _ in range(max(1, case["workers"]))]
         del loader
         join_workers()
-        cpu = _cpu_seconds() - cpu
+        cpu = cpu_seconds() - cpu
         samples = sum(s["samples"] for s in stats)
         fetched = sum_cache_stats(cache_dir).bytes_fetched
         return {
@@ -277,7 +277,7 @@ def join_workers(timeout_s: float = 120.0) -> None:
         raise RuntimeError(f"DataLoader workers still running after {timeout_s} s: {alive}")
 
 
-def _cpu_seconds() -> float:
+def cpu_seconds() -> float:
     """CPU time of this process and of its children that have been waited for."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
@@ -344,20 +344,16 @@ def run_decode_only_case(case: dict[str, Any]) -> dict[str, Any]:
     workers = consumers if case["workers"] else max(1, case["stream"].get("decode_threads", 2))
     jobs: list[list[tuple[list[str], int]]] = [[] for _ in range(workers)]
     for consumer in range(consumers):
-        emission = schedule.emission(0, 0, consumer)
-        pieces, frames = emission.arrays()
-        for piece, frame in zip(pieces.tolist(), frames.tolist(), strict=True):
-            ref = stream.catalog.episodes[stream.episodes[emission.pieces[piece].episode]]
-            job = jobs[consumer] if case["workers"] else jobs[piece % workers]
-            job.append(([v.path for v in ref.videos], frame))
+        for piece, paths, frame in consumer_frames(stream, schedule, consumer):
+            jobs[consumer if case["workers"] else piece % workers].append((paths, frame))
     pool = multiprocessing.get_context("fork").Pool(workers)
-    cpu = _cpu_seconds()
+    cpu = cpu_seconds()
     began = time.perf_counter()
-    counts = pool.starmap(_decode_loop, [(case["root"], job) for job in jobs])
+    counts = pool.starmap(decode_loop, [(case["root"], job) for job in jobs])
     seconds = time.perf_counter() - began
     pool.close()
     pool.join()
-    cpu = _cpu_seconds() - cpu
+    cpu = cpu_seconds() - cpu
     samples = sum(counts)
     return {
         "samples": samples,
@@ -399,7 +395,7 @@ def run_loader_only_case(case: dict[str, Any]) -> dict[str, Any]:
         decode_threads=0,
     )
     template = next(iter(stream))
-    cpu = _cpu_seconds()
+    cpu = cpu_seconds()
     began = time.perf_counter()
     loader = DataLoader(
         Prebuilt(template, len(stream)),
@@ -411,13 +407,29 @@ def run_loader_only_case(case: dict[str, Any]) -> dict[str, Any]:
     timing = _iterate(loader, began, stream.meta.camera_keys)
     del loader
     join_workers()
-    cpu = _cpu_seconds() - cpu
+    cpu = cpu_seconds() - cpu
     keep = ("samples", "first_batch_s", "frame_dtypes", "samples_per_s", "batch_ms_p50", "batch_ms_p95",
             "batch_ms_p99")  # fmt: skip
     return {**{k: timing[k] for k in keep}, "cpu_ms_per_sample": 1000 * cpu / timing["samples"]}
 
 
-def _decode_loop(root: str, job: list[tuple[list[str], int]]) -> int:
+def consumer_frames(
+    stream: Any, schedule: Any, consumer: int, epoch: int = 0
+) -> list[tuple[int, list[str], int]]:
+    """(piece, video paths, frame) of every sample `consumer` of rank 0 emits in `epoch` of `stream`
+    (an `EpisodeStream`) under `schedule` (its `schedule(num_workers)`), in emission order."""
+    emission = schedule.emission(epoch, 0, consumer)
+    pieces, frames = emission.arrays()
+    out = []
+    for piece, frame in zip(pieces.tolist(), frames.tolist(), strict=True):
+        ref = stream.catalog.episodes[stream.episodes[emission.pieces[piece].episode]]
+        out.append((piece, [v.path for v in ref.videos], frame))
+    return out
+
+
+def decode_loop(root: str, job: list[tuple[list[str], int]]) -> int:
+    """Decode each (video paths, frame) of `job` in order, one torchcodec decoder per file (opened on first
+    use, one FFmpeg thread, lerobot's approximate seek mode); the number of items."""
     from torchcodec.decoders import VideoDecoder
 
     decoders: dict[str, Any] = {}
@@ -425,7 +437,9 @@ def _decode_loop(root: str, job: list[tuple[list[str], int]]) -> int:
         for rel in paths:
             decoder = decoders.get(rel)
             if decoder is None:
-                decoder = decoders[rel] = VideoDecoder(os.path.join(root, rel), seek_mode="approximate")
+                decoder = decoders[rel] = VideoDecoder(
+                    os.path.join(root, rel), seek_mode="approximate", num_ffmpeg_threads=1
+                )
             decoder.get_frames_at(indices=[frame])
     return len(job)
 

@@ -315,12 +315,19 @@ def test_lrs_demo_exits_1_when_verify_fails(tmp_path: Path, monkeypatch: pytest.
 # --- make bench's chart -------------------------------------------------------------------------------
 
 
-def _bench_reader() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_reader", ROOT / "scripts/bench_reader.py")
+def _script(name: str) -> Any:
+    """`scripts/<name>.py` as a module (its folder on the path, where the scripts import each other)."""
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / f"scripts/{name}.py")
     assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _bench_reader() -> Any:
+    return _script("bench_reader")
 
 
 def _measured(kind: str, uint8: bool, per_round: list[float], mode: str = "single") -> dict[str, Any]:
@@ -409,13 +416,7 @@ def test_the_bench_chart_compares_cases_in_two_labelled_panels(
 
 
 def _bench_decode_order() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "bench_decode_order", ROOT / "scripts/bench_decode_order.py"
-    )
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return _script("bench_decode_order")
 
 
 def test_the_decode_order_bench_counts_jumps_per_file_and_reads_each_file_in_order() -> None:
