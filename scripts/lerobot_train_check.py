@@ -142,28 +142,24 @@ def summary(steps: list[tuple[float, ...]]) -> dict[str, Any]:
     }
 
 
-def make_dataset(work: Path, lrs: str) -> tuple[Path, Path]:
-    source, out = work / "v3", work / "lrs1"
+def resharded(work: Path, lrs: str, names: tuple[str, str], write: list[str]) -> tuple[Path, Path]:
+    """A v3 dataset written at `work/<names[0]>` by the command `write` (the directory appended) and its
+    lrs reshard at `work/<names[1]>`, both made again unless that reshard is there."""
+    source, out = work / names[0], work / names[1]
     if not (out / "meta" / "lrs").is_dir():
         shutil.rmtree(source, ignore_errors=True)
         shutil.rmtree(out, ignore_errors=True)
-        sample = [
-            lrs,
-            "-q",
-            "sample",
-            str(source),
-            "--num-episodes",
-            "6",
-            "--min-length",
-            "12",
-            "--max-length",
-            "24",
-        ]
-        subprocess.run(sample, check=True, stdout=subprocess.DEVNULL)
-        subprocess.run(
-            [lrs, "-q", "reshard", str(source), "--out", str(out)], check=True, stdout=subprocess.DEVNULL
-        )
+        for cmd in ([*write, str(source)], [lrs, "-q", "reshard", str(source), "--out", str(out)]):
+            done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"Error: {' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-3000:]}")
     return source, out
+
+
+def make_dataset(work: Path, lrs: str) -> tuple[Path, Path]:
+    """An `lrs sample` (6 episodes of 12-24 frames) and its reshard."""
+    sample = [lrs, "-q", "sample", "--num-episodes", "6", "--min-length", "12", "--max-length", "24"]
+    return resharded(work, lrs, ("v3", "lrs1"), sample)
 
 
 def frames_of(dataset: Path) -> int:

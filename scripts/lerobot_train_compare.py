@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from itertools import combinations
@@ -44,7 +43,7 @@ from statistics import fmean, median
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lerobot_train_check import ACT, BATCH, TRAIN, WORKERS, make_dataset, run, tool  # noqa: E402
+from lerobot_train_check import ACT, BATCH, TRAIN, WORKERS, make_dataset, resharded, run, tool  # noqa: E402
 
 # A small diffusion policy: horizon 16 (drop_n_last_frames = horizon - n_action_steps - n_obs_steps + 1),
 # a 2-level U-Net, and a 10-step warm-up instead of 500 so that the loss moves within a short run.
@@ -137,16 +136,8 @@ def case_summary(lerobot: list[dict[str, Any]], lrs: list[dict[str, Any]]) -> di
 
 def make_recorded(work: Path, lrs: str) -> tuple[Path, Path]:
     """The dataset lerobot's recorder writes (in its own process), and its reshard."""
-    source, out = work / "recorded", work / "recorded-lrs"
-    if not (out / "meta" / "lrs").is_dir():
-        shutil.rmtree(source, ignore_errors=True)
-        shutil.rmtree(out, ignore_errors=True)
-        writer = Path(__file__).resolve().with_name("lerobot_write_dataset.py")
-        subprocess.run([sys.executable, str(writer), str(source)], check=True, capture_output=True)
-        subprocess.run(
-            [lrs, "-q", "reshard", str(source), "--out", str(out)], check=True, stdout=subprocess.DEVNULL
-        )
-    return source, out
+    writer = Path(__file__).resolve().with_name("lerobot_write_dataset.py")
+    return resharded(work, lrs, ("recorded", "recorded-lrs"), [sys.executable, str(writer)])
 
 
 def one_run(
