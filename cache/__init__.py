@@ -6,7 +6,7 @@ process that used a cache directory. `cache.remote.resolve` turns a URL into the
 """
 
 from cache.cache_stats import CacheStats, sum_cache_stats
-from cache.errors import CacheError, FetchError, IntegrityError, LrsError, MissingBackend
+from cache.errors import CacheError, FetchError, IntegrityError, LrsError, MissingBackend, TrustError
 from cache.node import NodeCache
 from cache.remote import Remote, resolve
 
@@ -19,6 +19,7 @@ __all__ = [
     "MissingBackend",
     "NodeCache",
     "Remote",
+    "TrustError",
     "sum_cache_stats",
     "resolve",
 ]

@@ -76,7 +76,9 @@ class CounterFile:
                 return
             self._flushed_at = time.monotonic()
             try:
-                atomic_write(self.path, json.dumps({"pid": os.getpid(), **self._payload()}).encode())
+                atomic_write(
+                    self.path, json.dumps({"pid": os.getpid(), **self._payload()}).encode(), mode=0o600
+                )
             except OSError:
                 return
             self._dirty = False

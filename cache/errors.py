@@ -23,6 +23,11 @@ class IntegrityError(CacheError):
     """A fetched file does not match the size or sha256 the index promises."""
 
 
+class TrustError(LrsError):
+    """A directory lrs would reuse (a cache, its `.lrs/`, a work directory) is not one it can trust: another
+    user owns it or may write it, or it is a symbolic link (see `cache.trust`)."""
+
+
 class MissingBackend(LrsError, ImportError):
     """A URL's scheme needs an fsspec filesystem whose package is not installed (`gs://` needs gcsfs).
 

@@ -50,7 +50,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cache.errors import CacheError
-from cache.store import META_DIR, FileLock, at_exit, lock_path_of, parse_temp
+from cache.store import META_DIR, FileLock, at_exit, is_key, lock_path_of, parse_temp
 
 log = logging.getLogger(__name__)
 
@@ -296,9 +296,8 @@ class Transaction:
 
     def unreserve_all(self, key: str) -> list[str]:
         """Drop every reservation of `key` (call with its exclusive lock held); their temp files."""
-        return [
-            t for (t,) in self.conn.execute("DELETE FROM reservations WHERE path = ? RETURNING temp", (key,))
-        ]
+        temps = self.conn.execute("DELETE FROM reservations WHERE path = ? RETURNING temp", (key,))
+        return [t for (t,) in temps if is_key(t, temp=True)]
 
     def record(self, key: str, size: int, used_ns: int | None = None) -> None:
         """Record the published file `key` of `size` bytes, used at `used_ns` (now by default)."""
@@ -314,9 +313,16 @@ class Transaction:
 
     def least_recent(self, limit: int, offset: int) -> list[tuple[str, int]]:
         """Up to `limit` files (key, size), least recently used first, after skipping `offset`."""
-        return self.conn.execute(
+        rows = self.conn.execute(
             "SELECT path, size FROM files ORDER BY used_ns, path LIMIT ? OFFSET ?", (limit, offset)
         ).fetchall()
+        bad = [key for key, _size in rows if not is_key(key)]
+        if not bad:
+            return rows
+        # A row no publish could have written (a planted or damaged ledger): dropped, never acted on.
+        log.warning("cache %s: ledger rows outside the cache dropped: %s", self.ledger.root, bad[:3])
+        self.conn.executemany("DELETE FROM files WHERE path = ?", [(key,) for key in bad])
+        return self.least_recent(limit, offset)
 
     def write_uses(self, uses: dict[str, int]) -> None:
         """Move the files of `uses` to their new place in the LRU order."""
@@ -334,6 +340,9 @@ class Transaction:
         released = 0
         rows = self.conn.execute("SELECT temp, path, size FROM reservations").fetchall()
         for temp, key, size in rows:
+            if not (is_key(temp, temp=True) and is_key(key)):
+                self.unreserve(temp)  # not a reservation a download made: dropped, never acted on
+                continue
             if download_alive(self.ledger.root, os.path.join(self.ledger.root, key)):
                 continue
             with contextlib.suppress(FileNotFoundError):
@@ -360,6 +369,9 @@ class Transaction:
 
     def _reconcile(self, key: str, used_ns: int | None) -> None:
         """Make the row of `key` match the disk."""
+        if not is_key(key):
+            self.forget(key)
+            return
         try:
             size = os.stat(os.path.join(self.ledger.root, key)).st_size
         except FileNotFoundError:

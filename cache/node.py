@@ -26,6 +26,7 @@ from cache.ledger import Ledger, ledger_of, sweep_once
 from cache.process import CacheProcessState, ProcessLocal, reopen
 from cache.remote import Remote
 from cache.store import (
+    META_DIR,
     CacheLayout,
     FileLock,
     check_fingerprint,
@@ -36,6 +37,7 @@ from cache.store import (
     create_empty,
     read_span,
 )
+from cache.trust import PRIVATE_DIR_MODE, owned_dir
 
 # How often `hold` re-downloads a file that other processes evict before it can be pinned.
 _PIN_ATTEMPTS = 3
@@ -56,6 +58,7 @@ class NodeCache:
 
     Raises:
         ValueError: an argument is out of range.
+        TrustError: the cache directory or its `.lrs/` is not the user's own (`cache.trust`).
     """
 
     def __init__(
@@ -93,7 +96,9 @@ class NodeCache:
         self._fast = local_fast_path and remote.reads_in_place
         self._owner_pid = os.getpid()
         self._proc = ProcessLocal(self._make_state)
-        os.makedirs(os.path.join(root, fingerprint), exist_ok=True)
+        owned_dir(root, what="cache directory")
+        owned_dir(os.path.join(root, META_DIR), what="cache directory")
+        os.makedirs(os.path.join(root, fingerprint), mode=PRIVATE_DIR_MODE, exist_ok=True)
 
     def __repr__(self) -> str:
         return f"NodeCache({self._layout.root!r}, {self._remote!r}, fingerprint={self._layout.fingerprint!r})"

@@ -64,6 +64,27 @@ def check_rel(rel: str) -> str:
     return rel
 
 
+def is_key(key: object, *, temp: bool = False) -> bool:
+    """Whether `key` can be a ledger key under a cache directory: `<fingerprint>/<rel>` (with `temp`, the
+    same with a temp file's name). The ledger is a file on disk: a key read from it is checked before lrs
+    deletes, locks or stats what it names, so that no row can point outside the cache directory."""
+    if not isinstance(key, str):
+        return False
+    fingerprint, _, rel = key.partition("/")
+    if not _FINGERPRINT.match(fingerprint):
+        return False
+    if temp:
+        directory, _, name = rel.rpartition("/")
+        rel = f"{directory}/x" if directory else "x"
+        if parse_temp(name) is None:
+            return False
+    try:
+        check_rel(rel)
+    except ValueError:
+        return False
+    return True
+
+
 def check_sha256(sha256: str | None) -> str | None:
     """Return `sha256` if it is None or 64 lowercase hex digits, else raise ValueError."""
     if sha256 is not None and (not isinstance(sha256, str) or not _SHA256.match(sha256)):
@@ -122,7 +143,7 @@ class CacheLayout:
 
 def create_empty(path: str) -> None:
     """Create an empty file at `path` (which must not exist), and its directory if needed."""
-    fd = in_dir(path, lambda: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    fd = in_dir(path, lambda: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     os.close(fd)
 
 
@@ -136,14 +157,14 @@ def in_dir(path: str, create: Callable[[], T]) -> T:
     """`create()` a file at `path`, making its directory first unless this process has seen it."""
     directory = os.path.dirname(path)
     if directory not in _known_dirs:
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
         _known_dirs.add(directory)
         return create()
     try:
         return create()
     except FileNotFoundError:
         _known_dirs.discard(directory)
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
         _known_dirs.add(directory)
         return create()
 
@@ -226,7 +247,9 @@ class FileLock:
         self.path = path
         self._pid = os.getpid()
         with _lock_fds_guard:
-            self._fd: int | None = in_dir(path, lambda: os.open(path, os.O_RDWR | os.O_CREAT, 0o644))
+            # O_NOFOLLOW: a lock path is never a link to somewhere else to create.
+            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+            self._fd: int | None = in_dir(path, lambda: os.open(path, flags, 0o600))
             _lock_fds.add(self._fd)
 
     def _own_fd(self) -> int | None:
@@ -285,7 +308,7 @@ def _version(st: os.stat_result) -> str:
 
 def write_record(path: str, sha256: str, st: os.stat_result) -> None:
     """Record that the file version `st` has `sha256` (atomic)."""
-    atomic_write(path, f"{sha256} {_version(st)}\n".encode())
+    atomic_write(path, f"{sha256} {_version(st)}\n".encode(), mode=0o600)
 
 
 def record_matches(path: str, sha256: str, st: os.stat_result) -> bool:
@@ -347,12 +370,13 @@ def read_span(path: str, start: int, end: int) -> bytes:
     return b"".join(chunks)
 
 
-def atomic_write(path: str, data: bytes) -> None:
-    """Write `data` to a temp file beside `path`, then rename it over `path`."""
+def atomic_write(path: str, data: bytes, *, mode: int = 0o644) -> None:
+    """Write `data` to a temp file beside `path` (created with `mode`, before the umask), then rename it
+    over `path`. A published output keeps the default; the cache's own files pass 0o600."""
     directory = os.path.dirname(path)
     temp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
     try:
-        fd = in_dir(temp, lambda: os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        fd = in_dir(temp, lambda: os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
         with open(fd, "wb") as f:
             f.write(data)
         os.replace(temp, path)

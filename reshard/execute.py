@@ -144,6 +144,10 @@ def maybe_die(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+# The mode of every published output file: a dataset is meant to be read by others.
+PUBLISHED_MODE = 0o644
+
+
 class Workspace:
     """The work directory of one job: staged outputs, completion records, temp files."""
 
@@ -177,6 +181,7 @@ class Workspace:
         """Stage a finished output file, then write its completion record."""
         target = self.stage(rel)
         target.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(tmp, PUBLISHED_MODE)  # every output alike (a video's temp file was made 0600)
         os.replace(tmp, target)
         maybe_die("staged")
         atomic_write(str(self.record_path(rel)), record_to_json(record))

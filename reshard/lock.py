@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from cache.trust import owned_dir
 from reshard.errors import ReshardError
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ def _open_locked(path: Path, *, shared: bool) -> int | None:
         OSError: the filesystem has no flock (errno in `_UNSUPPORTED`), or the file cannot be made.
     """
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -93,15 +94,17 @@ def job_lock(work: Path, out: Path, *, part: tuple[int, int] | None, what: str) 
     """Hold the lock of the job in `work` while the body runs (see the module docstring).
 
     Args:
-        work: the work directory (created if missing).
+        work: the work directory (created 0700 if missing; one that exists must be the user's own:
+            `cache.trust`).
         out: the output directory, for the message.
         part: `(index, count)` of a part run, which locks shared; None locks exclusively.
         what: what this process runs, written for a refused one to read (`reshard`, `part 3/16`).
 
     Raises:
         ReshardError: another process holds the lock, naming it.
+        TrustError: the work directory is not the user's own.
     """
-    work.mkdir(parents=True, exist_ok=True)
+    owned_dir(str(work), what="work directory")
     path = work / LOCK_NAME
     try:
         fd = _open_locked(path, shared=part is not None)

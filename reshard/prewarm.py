@@ -11,6 +11,7 @@ same spec finds them there. Reruns skip what is cached, so an interrupted prewar
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ from cache import FetchError, NodeCache, Remote
 from cache.arguments import check_int
 from cache.ordered_fetch import FetchSummary, FileRequest, fetch_in_order
 from cache.progress import human_bytes
+from cache.trust import owned_dir
 from reader.errors import LayoutError
 from reader.fetch_plan import FetchPlan, Needs, check_ranks, plan_needs, plan_prewarm
 from reader.format.catalog import Catalog
@@ -154,6 +156,7 @@ def prewarm(
         DatasetError: the source's metadata is missing or malformed.
         FetchError, IntegrityError: a file could not be fetched (the message names it).
         CacheError: the cache directory cannot be written.
+        TrustError: the cache directory is not the user's own (`cache.trust`).
     """
     started = time.monotonic()
     resolved_world = resolve_topology(0, spec.world_size)[1]
@@ -162,6 +165,8 @@ def prewarm(
     if cache_dir is None and not dry_run:
         raise ValueError("Invalid cache_dir (None). Expected the node cache directory of the training run.")
     _check_arguments(ranks, episodes_per_consumer, max_bytes, resolved_world)
+    if cache_dir is not None and not dry_run:  # before any read: the node cache must be the user's own
+        owned_dir(os.path.abspath(cache_dir), what="cache directory")
     plan = ReadPlan.open(spec, storage_options=storage_options)
     seed, num_workers = spec.seed, spec.num_workers or 0
     resume = None

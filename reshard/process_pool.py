@@ -3,7 +3,8 @@
 One pool, so that both commands stop the same way:
 
 - the job's context (the source's metadata, megabytes at scale) travels in a file each worker reads at
-  start, never down the pool's start-up pipe (`_write_context`);
+  start, never down the pool's start-up pipe; the pipe carries its sha256, which a worker checks before
+  it unpickles the file (`_write_context`, `_read_context`);
 - a Ctrl-C or SIGTERM that arrives while the workers start is held until they are whole, then raised,
   and the workers never see a Ctrl-C (`_spawning_deaf_to_sigint`); the parent stops them with SIGTERM
   (`_stop_workers`), so the command exits 130 or 143 without a worker's traceback;
@@ -18,13 +19,15 @@ one batch.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import multiprocessing
 import os
 import pickle
+import shutil
 import signal
+import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -33,7 +36,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
-from reshard.errors import WorkerDied
+from reshard.errors import ReshardError, WorkerDied
 
 C = TypeVar("C")
 J = TypeVar("J")
@@ -42,7 +45,7 @@ R = TypeVar("R")
 _WORKER_CONTEXT: Any = None
 
 
-def _init_worker(context_file: Path) -> None:
+def _init_worker(context_file: Path, digest: str) -> None:
     global _WORKER_CONTEXT
     # Ctrl-C reaches every process of the terminal's group: the parent alone handles it, stopping the
     # workers with SIGTERM (`_stop_workers`) and removing what they were writing. The worker started
@@ -51,7 +54,20 @@ def _init_worker(context_file: Path) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     os.environ.setdefault("SVT_LOG", "1")
-    _WORKER_CONTEXT = pickle.loads(context_file.read_bytes())
+    _WORKER_CONTEXT = pickle.loads(_read_context(context_file, digest))
+
+
+def _read_context(context_file: Path, digest: str) -> bytes:
+    """The context file's bytes, once their sha256 is the one its writer sent down the pipe: only then
+    are they unpickled (an unpickled file runs code). The file lies in a 0700 directory this job made in
+    a work directory the user owns (`cache.trust`); the digest makes sure of it whatever the directory."""
+    data = context_file.read_bytes()
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise ReshardError(
+            f"Invalid worker context ({context_file}): not the file this job wrote. Expected its sha256 "
+            f"{digest}: another process replaced it."
+        )
+    return data
 
 
 def _call_in_worker(call: Callable[[Any, J], R], job: J) -> R:
@@ -60,18 +76,23 @@ def _call_in_worker(call: Callable[[Any, J], R], job: J) -> R:
     return call(_WORKER_CONTEXT, job)
 
 
-def _write_context(context: object, tmp_dir: Path) -> Path:
-    """The workers' context, in a file of `tmp_dir` that each worker reads at start.
+def _write_context(context: object, tmp_dir: Path) -> tuple[Path, str]:
+    """The workers' context, in a new file of `tmp_dir` that each worker reads at start; its sha256,
+    which the workers get with the file's name and check before they unpickle it.
 
     Not in the pool's start-up arguments: those go down a pipe that the parent writes to the end while
     the child imports, and a child that dies meanwhile (SIGTERM to the job, out of memory) would leave
     the parent blocked on that write for ever, its signals held (`_spawning_deaf_to_sigint`). A context
-    is 50 KB to megabytes (it holds the source's episodes); a file name never fills a pipe.
+    is 50 KB to megabytes (it holds the source's episodes); a file name and a digest never fill a pipe.
+    The file goes in a directory of its own, 0700 with an unpredictable name (`tempfile.mkdtemp`).
     """
     tmp_dir.mkdir(parents=True, exist_ok=True)
-    path = tmp_dir / f"{os.getpid()}-{uuid.uuid4().hex}.context.pickle"
-    path.write_bytes(pickle.dumps(context))
-    return path
+    private = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", suffix=".context", dir=tmp_dir))
+    data = pickle.dumps(context)
+    path = private / "context.pickle"
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb") as f:
+        f.write(data)
+    return path, hashlib.sha256(data).hexdigest()
 
 
 _HELD = (signal.SIGINT, signal.SIGTERM)
@@ -136,7 +157,8 @@ class WorkerPool:
     """`workers` spawned processes sharing one context, for one or more `run`s; a context manager.
 
     Args:
-        context: what every job shares, pickled once into a file of `tmp_dir` (removed at the end).
+        context: what every job shares, pickled once into a file of a new 0700 directory in `tmp_dir`
+            (removed at the end); workers check its sha256 before they unpickle it.
         workers: processes.
         tmp_dir: where the context file goes.
         rerun: what to do after a worker died, for the error message.
@@ -148,10 +170,10 @@ class WorkerPool:
         self._context_file: Path | None = None
 
     def __enter__(self) -> WorkerPool:
-        self._context_file = _write_context(self.context, self.tmp_dir)
+        self._context_file, digest = _write_context(self.context, self.tmp_dir)
         spawn = multiprocessing.get_context("spawn")
         self._pool = ProcessPoolExecutor(
-            self.workers, mp_context=spawn, initializer=_init_worker, initargs=(self._context_file,)
+            self.workers, mp_context=spawn, initializer=_init_worker, initargs=(self._context_file, digest)
         )
         return self
 
@@ -159,7 +181,7 @@ class WorkerPool:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
         if self._context_file is not None:
-            self._context_file.unlink(missing_ok=True)
+            shutil.rmtree(self._context_file.parent, ignore_errors=True)
 
     def run(
         self, jobs: Sequence[J], call: Callable[[Any, J], R], on_result: Callable[[int, R], None]

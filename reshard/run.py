@@ -40,6 +40,7 @@ from cache.arguments import local_dir
 from cache.exits import Terminated
 from cache.remote import redact
 from cache.store import atomic_write
+from cache.trust import owned_dir
 from reader.depth import is_depth
 from reader.errors import DatasetError
 from reader.format.index import EPISODES_INDEX, LAYOUT_JSON, parse_layout_json
@@ -299,7 +300,7 @@ def _claim(ws: Workspace, doc: dict[str, Any], out: Path, fingerprint: SourceFin
 def _write_once(ws: Workspace, path: Path, data: bytes) -> None:
     """Write `path` of the work directory whole, unless another part of the job already has: the file
     is linked into place, and a link fails when the name exists."""
-    ws.root.mkdir(parents=True, exist_ok=True)
+    owned_dir(str(ws.root), what="work directory")
     tmp = ws.temp(path.suffix)
     tmp.write_bytes(data)
     with contextlib.suppress(FileExistsError):

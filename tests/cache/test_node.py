@@ -571,7 +571,7 @@ def test_counters_are_written_once_an_interval_not_per_download(
     writes: list[str] = []
     real = counter_files.atomic_write
     monkeypatch.setattr(
-        counter_files, "atomic_write", lambda path, data: (writes.append(path), real(path, data))
+        counter_files, "atomic_write", lambda path, data, **kw: (writes.append(path), real(path, data, **kw))
     )
     monkeypatch.setattr(counter_files, "FLUSH_INTERVAL_S", 3600.0)  # a slow machine takes no second
     for rel in ("a.bin", "b.bin", "c.bin", "d.bin"):
