@@ -19,7 +19,7 @@ from cache.backoff import redact
 from cache.cache_stats import CacheCounters
 from cache.errors import CacheError, FetchError, IntegrityError
 from cache.remote import Remote
-from cache.store import file_sha256, open_fd, write_record
+from cache.store import Verified, open_fd
 
 DEFAULT_INTEGRITY_ATTEMPTS = 3
 # A full, over-quota or read-only local disk: the cache's own writes failed, not the remote.
@@ -48,7 +48,7 @@ def download_verified(
     *,
     expected: Expected,
     new_temp: Callable[[], str],
-    record_path: str,
+    verified: Verified,
     counters: CacheCounters,
     attempts: int = DEFAULT_INTEGRITY_ATTEMPTS,
 ) -> str:
@@ -59,7 +59,7 @@ def download_verified(
         rel: the dataset-relative path.
         expected: the size and sha256 the file must have.
         new_temp: creates the (empty) temp file to download into, reserving space for it.
-        record_path: where to record the verified sha256 of the result (when `expected.sha256`).
+        verified: this process's checked versions, which the result joins (when `expected.sha256`).
         counters: counts bytes, seconds and integrity retries.
         attempts: downloads to try before giving up on a remote that serves wrong bytes.
 
@@ -72,7 +72,7 @@ def download_verified(
     for attempt in range(attempts):
         temp = new_temp()
         try:
-            problem = _download_once(remote, rel, temp, expected, record_path, counters)
+            problem = _download_once(remote, rel, temp, expected, verified, counters)
             if problem is None:
                 return temp
         except BaseException as exc:
@@ -95,9 +95,9 @@ def download_verified(
 
 
 def _download_once(
-    remote: Remote, rel: str, temp: str, expected: Expected, record_path: str, counters: CacheCounters
+    remote: Remote, rel: str, temp: str, expected: Expected, verified: Verified, counters: CacheCounters
 ) -> str | None:
-    """One download into `temp`; None if it checks out (sha256 recorded), else what is wrong."""
+    """One download into `temp`; None if it checks out, else what is wrong."""
     started = time.monotonic()
     try:
         remote.get(rel, temp)
@@ -111,10 +111,9 @@ def _download_once(
         if expected.size is not None and st.st_size != expected.size:
             return f"size {st.st_size}"
         if expected.sha256 is not None:
-            got = file_sha256(fd)
-            if got != expected.sha256:
-                return f"sha256 {got}"
-            write_record(record_path, expected.sha256, st)
+            problem = verified.check(fd, expected.sha256)
+            if problem is not None:
+                return problem.partition(", expected")[0]
     return None
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -52,8 +52,8 @@ class NodeCache:
         fingerprint: names the dataset's directory in the cache; the reader derives it from the index.
         max_bytes: budget over the whole cache directory, enforced by LRU eviction; None for none.
         max_workers: threads downloading in the background (`prefetch`).
-        local_fast_path: serve a local path's files in place when no sha256 is asked for (not a
-            `file://` URL's: see `Remote.reads_in_place`).
+        local_fast_path: serve a local path's files in place, their sha256 (when asked for) checked the
+            first time each process opens them (not a `file://` URL's: see `Remote.reads_in_place`).
         integrity_attempts: downloads of a file before a wrong size or sha256 raises IntegrityError.
 
     Raises:
@@ -140,12 +140,15 @@ class NodeCache:
         Requests for the same file and expectations share one future while it runs.
         """
         state, expected = self._open_state(), _expected(rel, size, sha256)
-        local = self._local_source(state, rel, expected)
-        if local is not None:
+        if self._fast and expected.sha256 is None:
             done: Future[str] = Future()
-            done.set_result(local)
+            done.set_result(self._local_source(state, rel, expected))  # type: ignore[arg-type]
             return done
-        future = state.submit_once((rel, size, sha256), self._fetch, state, rel, expected)
+        # A download, or a file read in place whose content is hashed first: in the background.
+        serve: Callable[[CacheProcessState, str, Expected], str | None] = (
+            self._local_source if self._fast else self._fetch
+        )
+        future: Future[str] | None = state.submit_once((rel, size, sha256), serve, state, rel, expected)  # type: ignore[arg-type]
         if future is None:
             raise self._closed_error()
         return future
@@ -171,7 +174,7 @@ class NodeCache:
             downloaded = False
             for _ in range(_PIN_ATTEMPTS):
                 lock.acquire(shared=True)
-                problem = self._check(rel, expected)
+                problem = self._check(state, rel, expected)
                 if problem is None:
                     if not downloaded:
                         state.counters.add(hits=1)
@@ -180,7 +183,7 @@ class NodeCache:
                     return
                 self._refuse_if_held(state, rel, problem)
                 lock.acquire(shared=False)
-                if self._check(rel, expected) is not None:
+                if self._check(state, rel, expected) is not None:
                     self._download(state, rel, expected)
                     downloaded = True
                 # Back to shared (the loop re-checks: the conversion is not atomic on every kernel).
@@ -278,25 +281,30 @@ class NodeCache:
         return CacheError(f"Invalid use of a closed cache ({self!r}). Expected calls before close().")
 
     def _local_source(self, state: CacheProcessState, rel: str, expected: Expected) -> str | None:
-        """The source file itself, for a local remote when no hash is asked for; else None."""
-        if not self._fast or expected.sha256 is not None:
+        """The source file itself, for a local remote read in place; else None. With a sha256 asked
+        for, its content is checked the first time this process opens it (`Verified`)."""
+        if not self._fast:
             return None
         path = self._remote.path(rel)
         try:
-            size = os.stat(path).st_size
+            fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError as exc:
             raise _no_such_file(path) from exc
-        if expected.size is not None and size != expected.size:
-            raise IntegrityError(f"Invalid file ({path}): size {size}. Expected {expected.describe()}.")
+        try:
+            size = os.fstat(fd).st_size
+            if expected.size is not None and size != expected.size:
+                raise IntegrityError(f"Invalid file ({path}): size {size}. Expected {expected.size} bytes.")
+            problem = None if expected.sha256 is None else state.verified.check(fd, expected.sha256)
+        finally:
+            os.close(fd)
+        if problem is not None:
+            raise IntegrityError(f"Invalid file ({path}): {problem}. Expected the file the index lists.")
         state.counters.add(hits=1)
         return path
 
-    def _check(self, rel: str, expected: Expected) -> str | None:
+    def _check(self, state: CacheProcessState, rel: str, expected: Expected) -> str | None:
         problem = check_published(
-            self._layout.data_path(rel),
-            self._layout.record_path(rel),
-            size=expected.size,
-            sha256=expected.sha256,
+            self._layout.data_path(rel), size=expected.size, sha256=expected.sha256, verified=state.verified
         )
         if problem is None:
             self._ledger().note_use(self._layout.key(rel))
@@ -304,13 +312,13 @@ class NodeCache:
 
     def _fetch(self, state: CacheProcessState, rel: str, expected: Expected) -> str:
         target = self._layout.data_path(rel)
-        problem = self._check(rel, expected)
+        problem = self._check(state, rel, expected)
         if problem is not None:
             self._refuse_if_held(state, rel, problem)
             with FileLock(self._layout.lock_path(rel)) as lock:
                 # Whoever holds the lock exclusively is downloading it: wait, then look again.
                 lock.acquire(shared=False)
-                problem = self._check(rel, expected)
+                problem = self._check(state, rel, expected)
                 if problem is not None:
                     self._download(state, rel, expected)
         if problem is None:
@@ -335,7 +343,7 @@ class NodeCache:
                 rel,
                 expected=expected,
                 new_temp=lambda: self._new_temp(state, rel, expected.size),
-                record_path=self._layout.record_path(rel),
+                verified=state.verified,
                 counters=state.counters,
                 attempts=self._options["integrity_attempts"],
             )

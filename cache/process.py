@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from cache.cache_stats import CacheCounters
 from cache.remote import Remote
+from cache.store import Verified
 
 T = TypeVar("T")
 
@@ -60,7 +61,8 @@ class ProcessLocal(Generic[T]):
 
 
 class CacheProcessState:
-    """A cache object's remote, download threads, in-flight futures, holds and counters in one process.
+    """A cache object's remote, download threads, in-flight futures, holds, counters and checked file
+    versions (`Verified`) in one process.
 
     Args:
         remote: the remote to read from (its filesystem must belong to this process).
@@ -71,6 +73,7 @@ class CacheProcessState:
     def __init__(self, remote: Remote, counters: CacheCounters, max_workers: int) -> None:
         self.remote = remote
         self.counters = counters
+        self.verified = Verified()
         self.closed = False
         self._executor = ThreadPoolExecutor(max_workers, thread_name_prefix="lrs-cache")
         self._lock = threading.Lock()

@@ -7,7 +7,6 @@
   .lrs/budget.lock                                   held around every ledger transaction (cache.ledger)
   .lrs/ledger.sqlite                                 files, sizes, LRU order and reservations (cache.ledger)
   .lrs/locks/<fingerprint>/<rel>.lock                per-file flock: shared = in use, exclusive = written
-  .lrs/locks/<fingerprint>/<rel>.sha256              which published version was hashed, with what result
   .lrs/stats/<pid>-<token>.json                      the counters of one cache object in one process
 ```
 
@@ -27,6 +26,7 @@ import os
 import re
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
@@ -118,10 +118,6 @@ class CacheLayout:
     def lock_path(self, rel: str) -> str:
         """The lock file guarding `rel`."""
         return lock_path_of(self.root, self.data_path(rel))
-
-    def record_path(self, rel: str) -> str:
-        """The file recording which version of `rel` was verified against which sha256."""
-        return os.path.join(self.root, META_DIR, "locks", self.fingerprint, rel + ".sha256")
 
     def key(self, rel: str) -> str:
         """The name of `rel` in the cache's ledger: its path relative to the cache directory."""
@@ -301,46 +297,65 @@ def file_sha256(fd: int) -> str:
     return digest.hexdigest()
 
 
-def _version(st: os.stat_result) -> str:
-    # A published file is never modified in place, so inode + size + mtime name one version of it.
-    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+def _version(st: os.stat_result) -> tuple[int, int, int, int]:
+    # A published file is never modified in place, so device + inode + size + mtime name one version of it
+    # (a rename keeps them: a download checked as a temp file is the same version once published).
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def write_record(path: str, sha256: str, st: os.stat_result) -> None:
-    """Record that the file version `st` has `sha256` (atomic)."""
-    atomic_write(path, f"{sha256} {_version(st)}\n".encode(), mode=0o600)
+class Verified:
+    """The file versions this process has hashed and found to have the sha256 asked for.
+
+    Every process hashes a file the first time it opens it, cached or read in place: nothing on disk
+    vouches for a file's content, since bytes rot without a change of mtime and a record beside the file
+    is only as trustworthy as whoever could write it. At most `limit` versions are remembered (the least
+    recently checked go first, and are hashed again if opened again).
+    """
+
+    def __init__(self, limit: int = 65536) -> None:
+        self._seen: OrderedDict[tuple[tuple[int, int, int, int], str], None] = OrderedDict()
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def add(self, st: os.stat_result, sha256: str) -> None:
+        """Remember that the version `st` has `sha256`."""
+        key = (_version(st), sha256)
+        with self._lock:
+            self._seen[key] = None
+            self._seen.move_to_end(key)
+            while len(self._seen) > self._limit:
+                self._seen.popitem(last=False)
+
+    def check(self, fd: int, sha256: str) -> str | None:
+        """None when the file open at `fd` has `sha256` (hashed unless this process already has);
+        otherwise what is wrong."""
+        st = os.fstat(fd)
+        with self._lock:
+            if (_version(st), sha256) in self._seen:
+                return None
+        got = file_sha256(fd)
+        if got != sha256:
+            return f"sha256 {got}, expected {sha256}"
+        self.add(st, sha256)
+        return None
 
 
-def record_matches(path: str, sha256: str, st: os.stat_result) -> bool:
-    """Whether the record at `path` says the file version `st` has `sha256`."""
-    try:
-        with open(path, encoding="ascii") as f:
-            text = f.read()
-    except (FileNotFoundError, UnicodeDecodeError):
-        return False
-    return text == f"{sha256} {_version(st)}\n"
-
-
-def check_published(path: str, record: str, *, size: int | None, sha256: str | None) -> str | None:
+def check_published(path: str, *, size: int | None, sha256: str | None, verified: Verified) -> str | None:
     """Check the published file at `path` (its use is recorded in the ledger by the caller).
 
     Returns:
-        None when the file is there with the right size (and sha256, when given); otherwise what is wrong.
+        None when the file is there with the right size (and sha256, when given: hashed the first time
+        this process opens this version of it); otherwise what is wrong.
     """
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return "not cached"
     try:
         st = os.fstat(fd)
         if size is not None and st.st_size != size:
             return f"size {st.st_size}, expected {size}"
-        if sha256 is not None and not record_matches(record, sha256, st):
-            got = file_sha256(fd)
-            if got != sha256:
-                return f"sha256 {got}, expected {sha256}"
-            write_record(record, sha256, st)
-        return None
+        return None if sha256 is None else verified.check(fd, sha256)
     finally:
         os.close(fd)
 

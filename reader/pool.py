@@ -54,7 +54,6 @@ class Options:
     return_uint8: bool
     image_transforms: Callable[[torch.Tensor], torch.Tensor] | None
     prefetch_episodes: int
-    verify_sha256: bool
     decode_threads: int = 0
     decode_ahead: int = 0
     keep: Mapping[str, int] = dataclasses.field(default_factory=dict)  # camera -> frames a window rereads
@@ -180,7 +179,8 @@ def _prefetch(part: Part, video: VideoRef) -> Future[str]:
 
 
 def _expect(part: Part, video: VideoRef) -> dict[str, Any]:
-    return {"size": video.bytes, "sha256": video.sha256 if part.options.verify_sha256 else None}
+    # Checked at every open, read in place or cached: the first time each process opens the file.
+    return {"size": video.bytes, "sha256": video.sha256}
 
 
 @contextlib.contextmanager

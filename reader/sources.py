@@ -52,7 +52,7 @@ def open_sources(
 
     Args:
         plan: the stream's plan (one source, or a mixture's).
-        shared: what every source reads the same way; its windows, keep, depth and verify_sha256 are
+        shared: what every source reads the same way; its windows, keep and depth are
             replaced by each source's.
         delta_timestamps: the stream's windows in seconds (a mixture's keys must be common to every source).
         cache_dir: the node cache directory every source shares.
@@ -80,7 +80,6 @@ def open_sources(
         options = replace(
             shared,
             windows=windows,
-            verify_sha256=not catalog.remote.reads_in_place,
             keep={k: max(d) - min(d) for k, d in windows.offsets.items() if k in video_keys},
             depth=_quantizers(catalog),
         )

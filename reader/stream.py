@@ -225,7 +225,6 @@ class EpisodeStream(IterableDataset):
             return_uint8=spec.return_uint8,
             image_transforms=image_transforms,
             prefetch_episodes=spec.prefetch_episodes,
-            verify_sha256=True,
             decode_threads=spec.decode_threads,
             decode_ahead=spec.decode_ahead if spec.decode_threads else 0,
             depth_unit=spec.depth_output_unit,

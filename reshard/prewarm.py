@@ -22,7 +22,7 @@ from cache import FetchError, NodeCache, Remote
 from cache.arguments import check_int
 from cache.ordered_fetch import FetchSummary, FileRequest, fetch_in_order
 from cache.progress import human_bytes
-from cache.trust import owned_dir
+from cache.trust import check_owned_dir
 from reader.errors import LayoutError
 from reader.fetch_plan import FetchPlan, Needs, check_ranks, plan_needs, plan_prewarm
 from reader.format.catalog import Catalog
@@ -165,8 +165,9 @@ def prewarm(
     if cache_dir is None and not dry_run:
         raise ValueError("Invalid cache_dir (None). Expected the node cache directory of the training run.")
     _check_arguments(ranks, episodes_per_consumer, max_bytes, resolved_world)
-    if cache_dir is not None and not dry_run:  # before any read: the node cache must be the user's own
-        owned_dir(os.path.abspath(cache_dir), what="cache directory")
+    if cache_dir is not None and not dry_run and os.path.lexists(cache_dir):
+        # Before any read: a node cache that exists must be the user's own (a new one is made 0700 later).
+        check_owned_dir(os.path.abspath(cache_dir), what="cache directory")
     plan = ReadPlan.open(spec, storage_options=storage_options)
     seed, num_workers = spec.seed, spec.num_workers or 0
     resume = None

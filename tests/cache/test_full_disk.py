@@ -30,8 +30,8 @@ def _full_inside_a_read(*args: object, **kwargs: object) -> None:
 
 @pytest.mark.parametrize(
     ("target", "fake"),
-    [(("cache.fetch", "write_record"), _full), ((Remote, "get"), _full_inside_a_read)],
-    ids=["sha256-record", "downloaded-file"],
+    [((Remote, "get"), _full_inside_a_read)],
+    ids=["downloaded-file"],
 )
 def test_a_full_cache_disk_is_a_cache_error_and_leaves_no_temp(
     source, serve, open_cache, cache_dir, monkeypatch, target, fake

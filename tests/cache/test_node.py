@@ -9,6 +9,7 @@ import multiprocessing.synchronize
 import os
 import pickle
 import re
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -363,8 +364,8 @@ def test_local_source_is_served_in_place(source, cache_dir):
 
 @pytest.mark.parametrize(
     ("fast_path", "with_sha256", "file_url"),
-    [(True, True, False), (False, False, False), (True, False, True)],
-    ids=["sha256-asked", "fast-path-off", "file-url"],
+    [(False, False, False), (True, False, True), (True, True, True)],
+    ids=["fast-path-off", "file-url", "file-url-sha256"],
 )
 def test_local_source_is_copied_when_needed(source, cache_dir, fast_path, with_sha256, file_url):
     # A file:// URL stands for remote storage (a network filesystem, a bucket stand-in): copied, not
@@ -377,6 +378,30 @@ def test_local_source_is_copied_when_needed(source, cache_dir, fast_path, with_s
         assert path == cache.path("a.bin") != str(root / "a.bin")
         assert read(path) == read(root / "a.bin")
         assert cache.stats().misses == 1
+
+
+def test_a_local_source_is_hashed_in_place_once_per_process(source, cache_dir):
+    """A file read in place is checked too: the first time a process (a cache object's process state)
+    opens it, whatever its mtime says; never copied."""
+    root, files = source
+    spec = files["a.bin"]
+    copy = cache_dir.parent / "copy"
+    shutil.copytree(root, copy)
+    with NodeCache(cache_dir, resolve(str(copy)), fingerprint=FINGERPRINT) as cache:
+        assert cache.fetch("a.bin", size=spec.size, sha256=spec.sha256) == str(copy / "a.bin")
+        assert cache.prefetch("a.bin", sha256=spec.sha256).result() == str(copy / "a.bin")
+        st = os.stat(copy / "a.bin")
+        with open(copy / "a.bin", "r+b") as f:
+            f.write(bytes([read(copy / "a.bin")[0] ^ 1]))
+        os.utime(copy / "a.bin", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.listdir(cache_dir / FINGERPRINT) == []
+    with NodeCache(cache_dir, resolve(str(copy)), fingerprint=FINGERPRINT) as cache:
+        with pytest.raises(
+            IntegrityError, match=rf"Invalid file \({copy / 'a.bin'}\): sha256 [0-9a-f]{{64}}, "
+        ):
+            cache.fetch("a.bin", sha256=spec.sha256)
+        with pytest.raises(IntegrityError, match=r"Expected the file the index lists"):
+            cache.prefetch("a.bin", sha256=spec.sha256).result()
 
 
 def test_local_source_of_wrong_size_raises(source, cache_dir):

@@ -10,12 +10,12 @@ import pytest
 from cache.store import (
     CacheLayout,
     FileLock,
+    Verified,
     check_published,
     check_rel,
     lock_path_of,
     parse_temp,
     read_span,
-    record_matches,
 )
 
 
@@ -37,7 +37,6 @@ def test_paths_mirror_the_dataset(layout, tmp_path):
     assert layout.data_path(rel) == str(tmp_path / "fp" / rel)
     assert layout.lock_path(rel) == str(tmp_path / ".lrs" / "locks" / "fp" / (rel + ".lock"))
     assert lock_path_of(str(tmp_path), layout.data_path(rel)) == layout.lock_path(rel)
-    assert layout.record_path(rel) == str(tmp_path / ".lrs" / "locks" / "fp" / (rel + ".sha256"))
 
 
 @pytest.mark.parametrize("size", [None, 0, 1234], ids=["unknown", "empty", "sized"])
@@ -87,24 +86,38 @@ def test_closed_lock_refuses_to_lock(tmp_path):
         lock.acquire(shared=True)
 
 
-def test_check_published_records_a_verified_sha256(layout):
+def test_check_published_hashes_once_per_process_and_version(layout):
     data = b"hello"
     sha = hashlib.sha256(data).hexdigest()
     path = _publish(layout, "a.bin", data)
-    record = layout.record_path("a.bin")
+    verified = Verified()
 
-    assert check_published(path, record, size=5, sha256=sha) is None
-    assert record_matches(record, sha, os.stat(path))
-    assert check_published(path, record, size=4, sha256=None) == "size 5, expected 4"
-    assert check_published(path, record, size=None, sha256="0" * 64) == f"sha256 {sha}, expected {'0' * 64}"
-    assert check_published(layout.data_path("missing.bin"), record, size=None, sha256=None) == "not cached"
+    assert check_published(path, size=5, sha256=sha, verified=verified) is None
+    assert check_published(path, size=4, sha256=None, verified=verified) == "size 5, expected 4"
+    assert (
+        check_published(path, size=None, sha256="0" * 64, verified=verified)
+        == f"sha256 {sha}, expected {'0' * 64}"
+    )
+    assert (
+        check_published(layout.data_path("missing.bin"), size=None, sha256=None, verified=verified)
+        == "not cached"
+    )
+    # Bytes that rot in place, mtime kept: this process trusts the version it hashed; a new process does not.
+    st = os.stat(path)
+    with open(path, "r+b") as f:
+        f.write(b"J")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert check_published(path, size=5, sha256=sha, verified=verified) is None
+    assert check_published(path, size=5, sha256=sha, verified=Verified()) == (
+        f"sha256 {hashlib.sha256(b'Jello').hexdigest()}, expected {sha}"
+    )
 
 
 def test_check_published_leaves_the_file_alone(layout):
     # Uses are recorded in the ledger: a hit costs no utime, and mtime stays the version stamp.
     path = _publish(layout, "a.bin", b"x")
     os.utime(path, ns=(1_000_000_000, 2_000_000_000))
-    assert check_published(path, layout.record_path("a.bin"), size=1, sha256=None) is None
+    assert check_published(path, size=1, sha256=None, verified=Verified()) is None
     st = os.stat(path)
     assert (st.st_atime_ns, st.st_mtime_ns) == (1_000_000_000, 2_000_000_000)
 
