@@ -7,7 +7,7 @@ import os
 import re
 from urllib.parse import unquote, urlsplit
 
-from cache.backoff import redact
+from cache.redaction import redact
 
 # A URL: a scheme, then `://` (`s3://`, `hf://`, `file://`, `gs://`, ...).
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")

@@ -3,7 +3,7 @@
 `with_retries` runs one request (a read of `cache.remote.Remote`, an upload of `reshard.push`) until it
 succeeds: transient errors (timeouts, resets, truncated bodies, HTTP 408/429/5xx) are retried with
 exponential backoff and full jitter; permanent ones (missing file, 4xx, permission) raise at once. A
-request that still fails raises `FetchError` naming it, without credentials (`redact`).
+request that still fails raises `FetchError` naming it, without credentials (`cache.redaction.redact`).
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from __future__ import annotations
 import errno
 import logging
 import random
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from cache.errors import FetchError
+from cache.redaction import redact
 
 T = TypeVar("T")
 # Retries are logged as remote reads, under the logger they have always had.
@@ -184,14 +184,3 @@ def _describe(exc: BaseException) -> str:
     text = f"{type(exc).__name__}" + (f" (HTTP {status})" if status else "")
     message = redact(str(exc)).strip().splitlines()
     return f"{text}: {message[0][:300]}" if message else text
-
-
-# A token, a signed-URL or token query parameter, or a URL's user:password@ (the whole userinfo).
-_SECRET = re.compile(
-    r"(hf_[A-Za-z0-9]{8,}|(?i:(?:token|signature|credential|x-amz-[a-z-]+)=)[^&\s]+|(?<=://)[^\s/@]+(?=@))"
-)
-
-
-def redact(text: str) -> str:
-    """Remove anything that looks like a token or a signed-URL secret from `text`."""
-    return _SECRET.sub("<redacted>", text)

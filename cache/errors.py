@@ -1,14 +1,21 @@
 """The project's error hierarchy, rooted here because `cache` is the package every other one imports.
 
 `reader.errors` and `reshard.errors` add their own classes under `LrsError`; the CLI turns any
-`LrsError` into a one-line message and a non-zero exit, tracebacks only with `--debug`.
+`LrsError` into a one-line message and a non-zero exit, tracebacks only with `--debug`. Every message is
+redacted when the error is made (`cache.redaction`), so no error of lrs carries a credential, whoever
+prints it.
 """
 
 from __future__ import annotations
 
+from cache.redaction import redact
+
 
 class LrsError(Exception):
-    """Base class of every error lrs raises on purpose."""
+    """Base class of every error lrs raises on purpose; its text arguments are redacted on creation."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 class FetchError(LrsError):

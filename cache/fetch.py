@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cache.backoff import redact
 from cache.cache_stats import CacheCounters
 from cache.errors import CacheError, FetchError, IntegrityError
+from cache.redaction import redact
 from cache.remote import Remote
 from cache.store import Verified, open_fd
 

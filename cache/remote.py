@@ -29,11 +29,11 @@ from urllib.parse import urlsplit, urlunsplit
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from cache.backoff import DEFAULT_RETRY, RetryPolicy, TruncatedRead, is_transient, redact, with_retries
+from cache.backoff import DEFAULT_RETRY, RetryPolicy, TruncatedRead, is_transient, with_retries
 from cache.errors import FetchError, LocationError, LrsError, MissingBackend
+from cache.redaction import is_redacted, redact
 
-# `redact` is re-exported: the reshard modules import it from here.
-__all__ = ["RANGE_PROBE", "Reads", "Remote", "redact", "resolve"]
+__all__ = ["RANGE_PROBE", "Reads", "Remote", "resolve"]
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -43,7 +43,8 @@ class Remote:
     """A dataset root on some filesystem, with retried reads of dataset-relative paths.
 
     Attributes:
-        url: the URL it was resolved from, normalised (no trailing slash).
+        url: the URL it was resolved from, normalised (no trailing slash), credentials included: for
+            reading only; what is shown or saved is `shown`.
         fs: the fsspec filesystem.
         root: the root path inside `fs` (no trailing slash).
     """
@@ -54,7 +55,12 @@ class Remote:
     retry: RetryPolicy = field(default=DEFAULT_RETRY, compare=False)
 
     def __repr__(self) -> str:
-        return f"Remote({self.url!r})"
+        return f"Remote({self.shown!r})"
+
+    @property
+    def shown(self) -> str:
+        """`url` as lrs shows and saves it: without its userinfo and query values (`cache.redaction`)."""
+        return redact(self.url)
 
     @property
     def is_local(self) -> bool:
@@ -70,18 +76,12 @@ class Remote:
         return self.is_local and not self.url.startswith("file://")
 
     def path(self, rel: str) -> str:
-        """The full path of a dataset-relative path inside `fs`."""
-        return f"{self.root}/{rel}" if self.root else rel
+        """The full path of a dataset-relative path inside `fs` (in a URL root, before its query)."""
+        return _join(self.root, rel) if self.root else rel
 
     def display(self, rel: str) -> str:
-        """A dataset-relative path as a URL a user can recognise (secrets in the URL redacted). In a URL
-        with a query (a signed URL, `?token=...`) the path goes before the query, where it belongs and
-        where redacting the query leaves it."""
-        if "://" in self.url:
-            parts = urlsplit(self.url)
-            if parts.query or parts.fragment:
-                return redact(urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{rel}")))
-        return redact(f"{self.url}/{rel}")
+        """A dataset-relative path as a URL a user can recognise, credentials redacted (`shown`)."""
+        return redact(_join(self.url, rel))
 
     def local_path(self, rel: str) -> str | None:
         """The path on this machine's disk, for a local root; None otherwise."""
@@ -211,7 +211,7 @@ class Reads:
         self._results = results
 
     def __repr__(self) -> str:
-        return f"Reads({self.remote.url!r}, files={sorted(self._results)})"
+        return f"Reads({self.remote.shown!r}, files={sorted(self._results)})"
 
     def cat(self, rel: str) -> bytes:
         """The content of `rel` as `Remote.cat` gives it: a failed read raises its error again, and a
@@ -226,6 +226,16 @@ class Reads:
 
 # Every dataset root has it: the file an HTTP(S) root's Range support is probed with.
 RANGE_PROBE = "meta/info.json"
+
+
+def _join(base: str, rel: str) -> str:
+    """`base/rel`; in a URL with a query (a signed URL, `?token=...`) the path goes before the query, where
+    it belongs and where the server reads it."""
+    if "://" in base:
+        parts = urlsplit(base)
+        if parts.query or parts.fragment:
+            return urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{rel}"))
+    return f"{base}/{rel}"
 
 
 def _range_ignored(where: str, got: int, asked: int) -> FetchError:
@@ -248,8 +258,8 @@ def resolve(
             False leaves it to the caller (`Remote.cat_many(probe_ranges=True)` does it in its round).
 
     Raises:
-        LocationError: the URL is empty, of an unknown form, or refused by its scheme's filesystem (also
-            a ValueError).
+        LocationError: the URL is empty, of an unknown form, redacted (`cache.redaction`: shown or saved
+            without its credentials), or refused by its scheme's filesystem (also a ValueError).
         MissingBackend: the scheme's filesystem package is not installed (`gs://` without gcsfs); also
             an ImportError. Every command and `EpisodeStream` resolve through here, so this is the one
             place that turns it into one line naming the package.
@@ -258,6 +268,11 @@ def resolve(
     text = os.fspath(url).strip()
     if not text:
         raise LocationError("Invalid dataset location (''). Expected a path or URL.")
+    if is_redacted(text):
+        raise LocationError(
+            f"Invalid dataset location ({text}): its credentials were redacted where it was shown or saved. "
+            "Expected the URL with them, given again (a saved read spec holds it redacted)."
+        )
     options = dict(storage_options or {})
     if "://" not in text:
         if os.path.exists(text) or not _REPO_ID.match(text):

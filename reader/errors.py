@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cache.errors import CacheError, FetchError, IntegrityError, LrsError
+from cache.redaction import redact
 
 __all__ = [
     "CacheError",
@@ -28,13 +29,13 @@ class DatasetError(LrsError):
         episode: int | None = None,
         field: str | None = None,
     ) -> None:
-        self.file = file
+        self.file = None if file is None else redact(file)
         self.episode = episode
         self.field = field
-        self.problem = message  # without the location, which `file`, `episode` and `field` hold
+        self.problem = redact(message)  # without the location, which `file`, `episode` and `field` hold
         where = []
-        if file is not None:
-            where.append(file)
+        if self.file is not None:
+            where.append(self.file)
         if episode is not None:
             where.append(f"episode {episode}")
         if field is not None:

@@ -280,7 +280,7 @@ class DatasetMeta:
             stats_json,
             catalog.tasks,
             depth_output_unit=depth_output_unit,
-            repo_id=remote.url,
+            repo_id=remote.shown,
             file=remote.display(STATS_PATH),
             episodes=episode_columns(catalog.lengths, catalog.from_indices),
         )

@@ -617,6 +617,10 @@ def _read_rows(reader: RowGroupReader, ref: EpisodeRef, catalog: Catalog, *, fil
             raise  # the original error: the index cannot even be read again
         if now.fingerprint != catalog.fingerprint:
             raise changed_since(
-                catalog.remote.url, catalog.fingerprint, now.fingerprint, file=file, episode=ref.episode_index
+                catalog.remote.shown,
+                catalog.fingerprint,
+                now.fingerprint,
+                file=file,
+                episode=ref.episode_index,
             ) from None
         raise

@@ -18,6 +18,7 @@ from typing import Any, overload
 import numpy as np
 
 from cache import LrsError, Remote
+from cache.redaction import redact
 from reader.errors import DatasetError
 from reader.format.catalog import Catalog, EpisodeRef
 from reader.read_spec import ReadSpec, resolve_topology
@@ -215,7 +216,7 @@ def _open_source(
     except LrsError as exc:
         if not mixture:
             raise
-        url = source.url if isinstance(source, Remote) else source
+        url = source.shown if isinstance(source, Remote) else redact(source)
         raise DatasetError(f"Invalid source {index} of the mixture ({url}): {exc}") from exc
 
 
@@ -237,7 +238,7 @@ def _disabled_keys(catalogs: list[Catalog]) -> list[frozenset[str]]:
                 if a != b:
                     raise DatasetError(
                         f"Invalid mixture: feature {key!r} has {name} {a!r} in source 0 "
-                        f"({catalogs[0].remote.url}) and {b!r} in source {i} ({catalogs[i].remote.url}). "
+                        f"({catalogs[0].remote.shown}) and {b!r} in source {i} ({catalogs[i].remote.shown}). "
                         "Expected the same dtype and shape wherever a key is common to every source."
                     )
     disabled = [frozenset(set(f) - common) for f in features]
@@ -246,7 +247,7 @@ def _disabled_keys(catalogs: list[Catalog]) -> list[frozenset[str]]:
             _log.warning(
                 "lrs: the mixture leaves out %s of %s: not every source has them.",
                 ", ".join(sorted(keys)),
-                catalog.remote.url,
+                catalog.remote.shown,
             )
     return disabled
 

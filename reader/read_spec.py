@@ -7,7 +7,10 @@ how it reads (cache, transport, windows, decode) are checked here, once. `Episod
 `stream.spec.to_json()` next to its checkpoint, so prewarm and the run agree by reading one file.
 
 What is not data stays out: callables (`image_transforms`), `storage_options` (they may hold credentials)
-and a process's own rank. Torch-free, so that `lrs prewarm` starts without torch.
+and a process's own rank. Nor do credentials in a URL: `to_json` and `repr` show each source URL redacted
+(`cache.redaction`: its `user:password@` and its query), so a spec saved for a signed or credentialed URL
+cannot be replayed as it stands; `with_urls` gives the URLs again (`lrs prewarm --spec FILE URL...`), and
+reading a redacted URL fails in one line that says so. Torch-free, so that `lrs prewarm` starts without torch.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ import numbers
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from cache import Remote
 from cache.arguments import check_int
+from cache.redaction import is_redacted, redact
 from reader.depth import DepthUnit, check_unit
 from reader.schedule import check_weights
 from reader.schedule.keys import MAX_SEED
@@ -87,7 +91,8 @@ class SourceSpec:
     """One dataset of a run.
 
     Attributes:
-        url: the dataset's path or URL (see `cache.remote.resolve`), lrs/1 or plain v3.
+        url: the dataset's path or URL (see `cache.remote.resolve`), lrs/1 or plain v3; credentials in it
+            stay in memory (`repr` and `ReadSpec.to_json` redact them).
         weight: its share of a weighted mixture's samples (None: every frame once per epoch).
         episodes: the episode indices read, ascending, each once (None: all).
     """
@@ -103,6 +108,9 @@ class SourceSpec:
             raise ValueError(f"Invalid source url ({self.url!r}). Expected a path or a URL.")
         if self.episodes is not None:
             object.__setattr__(self, "episodes", _episodes(self.episodes))
+
+    def __repr__(self) -> str:
+        return f"SourceSpec(url={redact(self.url)!r}, weight={self.weight!r}, episodes={self.episodes!r})"
 
 
 @dataclass(frozen=True)
@@ -268,13 +276,46 @@ class ReadSpec:
         """`delta_timestamps` as `EpisodeStream` takes it."""
         return None if self.delta_timestamps is None else {k: list(v) for k, v in self.delta_timestamps}
 
+    @property
+    def redacted_urls(self) -> tuple[str, ...]:
+        """The source URLs that `to_json` saved without their credentials: `with_urls` must give them again
+        before the spec can be read."""
+        return tuple(s.url for s in self.sources if is_redacted(s.url))
+
+    def with_urls(self, urls: Sequence[str | os.PathLike[str]]) -> ReadSpec:
+        """This spec with its source URLs given again, one per source in order, credentials included: a
+        spec read back by `from_json` holds a credentialed URL redacted.
+
+        Raises:
+            ValueError: another number of URLs, or one that is not its source's URL once redacted.
+        """
+        given = [os.fspath(u) for u in urls]
+        if len(given) != len(self.sources):
+            raise ValueError(
+                f"Invalid URLs ({len(given)}). Expected {len(self.sources)}, one per source of the spec."
+            )
+        for i, (url, source) in enumerate(zip(given, self.sources, strict=True)):
+            if redact(url) != redact(source.url):
+                raise ValueError(
+                    f"Invalid URL of source {i} ({redact(url)}). Expected the spec's ({redact(source.url)}), "
+                    "with the credentials it was saved without."
+                )
+        return replace(
+            self, sources=tuple(replace(s, url=u) for s, u in zip(self.sources, given, strict=True))
+        )
+
     def to_json(self) -> str:
-        """The spec as JSON text, with a version; `ReadSpec.from_json` reads it back equal."""
+        """The spec as JSON text, with a version; `ReadSpec.from_json` reads it back equal, but for the
+        credentials of a source URL (its userinfo and query), which are saved redacted (`redacted_urls`)."""
         data: dict[str, Any] = {"version": SPEC_VERSION}
         for f in fields(self):
             data[f.name] = getattr(self, f.name)
         data["sources"] = [
-            {"url": s.url, "weight": s.weight, "episodes": None if s.episodes is None else list(s.episodes)}
+            {
+                "url": redact(s.url),
+                "weight": s.weight,
+                "episodes": None if s.episodes is None else list(s.episodes),
+            }
             for s in self.sources
         ]
         data["delta_timestamps"] = self.windows

@@ -72,7 +72,7 @@ def open_sources(
             if common is not None and key not in common:
                 raise ValueError(
                     f"Invalid delta_timestamps key {key!r}. Expected a feature every source of the "
-                    f"mixture has: {catalog.remote.url} (source {i}) or another lacks it."
+                    f"mixture has: {catalog.remote.shown} (source {i}) or another lacks it."
                 )
         windows = Windows(
             delta_indices(delta_timestamps, fps=catalog.info.fps, tolerance_s=shared.tolerance_s, keys=keys)

@@ -255,7 +255,7 @@ class EpisodeStream(IterableDataset):
         return self._spec if self._spec.seed == self.seed else replace(self._spec, seed=self.seed)
 
     def __repr__(self) -> str:
-        where = ", ".join(f"{s.catalog.remote.url!r}, {s.catalog.kind}" for s in self.sources)
+        where = ", ".join(f"{s.catalog.remote.shown!r}, {s.catalog.kind}" for s in self.sources)
         weights = f", weights={list(self.weights)}" if self.weights is not None else ""
         return (
             f"EpisodeStream({'[' + where + ']' if self.mixture else where}{weights}, "
@@ -347,7 +347,8 @@ class EpisodeStream(IterableDataset):
 
     @property
     def repo_id(self) -> str:
-        """Where the dataset is, as given (lerobot's name; a mixture's URLs joined by ", ")."""
+        """Where the dataset is, as given but without credentials (lerobot's name; a mixture's URLs joined by
+        ", ")."""
         return self.meta.repo_id
 
     @property

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from cache.arguments import format_index_list
-from cache.backoff import redact
+from cache.redaction import redact
 from reader.errors import DatasetError
 
 

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cache.progress import progress_bar
-from cache.remote import redact
+from cache.redaction import redact
 from reader.errors import DatasetError
 from reshard.source import V3Source, check_pointers, iter_missing_files, listed_files, open_source
 from reshard.source_checks import iter_row_defects, iter_video_defects

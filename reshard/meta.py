@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cache import store
-from cache.remote import redact
+from cache.redaction import redact
 from reader.format.index import (
     EPISODES_INDEX,
     FILES_INDEX,

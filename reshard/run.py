@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from cache.arguments import local_dir
 from cache.exits import Terminated
-from cache.remote import redact
+from cache.redaction import redact
 from cache.store import atomic_write
 from cache.trust import owned_dir
 from reader.depth import is_depth

@@ -78,9 +78,7 @@ class V3Source(OpenedDataset):
 
     def __repr__(self) -> str:
         kept = f" of {len(self.parent.episodes)}" if self.parent else ""
-        return (
-            f"V3Source({self.remote.url!r}, episodes={len(self.episodes)}{kept}, frames={self.total_frames})"
-        )
+        return f"V3Source({self.remote.shown!r}, episodes={len(self.episodes)}{kept}, frames={self.total_frames})"
 
     @property
     def whole(self) -> V3Source:
@@ -326,7 +324,7 @@ def describe(source: V3Source) -> dict[str, Any]:
     """A short JSON-able summary of a source."""
     lengths = [e.length for e in source.episodes]
     return {
-        "url": source.url,
+        "url": source.remote.shown,
         "codebase_version": source.info.raw.get("codebase_version"),
         "fps": source.info.fps,
         "episodes": len(source.episodes),

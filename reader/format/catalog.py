@@ -110,7 +110,7 @@ class Catalog(OpenedDataset):
     file_sizes: Mapping[str, int] = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
-        return f"Catalog({self.remote.url!r}, {self.kind}, episodes={len(self.episodes)})"
+        return f"Catalog({self.remote.shown!r}, {self.kind}, episodes={len(self.episodes)})"
 
     def __reduce__(self) -> str | tuple[Any, ...]:
         if self.kind != "lrs/1":
@@ -284,7 +284,7 @@ def _reopen(remote: Remote, fingerprint: str) -> Catalog:
     """
     catalog = Catalog.open(remote)
     if catalog.fingerprint != fingerprint:
-        raise changed_since(remote.url, fingerprint, catalog.fingerprint)
+        raise changed_since(remote.shown, fingerprint, catalog.fingerprint)
     return catalog
 
 

@@ -49,7 +49,7 @@ class Layout(OpenedDataset):
     files: FileIndex = field(repr=False)
 
     def __repr__(self) -> str:
-        return f"Layout({self.remote.url!r}, episodes={len(self.episodes)}, files={len(self.files)})"
+        return f"Layout({self.remote.shown!r}, episodes={len(self.episodes)}, files={len(self.files)})"
 
     @classmethod
     def load(

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from cache.errors import LrsError
-from cache.remote import redact
+from cache.redaction import redact
 from reshard.cli.types import LocalDir
 from reshard.distribution import DISTRIBUTION
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cache.arguments import format_index_list
+from cache.redaction import redact
 from reshard.cli.base import F, dry_run_option, handle_errors, quiet_option, quiet_requested
 from reshard.cli.types import ByteSize, IndexList, LocalDir, Weights
 
@@ -285,8 +286,9 @@ def prewarm_command(
     the reader's own schedule, so every option that shapes it must match the training run:
     EpisodeStream(URL, episodes=, episode_pool_size= or batch_size=, shuffle=, seed=, world_size=,
     cache_dir=DIR, cache_max_bytes=), its set_epoch(), and the DataLoader's num_workers. Or give none
-    of them: --spec FILE, the run's own stream.spec.to_json(). Run it on each node with that node's
-    --node-rank (or --ranks).
+    of them: --spec FILE, the run's own stream.spec.to_json(). A spec saves a URL without its
+    credentials (user:password@ and the query are redacted): give such a URL again after --spec.
+    Run it on each node with that node's --node-rank (or --ranks).
 
     Without --num-episodes or --max-bytes it fetches everything the node reads in one epoch, within the
     cache budget. Files already cached are skipped, so a rerun resumes an interrupted prewarm.
@@ -312,7 +314,7 @@ def prewarm_command(
             resume_state=state,
         )
     except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
+        raise click.UsageError(redact(str(exc))) from exc
     if dry_run and summary.plan is not None:
         _echo_plan(
             summary.plan,
@@ -338,10 +340,12 @@ def _on_command_line(given: dict[str, Any]) -> dict[str, Any]:
 
 def _spec_from_file(path: Path, options: dict[str, Any]) -> ReadSpec:
     """The spec in `path`, with what the command line adds: the cache directory, the DataLoader's workers
-    and the world size where the spec leaves them open.
+    and the world size where the spec leaves them open, and the URLs with the credentials the spec was
+    saved without.
 
     Raises:
-        click.UsageError: an option contradicts the spec.
+        click.UsageError: an option contradicts the spec, or the spec lacks a URL's credentials and the
+            command line does not give it again.
         click.BadParameter: the file is not a read spec.
     """
     from reader.read_spec import ReadSpec, default_pool_size
@@ -350,6 +354,7 @@ def _spec_from_file(path: Path, options: dict[str, Any]) -> ReadSpec:
         spec = ReadSpec.from_json(path.read_bytes())
     except (OSError, ValueError) as exc:
         raise click.BadParameter(f"{exc} (in {path})", param_hint="--spec") from None
+    spec = _with_urls(spec, path, options.pop("urls", None))
     if "cache_dir" in options:
         options["cache_dir"] = os.path.abspath(options["cache_dir"])
     if "batch_size" in options:
@@ -373,10 +378,33 @@ def _spec_from_file(path: Path, options: dict[str, Any]) -> ReadSpec:
     return spec
 
 
+def _with_urls(spec: ReadSpec, path: Path, urls: tuple[str, ...] | None) -> ReadSpec:
+    """`spec` reading `urls`, the command line's URL arguments: each the spec's own URL, given again with
+    the credentials a saved spec leaves out (`ReadSpec.to_json` redacts them).
+
+    Raises:
+        click.UsageError: a URL that is not the spec's, or none where the spec's URL was redacted.
+    """
+    if not urls:
+        if spec.redacted_urls:
+            raise click.UsageError(
+                f"Missing argument 'URL...': the spec {path} holds {', '.join(spec.redacted_urls)} without "
+                f"its credentials (redacted when it was saved). Expected the URL again: lrs prewarm --spec "
+                f"{path} URL..."
+            )
+        return spec
+    try:
+        return spec.with_urls(urls)
+    except ValueError:
+        shown, held = ", ".join(redact(u) for u in urls), ", ".join(redact(s.url) for s in spec.sources)
+        raise click.UsageError(
+            f"Invalid URL ({shown}) with --spec {path} ({held} there). Expected the spec's URLs, with the "
+            "credentials it was saved without, or no URL."
+        ) from None
+
+
 def _held_by_spec(name: str) -> tuple[str, Callable[[ReadSpec], Any]]:
-    """The option (or argument) of parameter `name` as a message names it, and the spec's value for it."""
-    if name == "urls":
-        return "URL", lambda spec: tuple(s.url for s in spec.sources)
+    """The option of parameter `name` as a message names it, and the spec's value for it."""
     option = _SPEC_OPTIONS[name]
     return option.flag, option.of_spec
 

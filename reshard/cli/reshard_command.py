@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from cache.arguments import format_index_list
+from cache.redaction import redact
 from reshard.cli.base import (
     handle_errors,
     quiet_option,
@@ -133,7 +134,7 @@ def reshard_cmd(
             skip_episodes=skip_episodes,
         )
     except ValueError as exc:  # checked before any work, so nothing is left behind
-        raise click.UsageError(str(exc)) from exc
+        raise click.UsageError(redact(str(exc))) from exc
     result = reshard(
         src,
         out,
@@ -145,7 +146,7 @@ def reshard_cmd(
         quiet=quiet_requested(quiet),
     )
     if result.already_complete:
-        click.echo(f"{out} is already a complete reshard of {src} with these options.")
+        click.echo(f"{out} is already a complete reshard of {redact(src)} with these options.")
     elif result.part is not None:
         index, count = result.part
         click.echo(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cache.redaction import redact
 from reader.errors import DatasetError
 from reader.format.v3 import INDEX_COLUMNS
 
@@ -174,4 +175,5 @@ def _collect(
         for key in keys
         if values[key]
     )
-    return EpisodeView(source, episode, float(meta.fps), length, tuple(tasks), cameras, curves)
+    # The title drawn into the PNG names the dataset: without the credentials its URL may hold.
+    return EpisodeView(redact(source), episode, float(meta.fps), length, tuple(tasks), cameras, curves)

@@ -12,8 +12,9 @@ import os
 from collections.abc import Callable
 from typing import TypeVar
 
-from cache.backoff import DEFAULT_RETRY, RetryPolicy, http_status, redact, with_retries
+from cache.backoff import DEFAULT_RETRY, RetryPolicy, http_status, with_retries
 from cache.errors import FetchError
+from cache.redaction import redact
 from reshard.errors import PushError
 
 T = TypeVar("T")
@@ -32,7 +33,10 @@ def retrying(fn: Callable[[], T], *, doing: str, policy: RetryPolicy = DEFAULT_R
 
     def on_retry(exc: BaseException, attempt: int) -> None:
         log.warning(
-            "%s failed (attempt %d), retrying: %s", doing, attempt + 1, scrub(f"{type(exc).__name__}: {exc}")
+            "%s failed (attempt %d), retrying: %s",
+            scrub(doing),
+            attempt + 1,
+            scrub(f"{type(exc).__name__}: {exc}"),
         )
 
     try:

@@ -111,7 +111,7 @@ class FsspecTarget:
         self.retry = DEFAULT_RETRY
 
     def __repr__(self) -> str:
-        return f"FsspecTarget({self.url!r})"
+        return f"FsspecTarget({self.remote.shown!r})"
 
     def session(self) -> contextlib.AbstractContextManager[None]:
         """Nothing to hold for fsspec stores."""

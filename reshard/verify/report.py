@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from cache.backoff import redact
+from cache.redaction import redact
 from reshard.verify.context import VideoQuality, Violation
 
 _MAX_LISTED = 20

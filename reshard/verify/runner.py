@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cache.arguments import check_int
-from cache.backoff import redact
+from cache.redaction import redact
 from cache.remote import resolve
 from reader.errors import DatasetError, LayoutError
 from reader.format.index import LAYOUT_JSON
