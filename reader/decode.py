@@ -176,25 +176,55 @@ class Decoders:
         locate: Callable[[], AbstractContextManager[str]] | None,
         depth_pix_fmt: str | None,
     ) -> VideoDecoder | DepthDecoder:
+        decoder: VideoDecoder | DepthDecoder
         with locate() if locate is not None else contextlib.nullcontext(key) as path:
             if not os.path.isfile(path):
                 raise DecodeError(f"Invalid video {where}: missing. Expected an MP4 file at {path}.")
             if depth_pix_fmt is not None:
-                return open_depth_decoder(path, expected_pix_fmt=depth_pix_fmt, where=where)
-            try:
-                decoder = VideoDecoder(
-                    path, seek_mode=self.seek_mode, num_ffmpeg_threads=self.num_threads, device=self.device
-                )
-            except (RuntimeError, ValueError) as exc:
-                raise DecodeError(
-                    f"Invalid video {where}: cannot open ({_first_line(exc)}). Expected an MP4."
-                ) from exc
+                decoder = open_depth_decoder(path, expected_pix_fmt=depth_pix_fmt, where=where)
+            else:
+                try:
+                    decoder = VideoDecoder(
+                        path,
+                        seek_mode=self.seek_mode,
+                        num_ffmpeg_threads=self.num_threads,
+                        device=self.device,
+                    )
+                except (RuntimeError, ValueError) as exc:
+                    raise DecodeError(
+                        f"Invalid video {where}: cannot open ({_first_line(exc)}). Expected an MP4."
+                    ) from exc
+        try:
+            check_frame_size(decoder.metadata.width, decoder.metadata.height, where)
+        except DecodeError:
+            if isinstance(decoder, DepthDecoder):
+                decoder.close()
+            raise
         return decoder
 
     def clear(self) -> None:
         """Close every decoder."""
         with self._lock:
             self._open.clear()
+
+
+# The largest frame the reader decodes (8K is 7680x4320): a camera's frames become tensors of
+# 3 x height x width bytes each, times the frames of a batch and the workers' prefetch.
+MAX_FRAME_SIDE = 8192
+
+
+def check_frame_size(width: int | None, height: int | None, where: VideoWhere) -> None:
+    """Refuse, before anything is decoded, a video whose header says its frames are larger than
+    `MAX_FRAME_SIDE` on a side (a hostile file would make every sample gigabytes).
+
+    Raises:
+        DecodeError: naming the file, the episode and the camera.
+    """
+    if (width or 0) > MAX_FRAME_SIDE or (height or 0) > MAX_FRAME_SIDE:
+        raise DecodeError(
+            f"Invalid video {where}: frame size {width}x{height}. Expected at most "
+            f"{MAX_FRAME_SIDE}x{MAX_FRAME_SIDE} (width x height)."
+        )
 
 
 def decode_frames(

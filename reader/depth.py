@@ -168,9 +168,11 @@ def open_depth_decoder(path: str, *, expected_pix_fmt: str, where: Any) -> Depth
 
 
 class _Metadata:
-    def __init__(self, average_fps: float, num_frames: int | None) -> None:
+    def __init__(self, average_fps: float, num_frames: int | None, width: int, height: int) -> None:
         self.average_fps = average_fps
         self.num_frames = num_frames
+        self.width = width
+        self.height = height
 
 
 class DepthDecoder:
@@ -207,7 +209,10 @@ class DepthDecoder:
         # decoder as garbage frees it there, joining threads the child does not have (a hang).
         self._stream.codec_context.thread_count = 1
         rate = self._stream.average_rate or self._stream.base_rate
-        self.metadata = _Metadata(float(rate) if rate else 0.0, self._stream.frames or None)
+        context = self._stream.codec_context
+        self.metadata = _Metadata(
+            float(rate) if rate else 0.0, self._stream.frames or None, context.width, context.height
+        )
         if self._stream.time_base is None:
             self._container.close()
             raise DecodeError(f"Invalid video {where}: no time base. Expected one on the depth stream.")

@@ -23,7 +23,6 @@ Importing this module loads neither torch nor pandas.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +31,7 @@ import numpy as np
 
 from reader.depth import MM_PER_METRE, DepthUnit, check_unit, is_depth
 from reader.errors import DatasetError
+from reader.format.jsonfile import parse_json
 from reader.format.v3 import STATS_PATH, Info
 
 # lerobot's `LANGUAGE_COLUMNS` (lerobot.datasets.language): the features its trainer collates as lists.
@@ -66,10 +66,7 @@ def parse_stats(stats_json: bytes, *, file: str = STATS_PATH) -> dict[str, Any]:
     Raises:
         DatasetError: it is not valid JSON, or not of that shape (naming the feature and statistic).
     """
-    try:
-        raw = json.loads(stats_json)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DatasetError(f"not valid JSON ({exc})", file=file) from exc
+    raw = parse_json(stats_json, file=file)
     if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
         raise DatasetError("Invalid stats. Expected a JSON object of per-feature objects.", file=file)
     for feature, value in raw.items():

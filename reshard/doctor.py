@@ -13,8 +13,8 @@ of raised, plus what only a whole-dataset view can see (orphans):
    store can list);
 5. `rows`: each data file's rows are exactly its episodes' (index, episode_index, frame_index), with
    finite, increasing timestamps at `frame_index / fps` and valid task indices, and its row count adds up;
-6. `videos`: each video file is non-empty and readable, its header's duration holds every episode's
-   time range, and its frames are all there: a file cut short (its index first, so its header still
+6. `videos`: each video file is non-empty and readable, its frames are the size its camera's `shape`
+   declares, its header's duration holds every episode's time range, and its frames are all there: a file cut short (its index first, so its header still
    promises every frame) makes exactly the episodes whose frames are missing defective
    (`reshard.video.extent`; `--decode`: every frame decoded, up to the first damaged packet, and counted
    per episode instead of trusting the header).
@@ -34,7 +34,7 @@ from cache.progress import progress_bar
 from cache.redaction import redact
 from reader.errors import DatasetError
 from reshard.source import V3Source, check_pointers, iter_missing_files, listed_files, open_source
-from reshard.source_checks import iter_row_defects, iter_video_defects
+from reshard.source_checks import frame_size_defects, iter_row_defects, iter_video_defects
 from reshard.video.extent import decoded_frame_times, frames_in_range
 
 
@@ -235,6 +235,8 @@ def _decoded(source: V3Source, videos: list[str], progress: bool) -> Iterator[Da
                     with source.remote.open(rel) as handle, av.open(handle) as container:
                         if not container.streams.video:
                             raise ValueError("no video stream")
+                        context = container.streams.video[0].codec_context
+                        size = (context.width or 0, context.height or 0)
                         times = decoded_frame_times(container)
                 except (av.error.FFmpegError, OSError, ValueError) as exc:
                     for episode in episodes:
@@ -246,6 +248,7 @@ def _decoded(source: V3Source, videos: list[str], progress: bool) -> Iterator[Da
                         )
                     bar.update(1)
                     continue
+                yield from frame_size_defects(source, key, rel, episodes, *size)
                 for episode in episodes:
                     seg = episode.video(key)
                     found = frames_in_range(times, seg.from_timestamp, seg.to_timestamp, fps)

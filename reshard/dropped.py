@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from cache.arguments import parse_index_list
 from reader.errors import DatasetError
+from reader.format.jsonfile import parse_json
 
 DROPPED_JSON = "meta/lrs/dropped.json"
 # The reason recorded for an episode of `--skip-episodes`.
@@ -68,19 +69,20 @@ class Selection:
         Raises:
             DatasetError: not a selection document (naming `file`).
         """
+        doc = parse_json(data, file=file)
         try:
-            doc = json.loads(data)
             dropped = tuple(Dropped(int(d["episode"]), str(d["reason"])) for d in doc["dropped"])
             selection = cls(
                 int(doc["source_episodes"]), dropped, tuple(str(n) for n in doc.get("ignored", ()))
             )
-        except (ValueError, KeyError, TypeError) as exc:
+            kept = doc["kept_episodes"]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DatasetError(
                 f"Invalid dropped-episodes record ({exc}). Expected lrs's JSON.", file=file
             ) from exc
-        if len(selection.kept) != doc["kept_episodes"]:
+        if len(selection.kept) != kept:
             raise DatasetError(
-                f"Invalid kept_episodes ({doc['kept_episodes']}). Expected {len(selection.kept)}.", file=file
+                f"Invalid kept_episodes ({kept!r:.40}). Expected {len(selection.kept)}.", file=file
             )
         return selection
 

@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from cache import store
 from cache.redaction import redact
+from reader.errors import DatasetError
 from reader.format.index import (
     EPISODES_INDEX,
     FILES_INDEX,
@@ -49,7 +50,7 @@ from reader.format.index import (
     kind_of,
 )
 from reader.format.parquet import replace_columns
-from reader.format.v3 import DEFAULT_EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH
+from reader.format.v3 import DEFAULT_EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH, frame_size
 from reshard.distribution import DISTRIBUTION
 from reshard.dropped import DROPPED_JSON
 from reshard.source import V3Source
@@ -307,7 +308,12 @@ def index_entries(source: V3Source, plan: ReshardPlan, records: dict[str, Record
 
 
 def info_json(source: V3Source, params: dict[str, Any], video_records: list[VideoRecord]) -> bytes:
-    """`meta/info.json` of the output: the source's, with totals, file bound and video info as written."""
+    """`meta/info.json` of the output: the source's, with totals, file bound and video info as written.
+
+    Raises:
+        DatasetError: a camera's `video.width`/`video.height` would contradict its `shape`
+            (`check_video_sizes`).
+    """
     raw = json.loads(json.dumps(source.info.raw))
     raw["total_episodes"] = len(source.episodes)
     raw["total_frames"] = source.total_frames
@@ -328,7 +334,34 @@ def info_json(source: V3Source, params: dict[str, Any], video_records: list[Vide
             info["video.preset"] = params.get("preset") or DEFAULT_PRESET[mode]
         if "has_audio" in info:  # the episode videos hold the video stream alone
             info["has_audio"] = False
+    check_video_sizes(raw["features"], source.video_keys, file=source.remote.display(INFO_PATH))
     return (json.dumps(raw, indent=4) + "\n").encode()
+
+
+def check_video_sizes(features: dict[str, Any], video_keys: Iterable[str], *, file: str) -> None:
+    """Check that each camera's `info` `video.width` and `video.height` (where it has them) are the size
+    its `shape` declares (`frame_size`): an info.json that says both cannot be read right by anyone.
+
+    The source checks refuse videos whose frames are not their camera's shape (or leave their episodes
+    out), so the sizes written agree; a source whose info.json disagrees with itself for a camera without
+    any video written is refused here.
+
+    Raises:
+        DatasetError: naming `file` and the camera's feature.
+    """
+    for key in video_keys:
+        feature = features[key]
+        declared = frame_size(feature)
+        info = feature.get("info") or {}
+        said = (info.get("video.height"), info.get("video.width"))
+        if declared is None or None in said or said == declared:
+            continue
+        raise DatasetError(
+            f"Invalid video size ({said[1]}x{said[0]}) in features/{key}/info. Expected "
+            f"{declared[1]}x{declared[0]} (width x height), as its shape {list(feature['shape'])} says.",
+            file=file,
+            field=f"features/{key}",
+        )
 
 
 def _kept_split(span: Any, kept: tuple[int, ...]) -> Any:

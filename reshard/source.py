@@ -8,7 +8,6 @@ which read the `index` columns and the video headers, are in `reshard.source_che
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -159,9 +158,6 @@ class V3Source(OpenedDataset):
         where = self.remote.display(EPISODES_DIR)
         tables = [parse_parquet(self.episode_file_bytes(rel), file=where) for rel in self.episode_files]
         return sorted_by_episode_index(concat_episode_tables(tables, file=where))
-
-    def read_json(self, rel: str) -> Any:
-        return json.loads(self.remote.cat(rel))
 
 
 def open_source(

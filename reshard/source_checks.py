@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from reader.errors import DatasetError
 from reader.format.parquet import parse_parquet
-from reader.format.v3 import EpisodeInfo, VideoSegment
+from reader.format.v3 import INFO_PATH, EpisodeInfo, VideoSegment, frame_size
 from reshard.defects import describe_defect, raise_defects
 from reshard.video.extent import VideoExtent, frames_in_range, video_extent
 
@@ -241,7 +241,8 @@ def iter_video_defects(
     source: V3Source, video_files: Iterable[str] | None = None, *, per_episode: bool = False
 ) -> Iterator[DatasetError]:
     """Each video file that is unreadable (with `per_episode`, once for each of its episodes), and each
-    episode whose time range its file does not hold (naming the file, the episode and the camera)."""
+    episode whose file's frames are not the size its camera declares (`frame_size_defects`) or whose time
+    range its file does not hold (naming the file, the episode and the camera)."""
     wanted = set(video_files) if video_files is not None else None
     for key in source.video_keys:
         for rel, episodes in source.episodes_by_video_file(key).items():
@@ -256,6 +257,7 @@ def iter_video_defects(
                 for episode in episodes:
                     yield DatasetError(defect.problem, file=defect.file, episode=episode.episode_index)
                 continue
+            yield from frame_size_defects(source, key, rel, episodes, extent.width, extent.height)
             for episode in episodes:
                 found = _video_range_problem(extent, episode.video(key), episode.length, source.info.fps)
                 if found:
@@ -263,6 +265,30 @@ def iter_video_defects(
                     yield DatasetError(
                         problem, file=source.remote.display(rel), episode=episode.episode_index, field=field
                     )
+
+
+def frame_size_defects(
+    source: V3Source, key: str, rel: str, episodes: Iterable[EpisodeInfo], width: int, height: int
+) -> list[DatasetError]:
+    """One defect per episode of the video file `rel` of camera `key` where the file's frames
+    (`width` x `height`, from its header) are not the size `meta/info.json` declares for the camera
+    (`frame_size` of its `shape`); none where they are, or where the header or the shape says nothing.
+
+    lerobot's reader returns the frames the file holds, whatever the shape says: a 4096x4096 video in
+    place of a 64x96 camera gives 50 MB per frame to a model built for 18 KB.
+    """
+    declared = frame_size(source.info.features[key])
+    if declared is None or not width or not height or declared == (height, width):
+        return []
+    shape = source.info.features[key]["shape"]
+    problem = (
+        f"Invalid frame size ({width}x{height}). Expected {declared[1]}x{declared[0]} (width x height), "
+        f"the shape {list(shape)} that {INFO_PATH} declares for the camera."
+    )
+    where = source.remote.display(rel)
+    return [
+        DatasetError(problem, file=where, episode=e.episode_index, field=f"videos/{key}") for e in episodes
+    ]
 
 
 def _video_range_problem(

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-import json
+import re
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,7 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cache.store import TEMP_SUFFIX, check_rel
 from reader.errors import LayoutError
+from reader.format.jsonfile import parse_json
 
 LAYOUT_VERSION = "lrs/1"
 LRS_DIR = "meta/lrs"
@@ -245,7 +247,34 @@ def episodes_from_table(
     order = pc.sort_indices(table.column("episode_index"))
     if not np.array_equal(order.to_numpy(), np.arange(table.num_rows)):
         table = table.take(order)
+    for name in ["data_path", *(f"videos/{key}/path" for key in video_keys)]:
+        check_paths(table.column(name), file=file, field=name, episodes=table.column("episode_index"))
     return EpisodeIndex(table, video_keys)
+
+
+# A superset of what `cache.store.check_rel` refuses, for a whole column at once: an empty segment (an
+# empty path, or a leading, doubled or trailing `/`), a `.` or `..` segment, a backslash, a temp name.
+_BAD_PATH = r"(^|/)\.{0,2}(/|$)|\\|" + re.escape(TEMP_SUFFIX) + "$"
+
+
+def check_paths(
+    paths: pa.ChunkedArray, *, file: str, field: str, episodes: pa.ChunkedArray | None = None
+) -> None:
+    """Check that every path of an index column is one the cache accepts (`check_rel`: dataset-relative,
+    no `..`), so that a hostile index cannot make the reader, prewarm or push read or write outside the
+    dataset or the cache.
+
+    Raises:
+        LayoutError: naming `file`, the first bad path's episode (`episodes`: the column beside the paths)
+            and `field`.
+    """
+    suspects = np.flatnonzero(pc.match_substring_regex(paths, _BAD_PATH).to_numpy(zero_copy_only=False))
+    for row in suspects.tolist():
+        try:
+            check_rel(paths[row].as_py())
+        except ValueError as exc:
+            episode = None if episodes is None else episodes[row].as_py()
+            raise LayoutError(str(exc), file=file, episode=episode, field=field) from None
 
 
 def files_to_table(entries: list[FileEntry]) -> pa.Table:
@@ -356,6 +385,7 @@ def file_index(table: pa.Table, *, file: str = FILES_INDEX) -> FileIndex:
         table = table.cast(FILES_SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise LayoutError(f"Invalid column types ({exc}). Expected {FILES_SCHEMA}.", file=file) from exc
+    check_paths(table.column("path"), file=file, field="path")
     # Arrow sorts strings by their UTF-8 bytes, which is Python's code point order: bisect agrees.
     order = pc.sort_indices(table.column("path"))
     if not np.array_equal(order.to_numpy(), np.arange(table.num_rows)):
@@ -365,10 +395,7 @@ def file_index(table: pa.Table, *, file: str = FILES_INDEX) -> FileIndex:
 
 def parse_layout_json(data: bytes | str, *, file: str = LAYOUT_JSON) -> dict[str, Any]:
     """Parse `layout.json` and check its version."""
-    try:
-        raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LayoutError(f"not valid JSON ({exc})", file=file) from exc
+    raw = parse_json(data, file=file, error=LayoutError)
     if not isinstance(raw, dict) or raw.get("layout") != LAYOUT_VERSION:
         got = raw.get("layout") if isinstance(raw, dict) else raw
         raise LayoutError(

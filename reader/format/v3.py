@@ -6,9 +6,10 @@ validating source model build on the same definitions. Paths are dataset-relativ
 
 from __future__ import annotations
 
-import json
 import math
 import posixpath
+import re
+import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from reader.errors import DatasetError
+from reader.format.jsonfile import parse_json
 from reader.format.parquet import parse_parquet
 
 if TYPE_CHECKING:
@@ -107,10 +109,7 @@ class Info:
         Raises:
             DatasetError: not JSON, not v3.0, or a required field missing or malformed.
         """
-        try:
-            raw = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise DatasetError(f"not valid JSON ({exc})", file=file) from exc
+        raw = parse_json(data, file=file)
         if not isinstance(raw, dict):
             raise DatasetError("Invalid info (not an object). Expected a JSON object.", file=file)
         version = raw.get("codebase_version")
@@ -155,9 +154,9 @@ class Info:
         info = cls(raw=raw)
         if info.video_keys and not isinstance(raw.get("video_path"), str):
             raise DatasetError("missing although the dataset has videos", file=file, field="video_path")
-        for key in ("data_path", "video_path"):
+        for key in TEMPLATE_FIELDS:
             if isinstance(raw.get(key), str):
-                check_template(raw[key], file=file, field=key)
+                check_template(raw[key], file=file, field=key, video_keys=info.video_keys)
         return info
 
     @property
@@ -205,23 +204,120 @@ class Info:
         return format_template(self.video_path, video_key=key, chunk_index=chunk_index, file_index=file_index)
 
 
+def frame_size(feature: dict[str, Any]) -> tuple[int, int] | None:
+    """The (height, width) a camera feature of `meta/info.json` declares, or None where its `shape` is not
+    three whole numbers.
+
+    lerobot writes `shape` [height, width, channels] with `names` ["height", "width", "channels"]; where the
+    names say where height and width are, they are there. Otherwise lerobot's rule
+    (`dataset_to_policy_features`): a shape whose last name is "channel(s)" is (height, width, channels),
+    any other (channels, height, width). Without names, the channels are the side of 1, 3 or 4 at an end.
+    """
+    shape, names = feature.get("shape"), feature.get("names")
+    if not isinstance(shape, (list, tuple)) or len(shape) != 3:
+        return None
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in shape):
+        return None
+    if isinstance(names, (list, tuple)) and len(names) == 3:
+        if "height" in names and "width" in names:
+            return shape[names.index("height")], shape[names.index("width")]
+        if names[2] not in ("channel", "channels"):
+            return shape[1], shape[2]
+    elif shape[0] in (1, 3, 4) and shape[2] not in (1, 3, 4):
+        return shape[1], shape[2]
+    return shape[0], shape[1]
+
+
 def format_template(template: str, **fields: Any) -> str:
-    """Fill a v3 path template and check that the result stays inside the dataset root."""
+    """Fill a v3 path template (one `check_template` accepted) and check that the result stays inside the
+    dataset root."""
     path = template.format(**fields)
     check_relative(path, what="path")
     return path
 
 
-def check_template(template: str, *, file: str, field: str) -> None:
-    """Reject a path template that is absolute or climbs out of the dataset root."""
+# The fields lerobot 0.6's v3 reader fills in each path template of `meta/info.json`
+# (`data_path.format(chunk_index=, file_index=)`, `video_path.format(video_key=, chunk_index=, file_index=)`);
+# v2.1's names (`episode_chunk`, `episode_index`) are not among them: lrs reads v3.0 alone.
+TEMPLATE_FIELDS: dict[str, tuple[str, ...]] = {
+    "data_path": ("chunk_index", "file_index"),
+    "video_path": ("video_key", "chunk_index", "file_index"),
+}
+# `{chunk_index:0Nd}`: lerobot writes `03d`; 12 digits number more files than any store holds.
+MAX_FIELD_WIDTH = 12
+# The longest dataset-relative path a template may make (Linux's PATH_MAX).
+MAX_PATH_BYTES = 4096
+_ZERO_PADDED = re.compile(r"0([0-9]{1,2})d")
+# An index from `meta/episodes` is an int64: at most 19 digits and a sign.
+_INDEX_CHARS = 20
+
+
+def check_template(template: str, *, file: str, field: str, video_keys: Sequence[str] = ()) -> None:
+    """Check a path template of `meta/info.json` before anything formats it: only lerobot's fields
+    (`TEMPLATE_FIELDS`), each `{name}` or, for an index, `{name:0Nd}` with N <= `MAX_FIELD_WIDTH`; the
+    paths it makes at most `MAX_PATH_BYTES` long, relative and inside the dataset root (for every camera
+    of `video_keys`).
+
+    Python's format mini-language would otherwise let a dataset ask for a 400-million-character field
+    (`{chunk_index:>400000000}`: gigabytes and a minute per path), or a field lrs does not fill (a
+    `KeyError` at the first path).
+
+    Raises:
+        DatasetError: naming `file`, the field and the template.
+    """
+    shown = template if len(template) <= 200 else f"{template[:200]}..."
+    allowed = TEMPLATE_FIELDS[field]
+    expected = (
+        f"Expected fields among {{{'}, {'.join(allowed)}}}, each as {{name}} or, for an index, "
+        f"{{name:0Nd}} with N <= {MAX_FIELD_WIDTH}"
+    )
     try:
-        sample = template.format(chunk_index=0, file_index=0, video_key="k", episode_index=0)
-    except (KeyError, IndexError, ValueError) as exc:
-        raise DatasetError(f"Invalid path template ({template!r}): {exc}", file=file, field=field) from exc
-    try:
-        check_relative(sample, what="template")
+        parts = list(string.Formatter().parse(template))
     except ValueError as exc:
-        raise DatasetError(str(exc), file=file, field=field) from exc
+        raise DatasetError(
+            f"Invalid path template ({shown!r}): {exc}. {expected}.", file=file, field=field
+        ) from exc
+    longest = 0
+    for text, name, spec, conversion in parts:
+        longest += len(text.encode())
+        if name is None:
+            continue
+        width = _field_width(name, spec or "", conversion, allowed)
+        if width is None:
+            bad = f"{{{name}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}}"
+            raise DatasetError(
+                f"Invalid path template ({shown!r}): field {bad if len(bad) <= 80 else bad[:80] + '...'}. "
+                f"{expected}.",
+                file=file,
+                field=field,
+            )
+        if name == "video_key":
+            width = max((len(key.encode()) for key in video_keys), default=0)
+        longest += width
+    if longest > MAX_PATH_BYTES:
+        raise DatasetError(
+            f"Invalid path template ({shown!r}): its paths may be {longest} bytes long. Expected at most "
+            f"{MAX_PATH_BYTES}.",
+            file=file,
+            field=field,
+        )
+    for key in (list(video_keys) or ["k"]) if "video_key" in allowed else [""]:
+        try:
+            check_relative(template.format(chunk_index=0, file_index=0, video_key=key), what="template")
+        except ValueError as exc:
+            raise DatasetError(str(exc), file=file, field=field) from exc
+
+
+def _field_width(name: str, spec: str, conversion: str | None, allowed: Sequence[str]) -> int | None:
+    """The most characters a template field makes, or None where lrs does not accept it."""
+    if name not in allowed or conversion is not None:
+        return None
+    if not spec:
+        return _INDEX_CHARS
+    padded = _ZERO_PADDED.fullmatch(spec)
+    if name == "video_key" or padded is None or not 1 <= int(padded.group(1)) <= MAX_FIELD_WIDTH:
+        return None
+    return max(int(padded.group(1)), _INDEX_CHARS)
 
 
 def check_relative(path: str, *, what: str) -> None:

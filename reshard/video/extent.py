@@ -31,15 +31,18 @@ class VideoExtent:
         frames: the frame count its header promises (0 where it gives none).
         times_s: None for a whole file; for one cut short, the presentation time of every frame whose
             packet is whole, sorted.
+        width, height: its frames' size in pixels, as its stream's header says (0 where it does not).
     """
 
     end_s: float
     frames: int = 0
     times_s: np.ndarray | None = None
+    width: int = 0
+    height: int = 0
 
     def __repr__(self) -> str:
         cut = "" if self.times_s is None else f", cut short: {len(self.times_s)} frames"
-        return f"VideoExtent(end_s={self.end_s:.4f}, frames={self.frames}{cut})"
+        return f"VideoExtent(end_s={self.end_s:.4f}, frames={self.frames}, {self.width}x{self.height}{cut})"
 
     @property
     def truncated(self) -> bool:
@@ -66,10 +69,11 @@ def video_extent(container: Any) -> VideoExtent:
     stream = container.streams.video[0]
     end_s = _header_end_s(container, stream)
     frames = int(stream.frames or 0)
+    width, height = int(stream.codec_context.width or 0), int(stream.codec_context.height or 0)
     if _tail_present(container, stream, end_s):
-        return VideoExtent(end_s, frames)
+        return VideoExtent(end_s, frames, width=width, height=height)
     container.seek(stream.start_time or 0, stream=stream, backward=True, any_frame=False)
-    return VideoExtent(end_s, frames, _whole_packet_times(container, stream))
+    return VideoExtent(end_s, frames, _whole_packet_times(container, stream), width=width, height=height)
 
 
 def _header_end_s(container: Any, stream: Any) -> float:

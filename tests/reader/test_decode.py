@@ -203,3 +203,32 @@ def test_tolerance_is_compared_in_float32_like_lerobot() -> None:
     assert not bool((distance < 1e-4).all()) and gap < 1e-4
     with pytest.raises(DecodeError, match="Invalid frame timestamps"):
         _closest([0.0], torch.tensor([gap], dtype=torch.float64), tolerance_s=1e-4, where=WHERE)
+
+
+def _blank_video(path: Path, width: int, height: int) -> Path:
+    """Two black frames of `width` x `height` (H.264)."""
+    import av
+
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for _ in range(2):
+            frame = av.VideoFrame.from_ndarray(np.zeros((height, width, 3), np.uint8), format="rgb24")
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode())
+    return path
+
+
+def test_a_frame_larger_than_8192_is_refused_before_decoding(tmp_path: Path) -> None:
+    wide = _blank_video(tmp_path / "wide.mp4", 8208, 16)
+    pattern = (
+        r"Invalid video videos/x\.mp4 \(episode 3, camera 'observation\.images\.cam1'\): frame size 8208x16\. "
+        r"Expected at most 8192x8192"
+    )
+    with pytest.raises(DecodeError, match=pattern):
+        Decoders(1).get(str(wide), WHERE)
+    widest = _blank_video(tmp_path / "widest.mp4", 8192, 16)
+    frames = decode_frames(
+        Decoders(1).get(str(widest), WHERE), [0.0], tolerance_s=1e-4, return_uint8=True, where=WHERE
+    )
+    assert frames.shape == (1, 3, 16, 8192)

@@ -56,6 +56,22 @@ def shorten(path: Path, drop: int) -> None:
     out.replace(path)
 
 
+def resize(path: Path, width: int, height: int) -> None:
+    """Rewrite a video with the same frames (count and timing) at another size (H.264)."""
+    with av.open(str(path)) as src:
+        stream = src.streams.video[0]
+        frames = [f.to_ndarray(width=width, height=height, format="rgb24") for f in src.decode(stream)]
+        rate = stream.average_rate
+    out = path.with_suffix(".tmp.mp4")
+    with av.open(str(out), "w") as dst:
+        video = dst.add_stream("libx264", rate=rate)
+        video.width, video.height, video.pix_fmt = width, height, "yuv420p"
+        for pixels in frames:
+            dst.mux(video.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")))
+        dst.mux(video.encode())
+    out.replace(path)
+
+
 def make_defective(sample_ds: Path, root: Path) -> Path:
     """A copy of the sample at `root` with the defects of the module docstring."""
     shutil.copytree(sample_ds, root)  # 8 episodes: 3 per data file and per video file, 2 cameras
