@@ -6,13 +6,13 @@ creates). Another user who could write there could make lrs delete, write or run
 directory lrs reuses must be
 
 - a real directory, not a symbolic link;
-- owned by the current user and writable by nobody else (private, the default: created 0700);
-- or, for a cache a group shares on purpose (`shared=True`), owned by one of the user's groups with
-  the setgid bit (created 02770), and never writable by every user unless sticky;
+- owned by the current user and writable by nobody else (created 0700);
 - in a parent that every user may write only when it is sticky (`/tmp`): in any other parent another
   user could rename the checked directory away and put their own in its place.
 
-Anything else is one `TrustError` (exit 3 in the CLI) naming the path, its owner and its mode.
+Anything else is one `TrustError` (exit 3 in the CLI) naming the path, its owner and its mode. (A cache
+that a group shares on purpose, setgid and group-writable, is not supported yet: each user keeps their
+own.)
 """
 
 from __future__ import annotations
@@ -25,47 +25,35 @@ import stat
 from cache.errors import TrustError
 
 PRIVATE_DIR_MODE = 0o700
-SHARED_DIR_MODE = 0o2770
-PRIVATE_FILE_MODE = 0o600
-SHARED_FILE_MODE = 0o660
 
 
-def file_mode(*, shared: bool) -> int:
-    """The mode lrs creates its own files with in a directory of this kind (before the umask)."""
-    return SHARED_FILE_MODE if shared else PRIVATE_FILE_MODE
-
-
-def owned_dir(path: str, *, what: str, shared: bool = False) -> str:
-    """Create the directory `path` if missing (0700, or 02770 when `shared`), and return it once it is
-    one lrs may reuse (see the module docstring); its missing parents are created as `os.makedirs` does.
+def owned_dir(path: str, *, what: str) -> str:
+    """Create the directory `path` if missing (0700), and return it once it is one lrs may reuse (see
+    the module docstring); its missing parents are created as `os.makedirs` does.
 
     Args:
         path: the directory.
         what: what it is, for the message ("cache directory", "work directory").
-        shared: a directory a group shares on purpose, not one user's.
 
     Raises:
         TrustError: it belongs to another user, others may write it, it is a symbolic link or not a
             directory, or its parent lets another user replace it.
     """
-    mode = SHARED_DIR_MODE if shared else PRIVATE_DIR_MODE
     try:
-        os.mkdir(path, mode)
+        os.mkdir(path, PRIVATE_DIR_MODE)
     except FileExistsError:
         pass
     except FileNotFoundError:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        return owned_dir(path, what=what, shared=shared)
-    else:
-        os.chmod(path, mode)  # mkdir drops the setgid bit and applies the umask; 0700 is never widened
-    check_owned_dir(path, what=what, shared=shared)
+        return owned_dir(path, what=what)
+    check_owned_dir(path, what=what)
     return path
 
 
-def check_owned_dir(path: str, *, what: str, shared: bool = False) -> None:
+def check_owned_dir(path: str, *, what: str) -> None:
     """Raise TrustError unless `path` is a directory lrs may reuse (see `owned_dir`)."""
     st = os.lstat(path)
-    problem = _problem(st, shared=shared)
+    problem = _problem(st)
     if problem is None:
         parent = os.path.dirname(os.path.abspath(path))
         pst = os.stat(parent)
@@ -75,28 +63,18 @@ def check_owned_dir(path: str, *, what: str, shared: bool = False) -> None:
                 "Expected a parent that only its owner can write, or a sticky one like /tmp."
             )
         return
-    fix = (
-        "a directory of one of your groups, setgid (chmod 2770), that not every user can write"
-        if shared
-        else "a directory of your own that only you can write (chmod 700, or choose another path)"
+    raise TrustError(
+        f"Invalid {what} ({path}): {problem} ({_describe(st)}). Expected a directory of your own that only "
+        "you can write (chmod 700, or choose another path)."
     )
-    raise TrustError(f"Invalid {what} ({path}): {problem} ({_describe(st)}). Expected {fix}.")
 
 
-def _problem(st: os.stat_result, *, shared: bool) -> str | None:
+def _problem(st: os.stat_result) -> str | None:
     mode = st.st_mode
     if stat.S_ISLNK(mode):
         return "a symbolic link"
     if not stat.S_ISDIR(mode):
         return "not a directory"
-    if shared:
-        if st.st_gid not in {os.getegid(), *os.getgroups()} and st.st_uid != os.geteuid():
-            return "of a group you are not in"
-        if not mode & stat.S_ISGID:
-            return "shared without the setgid bit"
-        if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
-            return "writable by every user"
-        return None
     if st.st_uid != os.geteuid():
         return "owned by another user"
     if mode & (stat.S_IWGRP | stat.S_IWOTH):

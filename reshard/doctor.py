@@ -33,7 +33,14 @@ from typing import Any
 from cache.progress import progress_bar
 from cache.redaction import redact
 from reader.errors import DatasetError
-from reshard.source import V3Source, check_pointers, iter_missing_files, listed_files, open_source
+from reshard.source import (
+    V3Source,
+    check_pointers,
+    escaping_links,
+    iter_missing_files,
+    listed_files,
+    open_source,
+)
 from reshard.source_checks import frame_size_defects, iter_row_defects, iter_video_defects
 from reshard.video.extent import decoded_frame_times, frames_in_range
 
@@ -126,7 +133,7 @@ def doctor(
     """Check every part of the dataset at `url` (any v3 source, local or remote); change nothing."""
     report = Report(url)
     try:
-        source = open_source(url, storage_options=storage_options, check_files=False)
+        source = open_source(url, storage_options=storage_options, check_files=False, check_links=False)
     except DatasetError as exc:
         report.checks.append("metadata")
         report.defects.append(Defect.of("metadata", exc))
@@ -149,6 +156,7 @@ def examine(
         report.defects.append(Defect.of("episodes", exc))
     listed = listed_files(source)
     report.checks.append("files")
+    report.defects += [Defect.of("files", e) for e in escaping_links(source.remote)]
     report.defects += [Defect.of("files", e) for e in iter_missing_files(source, listed)]
     if listed is None:
         report.skipped["orphans"] = "the store cannot list directories"

@@ -8,6 +8,7 @@ which read the `index` columns and the video headers, are in `reshard.source_che
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -167,6 +168,7 @@ def open_source(
     check_files: bool = True,
     locate_rows: bool = True,
     all_columns: bool = True,
+    check_links: bool = True,
 ) -> V3Source:
     """Open a v3.0 dataset and validate its metadata.
 
@@ -182,6 +184,8 @@ def open_source(
             rewrites them); False: only those the episode records need (`episode_columns`), which is most
             of the memory the metadata takes (2.1 KB per episode of Arrow for 1 camera, about 8 KB of RSS
             to read).
+        check_links: refuse a local dataset holding a symbolic link that leads out of it
+            (`escaping_links`), before reading any file; False: the caller reports them (`lrs doctor`).
 
     Raises:
         DatasetError: the dataset is missing, not v3.0, or its metadata is inconsistent; the message
@@ -191,6 +195,8 @@ def open_source(
         remote = resolve(url, storage_options=storage_options)
     except ValueError as exc:
         raise DatasetError(str(exc)) from exc
+    if check_links:  # before any file is read through one
+        raise_defects(escaping_links(remote), remote.url)
     read = read_v3_metadata(remote, all_columns=all_columns)
     metadata = {INFO_PATH: read.info_bytes, TASKS_PATH: read.tasks_bytes, **dict(read.episode_files)}
     stats: dict[str, Any] = {}
@@ -295,6 +301,37 @@ def listed_files(source: V3Source) -> set[str] | None:
     if not present and not source.remote.is_local:
         return None
     return present
+
+
+def escaping_links(remote: Remote) -> list[DatasetError]:
+    """Each symbolic link of a local dataset whose target lies outside the dataset (or nowhere): a dataset
+    is untrusted input, and a link would make lrs read, and copy into an output or a cache, a file of the
+    machine's that the dataset does not hold. Links that stay inside, or lead into huggingface_hub's cache,
+    are fine. Remote stores have none."""
+    if not remote.is_local or not os.path.isdir(remote.root):
+        return []
+    root = os.path.realpath(remote.root)
+    # huggingface_hub's own cache: older `snapshot_download(local_dir=...)` linked large files there.
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    trusted = [root, os.path.realpath(HF_HUB_CACHE)]
+    found = []
+    for dirpath, dirnames, filenames in os.walk(remote.root):
+        for name in sorted(dirnames + filenames):
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                continue
+            target = os.path.realpath(path)
+            inside = any(os.path.commonpath([t, target]) == t for t in trusted)
+            if not inside or not os.path.exists(target):
+                found.append(
+                    DatasetError(
+                        f"Invalid file (a symbolic link to {target}, outside the dataset). Expected every "
+                        "file and folder of the dataset inside it (a copy without links: cp -rL).",
+                        file=remote.display(os.path.relpath(path, remote.root)),
+                    )
+                )
+    return found
 
 
 def iter_missing_files(source: V3Source, present: set[str] | None) -> Iterator[DatasetError]:

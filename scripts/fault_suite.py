@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import fault_exits  # noqa: E402, F401 - registers its cases
+import fault_hostile  # noqa: E402, F401 - registers its cases
 import fault_input  # noqa: E402, F401 - registers its cases
 import fault_runtime  # noqa: E402, F401 - registers its cases
 import fault_trust  # noqa: E402, F401 - registers its cases

@@ -29,12 +29,6 @@ def test_a_new_directory_is_private(tmp_path: Path) -> None:
     assert mode(tmp_path / "a" / "b") == 0o700
 
 
-def test_a_shared_directory_is_setgid_and_group_writable(tmp_path: Path) -> None:
-    owned_dir(str(tmp_path / "s"), what="cache directory", shared=True)
-    assert mode(tmp_path / "s") == 0o2770
-    owned_dir(str(tmp_path / "s"), what="cache directory", shared=True)  # and reusable as such
-
-
 @pytest.mark.parametrize(
     ("prepare", "problem"),
     [
@@ -45,16 +39,14 @@ def test_a_shared_directory_is_setgid_and_group_writable(tmp_path: Path) -> None
             "a symbolic link",
         ),
         (lambda p: p.write_text("x"), "not a directory"),
-        (lambda p: (p.mkdir(), p.chmod(0o770)), "shared without the setgid bit"),
     ],
-    ids=["world-writable", "group-writable", "symlink", "file", "shared-without-setgid"],
+    ids=["world-writable", "group-writable", "symlink", "file"],
 )
 def test_a_directory_others_control_is_refused(tmp_path: Path, prepare, problem: str) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "c"
     prepare(path)
-    shared = "setgid" in problem
     with pytest.raises(TrustError, match=rf"^Invalid cache directory \({path}\): {problem} \(owner .*mode "):
-        owned_dir(str(path), what="cache directory", shared=shared)
+        owned_dir(str(path), what="cache directory")
 
 
 def test_a_parent_any_user_can_write_is_refused_unless_sticky(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import stat
 from pathlib import Path
 
@@ -99,3 +100,27 @@ def test_published_files_all_have_one_mode(sample_resharded_ds: Path) -> None:
     }
     assert any(k.endswith(".mp4") for k in modes)
     assert set(modes.values()) == {0o644}, modes
+
+
+def test_a_link_out_of_a_source_is_a_defect_and_a_refusal(sample_ds: Path, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(sample_ds, src)
+    video = next(iter(sorted((src / "videos").rglob("*.mp4"))))
+    outside = tmp_path / "elsewhere.mp4"
+    video.rename(outside)
+    video.symlink_to(outside)
+    (src / "meta" / "inside.json").symlink_to(src / "meta" / "info.json")  # a link that stays inside is fine
+    rel = video.relative_to(src)
+    result = CliRunner().invoke(cli, ["doctor", str(src), "--quiet"])
+    assert result.exit_code == 1, result.output
+    assert (
+        f"[files] {src / rel}: Invalid file (a symbolic link to {outside}, outside the dataset)"
+        in result.output
+    )
+    assert "inside.json" not in result.output
+    code, line = lrs("reshard", str(src), "--out", str(tmp_path / "out"))
+    assert code == 3
+    assert line.startswith(
+        f"Error: {src / rel}: Invalid file (a symbolic link to {outside}, outside the dataset)"
+    )
+    assert not (tmp_path / "out").exists()
