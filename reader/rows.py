@@ -372,7 +372,9 @@ class RowGroupReader:
             if zlib.crc32(data) != crc32:
                 raise RowGroupMismatch(
                     f"Invalid row group {row_group} (bytes [{start}, {end}) have CRC-32 {zlib.crc32(data)}, "
-                    f"the index records {crc32}). Expected the file the index describes.",
+                    f"the index records {crc32}). Expected the file the index describes: it was edited or "
+                    "damaged after the reshard (a stale lrs index: rebuild it with `lrs reshard DATASET --out "
+                    "NEW`, or restore the file).",
                     file=self._display(rel),
                 )
         source = _SparseFile(self._display(rel), self._size(rel), start, data)

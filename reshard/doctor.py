@@ -19,6 +19,14 @@ of raised, plus what only a whole-dataset view can see (orphans):
    (`reshard.video.extent`; `--decode`: every frame decoded, up to the first damaged packet, and counted
    per episode instead of trusting the header).
 
+An lrs/1 dataset (one with `meta/lrs/layout.json`) gets one more check, `index`: the index still describes
+the dataset (`reader.format.fresh`: the metadata files' sha256, every local file's size; and here, since
+`rows` reads every data file anyway, each data file's sha256). A tool that edits the dataset and copies
+`meta/lrs/` along unchanged (`lerobot-edit-dataset`) leaves a "stale lrs index", a defect naming the command
+that rebuilds it; the reader reads such a dataset as plain v3.
+
+When `meta/episodes` cannot be read, the header counts what `meta/info.json` declares.
+
 What lerobot reads although it is off is a warning, not a defect: data pointers in `meta/episodes` that
 name another file than the one holding the episode's rows (lerobot 0.4.x's converter; the rows are read
 where they are, and `reshard` writes true pointers), and optional `meta/episodes` columns missing.
@@ -26,13 +34,22 @@ where they are, and `reshard` writes true pointers), and optional `meta/episodes
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cache.errors import LrsError
 from cache.progress import progress_bar
 from cache.redaction import redact
-from reader.errors import DatasetError
+from cache.remote import Remote, resolve
+from reader.errors import DatasetError, LayoutError
+from reader.format.catalog import check_fresh
+from reader.format.fresh import Stale
+from reader.format.index import LAYOUT_JSON
+from reader.format.jsonfile import parse_json
+from reader.format.layout import read_files_index
+from reader.format.v3 import INFO_PATH
 from reshard.source import (
     V3Source,
     check_pointers,
@@ -137,9 +154,65 @@ def doctor(
     except DatasetError as exc:
         report.checks.append("metadata")
         report.defects.append(Defect.of("metadata", exc))
+        report.episodes, report.frames = declared_totals(url, storage_options)
+        _check_index(report, url, storage_options)
         return report
     report.checks.append("metadata")
-    return examine(source, report, decode=decode, progress=progress)
+    report = examine(source, report, decode=decode, progress=progress)
+    _check_index(report, source.remote, storage_options)
+    return report
+
+
+def _check_index(report: Report, url: str | Remote, storage_options: dict[str, Any] | None) -> None:
+    """The `index` check, for an lrs/1 dataset (one with `meta/lrs/layout.json`)."""
+    try:
+        remote = url if isinstance(url, Remote) else resolve(url, storage_options=storage_options)
+        if not remote.exists(LAYOUT_JSON):
+            return
+    except (LrsError, OSError, ValueError):
+        return
+    report.checks.append("index")
+    report.defects += [Defect.of("index", e) for e in stale_index(remote)]
+
+
+def declared_totals(url: str, storage_options: dict[str, Any] | None = None) -> tuple[int, int]:
+    """(total_episodes, total_frames) as `meta/info.json` declares them, (0, 0) where it cannot say."""
+    try:
+        remote = resolve(url, storage_options=storage_options)
+        raw = parse_json(remote.cat(INFO_PATH), file=remote.display(INFO_PATH))
+    except (LrsError, OSError, ValueError):
+        return 0, 0
+    if not isinstance(raw, dict):
+        return 0, 0
+    episodes, frames = (raw.get(name) for name in ("total_episodes", "total_frames"))
+    return _count(episodes), _count(frames)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def stale_index(remote: Remote) -> list[DatasetError]:
+    """The stale lrs index defect of an lrs/1 dataset, if any: `reader.format.fresh`'s cheap comparison,
+    then each data file's sha256 against `meta/lrs/files.parquet` (a same-size edit). A broken index
+    (unreadable `files.parquet`) is `lrs verify`'s to report."""
+    try:
+        files = read_files_index(remote, remote.cat)
+    except (LayoutError, FileNotFoundError):
+        return []
+    stale = check_fresh(remote, files)
+    for rel in [] if stale is not None else sorted(f for f in files if files[f].kind == "data"):
+        try:
+            digest = hashlib.sha256(remote.cat(rel)).hexdigest()
+        except FileNotFoundError:
+            stale = Stale(rel, "is missing, which meta/lrs/files.parquet lists")
+            break
+        if digest != files[rel].sha256:
+            stale = Stale(rel, "has another sha256 than meta/lrs/files.parquet lists")
+            break
+    if stale is None:
+        return []
+    return [DatasetError(stale.describe(remote), file=remote.display(LAYOUT_JSON))]
 
 
 def examine(

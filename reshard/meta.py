@@ -51,6 +51,7 @@ from reader.format.index import (
 )
 from reader.format.parquet import replace_columns
 from reader.format.v3 import DEFAULT_EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH, frame_size
+from reshard.carried_meta import carried_meta_files
 from reshard.distribution import DISTRIBUTION
 from reshard.dropped import DROPPED_JSON
 from reshard.source import V3Source
@@ -149,6 +150,7 @@ def build_meta(
     stats = stats_json(source)
     if stats is not None:
         files.append((STATS_PATH, stats))
+    files += carried_meta_files(source)
     files.append((INFO_PATH, info_json(source, params, video_records)))
     if source.selection is not None:
         files.append((DROPPED_JSON, source.selection.to_json()))

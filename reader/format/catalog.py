@@ -20,9 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cache.remote import Reads, Remote, resolve
-from reader.errors import DatasetError
+from reader.errors import DatasetError, LayoutError
+from reader.format.fresh import Stale, find_stale, metadata_paths
 from reader.format.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON, EpisodeIndex, FileIndex, RowSequence
-from reader.format.layout import Layout
+from reader.format.layout import Layout, read_files_index
 from reader.format.locate import find_rows, list_data_files
 from reader.format.parquet import parse_parquet, release_memory
 from reader.format.v3 import (
@@ -149,7 +150,9 @@ class Catalog(OpenedDataset):
 
     @classmethod
     def open(cls, source: str | Remote, *, storage_options: dict[str, Any] | None = None) -> Catalog:
-        """Read the metadata of the dataset at `source` (lrs/1 when it has `meta/lrs/layout.json`).
+        """Read the metadata of the dataset at `source`: lrs/1 when it has `meta/lrs/layout.json` and that
+        index still describes the dataset; plain v3 when it has none, or a stale one (`reader.format.fresh`:
+        edited after its reshard), which is then named in one warning per process.
 
         Raises:
             DatasetError: metadata missing or malformed (LayoutError for a broken lrs/1 index).
@@ -171,7 +174,7 @@ class Catalog(OpenedDataset):
             reads.cat(LAYOUT_JSON)
         except FileNotFoundError:
             return _open_v3(remote, reads)
-        return _open_lrs(remote, reads)
+        return _open_checked(remote, reads)
 
     @property
     def column_order(self) -> list[str]:
@@ -244,8 +247,39 @@ class _Sizes(Mapping[str, int]):
         return len(self._files)
 
 
-def _open_lrs(remote: Remote, reads: Reads) -> Catalog:
-    layout = Layout.load(remote, prefetched=reads)
+# The stale indexes this process has warned of: one warning per dataset and file, however many opens.
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _open_checked(remote: Remote, reads: Reads) -> Catalog:
+    """An lrs/1 dataset opened as lrs/1 when its index is fresh, else as plain v3 (with one warning)."""
+    try:
+        files = read_files_index(remote, reads.cat)
+    except LayoutError:
+        return _open_lrs(remote, reads)  # a broken index: the error Layout.load has always raised
+    stale = check_fresh(remote, files, reads)
+    if stale is None:
+        return _open_lrs(remote, reads, files)
+    key = (remote.shown, stale.file)
+    if key not in _WARNED:
+        _WARNED.add(key)
+        log.warning("%s Reading it as plain LeRobot v3 meanwhile.", stale.describe(remote))
+    return _open_v3(remote, reads)
+
+
+def check_fresh(remote: Remote, files: FileIndex, reads: Reads | None = None) -> Stale | None:
+    """`find_stale`, with the metadata files not in `reads` read in one concurrent round."""
+    paths = metadata_paths(files)
+    more = remote.cat_many([p for p in paths if reads is None or p not in _METADATA])
+
+    def cat(rel: str) -> bytes:
+        return reads.cat(rel) if reads is not None and rel in _METADATA else more.cat(rel)
+
+    return find_stale(remote, files, cat)
+
+
+def _open_lrs(remote: Remote, reads: Reads, files: FileIndex | None = None) -> Catalog:
+    layout = Layout.load(remote, prefetched=reads, files=files)
     refs = _IndexRefs(layout.episodes, layout.files)
     fingerprint = f"lrs1-{_files_digest(layout.files.table)[:20]}"
     release_memory()
@@ -282,7 +316,15 @@ def _reopen(remote: Remote, fingerprint: str) -> Catalog:
     Raises:
         DatasetError: the dataset changed since (another fingerprint).
     """
-    catalog = Catalog.open(remote)
+    # The process that pickled it checked the index was fresh; the fingerprint check below tells a
+    # re-published index, and each row group's CRC-32 an edited file.
+    reads = remote.cat_many(_METADATA)
+    try:
+        reads.cat(LAYOUT_JSON)
+    except FileNotFoundError:
+        catalog = _open_v3(remote, reads)
+    else:
+        catalog = _open_lrs(remote, reads)
     if catalog.fingerprint != fingerprint:
         raise changed_since(remote.shown, fingerprint, catalog.fingerprint)
     return catalog

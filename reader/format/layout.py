@@ -58,6 +58,7 @@ class Layout(OpenedDataset):
         *,
         storage_options: dict[str, Any] | None = None,
         prefetched: Reads | None = None,
+        files: FileIndex | None = None,
     ) -> Layout:
         """Load and cross-check the lrs/1 metadata of the dataset at `url`.
 
@@ -66,6 +67,7 @@ class Layout(OpenedDataset):
             storage_options: passed to the fsspec filesystem when `url` is a string.
             prefetched: metadata files the caller has read already (`Remote.cat_many`); they are not
                 read again.
+            files: `meta/lrs/files.parquet` as the caller parsed it already (`read_files_index`).
 
         Raises:
             LayoutError: the dataset is not lrs/1, or its index is missing, malformed or disagrees with
@@ -83,7 +85,7 @@ class Layout(OpenedDataset):
         episodes = episodes_from_table(
             _read_table(cat, remote, EPISODES_INDEX), info.video_keys, file=remote.display(EPISODES_INDEX)
         )
-        files = file_index(_read_table(cat, remote, FILES_INDEX), file=remote.display(FILES_INDEX))
+        files = files if files is not None else read_files_index(remote, cat)
         result = cls(remote=remote, info=info, layout=layout, episodes=episodes, files=files)
         result.check()
         release_memory()
@@ -166,6 +168,15 @@ class Layout(OpenedDataset):
                     episode=entry.episode_index,
                     field=f"videos/{video.key}/bytes",
                 )
+
+
+def read_files_index(remote: Remote, cat: Callable[[str], bytes]) -> FileIndex:
+    """Read and parse `meta/lrs/files.parquet` (`cat`: reads a dataset-relative file).
+
+    Raises:
+        LayoutError: the file is missing or malformed.
+    """
+    return file_index(_read_table(cat, remote, FILES_INDEX), file=remote.display(FILES_INDEX))
 
 
 def is_lrs(url: str | Remote, *, storage_options: dict[str, Any] | None = None) -> bool:

@@ -25,6 +25,8 @@ class VerifyReport:
         passed: the check classes that passed, in order.
         violations: the violations of the first failing class (empty when everything passed).
         videos: per-episode video comparisons (with a source).
+        stale: where `meta/lrs/` no longer describes the dataset's files (edited after its reshard), why,
+            with the command that rebuilds it: the report's first line.
     """
 
     url: str
@@ -32,6 +34,7 @@ class VerifyReport:
     passed: tuple[str, ...]
     violations: tuple[Violation, ...] = ()
     videos: tuple[VideoQuality, ...] = field(default=(), repr=False)
+    stale: str | None = None
 
     def __post_init__(self) -> None:
         # Printed and written as JSON: no token or password in them.
@@ -48,7 +51,8 @@ class VerifyReport:
 
     def describe(self) -> str:
         """A report for humans: the checks passed, then the first failing class with its violations."""
-        lines = [f"verify {self.url}" + (f" against {self.against}" if self.against else "")]
+        head = f"verify {self.url}" + (f" against {self.against}" if self.against else "")
+        lines = [f"{head}: {self.stale}" if self.stale else head]
         lines += [f"  ok    {name}" for name in self.passed]
         if self.videos:
             reencoded = [v for v in self.videos if v.reencoded]

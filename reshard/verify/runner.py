@@ -3,6 +3,8 @@
 Checks run in classes, in this order, and stop after the first class that finds violations (a broken
 index makes every later check noise):
 
+A stale index (`reader.format.fresh`: the dataset edited after its reshard, or any `files` violation) is
+named in the report's first line, with the command that rebuilds it; the classes run as always.
 1. `layout`   meta/lrs/ is present, well-formed and agrees with meta/info.json; the dataset opens as v3.
 2. `files`    every file of files.parquet exists with its size and sha256; no file is unlisted.
 3. `tables`   one row group per episode, rows in index order, frame indices 0..length-1, page index and
@@ -29,10 +31,11 @@ from typing import Any
 
 from cache.arguments import check_int
 from cache.redaction import redact
-from cache.remote import resolve
+from cache.remote import Remote, resolve
 from reader.errors import DatasetError, LayoutError
+from reader.format.catalog import check_fresh
 from reader.format.index import LAYOUT_JSON
-from reader.format.layout import Layout
+from reader.format.layout import Layout, read_files_index
 from reader.format.v3 import INFO_PATH
 from reshard.dropped import DROPPED_JSON
 from reshard.fingerprint import SourceFingerprint, describe_change
@@ -79,6 +82,7 @@ def verify(
     remote = resolve(url, storage_options=storage_options)
     if not remote.exists(INFO_PATH):
         raise DatasetError("missing: not a LeRobot dataset root", file=remote.display(INFO_PATH))
+    stale = _stale(remote)
     try:
         layout = Layout.load(remote)
         # Missing files are the next class's business, reported there with the rest.
@@ -93,7 +97,7 @@ def verify(
         )
     except (LayoutError, DatasetError) as exc:
         violation = Violation("layout", str(exc))
-        return VerifyReport(remote.url, source.url if source else None, (), (violation,))
+        return VerifyReport(remote.url, source.url if source else None, (), (violation,), stale=stale)
     changed = _source_change(layout, source) if source is not None else None
     checks = _Checks(workers, compare=source is not None and changed is None)
     classes: list[tuple[str, Callable[[VerifyRun], None]]] = [
@@ -110,7 +114,7 @@ def verify(
             source = as_resharded(source, remote)
         except (DatasetError, ValueError) as exc:
             violation = Violation("source-tables", str(exc), DROPPED_JSON)
-            return VerifyReport(remote.url, source.url, ("layout",), (violation,))
+            return VerifyReport(remote.url, source.url, ("layout",), (violation,), stale=stale)
         check_files_exist(source)
     passed = ["layout"]
     with contextlib.ExitStack() as stack:
@@ -128,6 +132,30 @@ def verify(
         passed=tuple(passed),
         violations=tuple(run.violations),
         videos=tuple(run.videos),
+        stale=stale or _files_differ(remote, run.violations),
+    )
+
+
+def _stale(remote: Remote) -> str | None:
+    """Why the index is stale (`reader.format.fresh`), or None where it is fresh or cannot be read (a
+    broken index is the `layout` class's to report)."""
+    try:
+        files = read_files_index(remote, remote.cat)
+    except (LayoutError, FileNotFoundError):
+        return None
+    stale = check_fresh(remote, files)
+    return None if stale is None else stale.describe(remote)
+
+
+def _files_differ(remote: Remote, violations: list[Violation]) -> str | None:
+    """Where the `files` class failed, the headline that says so: the index no longer describes the
+    files (a same-size edit, which only hashing them shows, or damage)."""
+    if not violations or violations[0].check != "files":
+        return None
+    return (
+        f"stale lrs index: files are not those meta/lrs/files.parquet lists ({violations[0]}). Expected "
+        f"the files meta/lrs/ indexes: rebuild it with `lrs reshard {remote.shown} --out NEW`, or restore "
+        "them."
     )
 
 

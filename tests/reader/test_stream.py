@@ -206,7 +206,8 @@ def _broken_copy(root: Path, tmp_path: Path, rel: str, content: bytes | None) ->
         ("v3", None, "missing"),
         ("lrs", None, "missing"),
         ("v3", b"\x00garbage" * 64, "cannot open"),
-        ("lrs", b"\x00garbage" * 64, r"corrupt \(Invalid file .*: size 512\. Expected \d+ bytes\.\)"),
+        # Another size than the index lists: a stale index, read as plain v3 (`reader.format.fresh`).
+        ("lrs", b"\x00garbage" * 64, "cannot open"),
     ],
     ids=["v3-missing", "lrs-missing", "v3-corrupt", "lrs-corrupt"],
 )
