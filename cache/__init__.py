@@ -6,7 +6,15 @@ process that used a cache directory. `cache.remote.resolve` turns a URL into the
 """
 
 from cache.cache_stats import CacheStats, sum_cache_stats
-from cache.errors import CacheError, FetchError, IntegrityError, LrsError, MissingBackend, TrustError
+from cache.errors import (
+    CacheError,
+    FetchError,
+    IntegrityError,
+    LrsError,
+    MissingBackend,
+    PathError,
+    TrustError,
+)
 from cache.node import NodeCache
 from cache.remote import Remote, resolve
 
@@ -18,6 +26,7 @@ __all__ = [
     "LrsError",
     "MissingBackend",
     "NodeCache",
+    "PathError",
     "Remote",
     "TrustError",
     "sum_cache_stats",

@@ -35,6 +35,26 @@ class TrustError(LrsError):
     user owns it or may write it, or it is a symbolic link (see `cache.trust`)."""
 
 
+class PathError(LrsError):
+    """A local path lrs must create, write or read cannot be: no permission, a read-only mount, an
+    immutable folder, a full disk or quota (`os_error_message` words it)."""
+
+
+def os_error_message(exc: OSError, *, path: str | None = None) -> str:
+    """One line for an `OSError` on a local path: the path, the cause, and what would fix it."""
+    import errno as _errno
+
+    where = path or exc.filename or "?"
+    cause = exc.strerror or str(exc)
+    if exc.errno in (_errno.ENOSPC, _errno.EDQUOT, _errno.EFBIG):
+        fix = "room on its disk (free space, or a larger quota)"
+    elif exc.errno in (_errno.EACCES, _errno.EPERM, _errno.EROFS):
+        fix = "a folder you can write (its permissions, a read-only mount, chattr +i)"
+    else:
+        fix = "a path lrs can use"
+    return f"Invalid path ({where}): {cause}. Expected {fix}."
+
+
 class MissingBackend(LrsError, ImportError):
     """A URL's scheme needs an fsspec filesystem whose package is not installed (`gs://` needs gcsfs).
 

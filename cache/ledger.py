@@ -218,7 +218,11 @@ class Ledger:
     def _begin(self) -> sqlite3.Connection:
         """Open (or rebuild) the database if needed and begin; call under the budget lock."""
         for attempt in range(2):
-            conn = self._connection()
+            try:
+                conn = self._connection()
+            except sqlite3.DatabaseError as exc:  # a new ledger on a full disk, one that cannot be made
+                self._drop_connection()
+                raise _ledger_error(self.path, exc) from exc
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 return conn

@@ -22,7 +22,7 @@ import os
 import pwd
 import stat
 
-from cache.errors import TrustError
+from cache.errors import PathError, TrustError, os_error_message
 
 PRIVATE_DIR_MODE = 0o700
 
@@ -38,14 +38,18 @@ def owned_dir(path: str, *, what: str) -> str:
     Raises:
         TrustError: it belongs to another user, others may write it, it is a symbolic link or not a
             directory, or its parent lets another user replace it.
+        PathError: it cannot be created (no permission, a read-only mount, a full disk).
     """
     try:
-        os.mkdir(path, PRIVATE_DIR_MODE)
+        try:
+            os.mkdir(path, PRIVATE_DIR_MODE)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            os.mkdir(path, PRIVATE_DIR_MODE)
     except FileExistsError:
         pass
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        return owned_dir(path, what=what)
+    except OSError as exc:
+        raise PathError(os_error_message(exc)) from exc
     check_owned_dir(path, what=what)
     return path
 

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from cache import NodeCache, Remote, sum_cache_stats
+from cache import NodeCache, Remote
 from cache.arguments import check_int
 from cache.cache_stats import CacheStats
 from cache.counter_files import discard_counter_files
@@ -583,22 +583,20 @@ class EpisodeStream(IterableDataset):
 
         Each process publishes its counters under the cache directory (`.lrs/reader-stats/`) at most once
         a second while it iterates and when its iteration ends, so a running worker's share can lag by
-        up to a second. The cache counters are then `cache.sum_cache_stats` for this dataset: every
-        process that used this cache directory for it, earlier runs included.
+        up to a second. The cache counters are this stream's too (what its processes fetched, hit and
+        evicted), not another run's or `lrs prewarm`'s: the node's totals are `cache.sum_cache_stats`.
         """
         if not all_processes:
-            return self._runtime().snapshot(sum((s.cache.stats() for s in self.sources), CacheStats()))
+            return self._runtime().snapshot(self._own_cache_stats())
         total = sum(read_published(self.cache.cache_dir, self._run), ReaderStats())
         process = self._process.peek()
         if process is not None and (process.published is None or not process.published.written):
-            total = total + process.snapshot(CacheStats())  # this process has not published yet
-        return replace(total, cache=self._cache_stats())
-
-    def _cache_stats(self) -> CacheStats:
-        total = CacheStats()
-        for fingerprint in dict.fromkeys(s.catalog.fingerprint for s in self.sources):
-            total = total + sum_cache_stats(self.cache.cache_dir, fingerprint=fingerprint)
+            total = total + process.snapshot(self._own_cache_stats())  # this process has not published yet
         return total
+
+    def _own_cache_stats(self) -> CacheStats:
+        """This process's counters of this stream's cache objects."""
+        return sum((s.cache.stats() for s in self.sources), CacheStats())
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -642,7 +640,7 @@ class EpisodeStream(IterableDataset):
         )
         process = ReaderProcessState(parts, Decoders(capacity, device=device, seek_mode=seek_mode))
         process.published = published_file(
-            self.cache.cache_dir, self._run, lambda: process.snapshot(CacheStats())
+            self.cache.cache_dir, self._run, lambda: process.snapshot(self._own_cache_stats())
         )
         process.counters.on_add = process.publish
         return process

@@ -195,7 +195,10 @@ def disk_full_reshard(ctx: Ctx, case: Case) -> Verdict:
 def disk_full_prewarm(ctx: Ctx, case: Case) -> Verdict:
     disk = case.dir / "disk"
     with full_disk(disk) as env:
-        proc = case.lrs("prewarm", f"file://{ctx.resharded}", "--cache-dir", str(disk), "-q", env=env)
+        # A folder of its own on the small disk: a mount point is world-writable, which lrs refuses.
+        proc = case.lrs(
+            "prewarm", f"file://{ctx.resharded}", "--cache-dir", str(disk / "cache"), "-q", env=env
+        )
         case.extra += [f"disk/{t}" for t in temps(disk)]
     return disk_verdict(proc)
 
@@ -205,7 +208,7 @@ def disk_full_reader(ctx: Ctx, case: Case) -> Verdict:
     disk = case.dir / "disk"
     with full_disk(disk) as env, RangeServer(ctx.resharded) as server:
         proc = case.probe(
-            "epoch", {"url": server.url, "options": epoch_options(0, cache_dir=str(disk))}, env=env
+            "epoch", {"url": server.url, "options": epoch_options(0, cache_dir=str(disk / "cache"))}, env=env
         )
         case.extra += [f"disk/{t}" for t in temps(disk)]
     if proc.rc == 0:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from cache.errors import LrsError
+from cache.errors import LrsError, os_error_message
 from cache.redaction import redact
 from reshard.cli.types import LocalDir
 from reshard.distribution import DISTRIBUTION
@@ -32,8 +32,8 @@ class LrsClickError(click.ClickException):
 
 
 def handle_errors(fn: F) -> F:
-    """Turn an `LrsError` into a one-line message and exit code 3; `--debug` prints the traceback before
-    that line and changes nothing else (the exit code stays 3)."""
+    """Turn an `LrsError`, or an `OSError` on a local path, into a one-line message and exit code 3;
+    `--debug` prints the traceback before that line and changes nothing else (the exit code stays 3)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -43,6 +43,13 @@ def handle_errors(fn: F) -> F:
             if click.get_current_context().find_root().params.get("debug"):
                 click.echo(redact(traceback.format_exc()).rstrip(), err=True)
             raise LrsClickError(redact(str(exc))) from exc
+        except OSError as exc:
+            # A local path no deeper layer words (an unwritable or full folder): the same one line, exit 3.
+            if exc.filename is None:
+                raise
+            if click.get_current_context().find_root().params.get("debug"):
+                click.echo(redact(traceback.format_exc()).rstrip(), err=True)
+            raise LrsClickError(redact(os_error_message(exc))) from exc
 
     return wrapper  # type: ignore[return-value]
 

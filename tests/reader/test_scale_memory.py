@@ -221,7 +221,8 @@ def test_the_footers_kept_are_bounded_by_bytes() -> None:
 
 
 def _synthetic(root: Path, template: Path, count: int) -> Path:
-    """An lrs/1 dataset's metadata with `count` episodes (no data or video file: enough to open a stream)."""
+    """An lrs/1 dataset's metadata with `count` episodes (no data or video file: enough to open a stream
+    from a `file://` URL, where only the metadata decides whether the index is stale, not a listing)."""
     shutil.copytree(template / "meta", root / "meta", ignore=shutil.ignore_patterns("episodes"))
     info = json.loads((root / "meta/info.json").read_text())
     keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
@@ -239,7 +240,7 @@ def test_a_pickled_stream_does_not_grow_with_the_episodes(sample_resharded_ds: P
     sizes = {}
     for count in (50, 2000):
         root = _synthetic(tmp_path / f"ds{count}", sample_resharded_ds, count)
-        stream = EpisodeStream(str(root), cache_dir=str(tmp_path / "cache"), batch_size=8)
+        stream = EpisodeStream(f"file://{root}", cache_dir=str(tmp_path / "cache"), batch_size=8)
         pickled = pickle.dumps(stream)
         sizes[count] = len(pickled)
         again = pickle.loads(pickled)
@@ -254,7 +255,7 @@ def test_a_pickled_stream_does_not_grow_with_the_episodes(sample_resharded_ds: P
 
 def test_a_pickled_catalog_refuses_a_changed_dataset(sample_resharded_ds: Path, tmp_path: Path) -> None:
     root = _synthetic(tmp_path / "ds", sample_resharded_ds, 30)
-    pickled = pickle.dumps(Catalog.open(str(root)))
+    pickled = pickle.dumps(Catalog.open(f"file://{root}"))
     table = pq.read_table(root / FILES_INDEX)
     pq.write_table(table.set_column(2, "sha256", pa.array(["2" * 64] * table.num_rows)), root / FILES_INDEX)
     with pytest.raises(DatasetError, match="changed since this stream opened it"):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cache import CacheStats, sum_cache_stats
 from cache.errors import IntegrityError
 from reader import EpisodeStream
 from reader.errors import DatasetError, DecodeError
@@ -425,7 +426,12 @@ def test_stats_of_all_processes_sum_the_workers(
         # Another stream over the same cache starts from zero; its own iteration in this process counts.
         other = EpisodeStream(server.url, cache_dir=tmp_path / "cache")
         assert other.stats(all_processes=True).samples == 0
+        assert other.stats(all_processes=True).cache == CacheStats()  # not the first stream's downloads
         assert sum(1 for _ in other) == 69 and other.stats(all_processes=True).samples == 69
+        # Its cache counters are its own: every video already on the node (rows are ranged reads again).
+        mine = other.stats(all_processes=True).cache
+        assert mine.misses == 0 and mine.hits >= 7 * 2 and mine.range_reads >= 7
+        assert sum_cache_stats(tmp_path / "cache").misses == 7 * 2  # the node's totals, apart
 
 
 def test_published_stats_leave_out_a_damaged_file_and_say_so(tmp_path: Path) -> None:

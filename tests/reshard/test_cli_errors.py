@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +145,71 @@ def test_a_file_url_is_the_local_directory_it_names(sample_ds: Path, tmp_path: P
         ReshardError, match=r"Invalid --out \(s3://b/x\): a URL\. Expected a local directory; "
     ):
         reshard(str(sample_ds), "s3://b/x", quiet=True)
+
+
+@pytest.fixture
+def immutable(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A folder no one can create anything in, root included (`chattr +i`)."""
+    import subprocess
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    if subprocess.run(["chattr", "+i", str(locked)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here (needs root and a filesystem that has it)")
+    yield locked
+    subprocess.run(["chattr", "-i", str(locked)], check=True)
+
+
+@pytest.mark.parametrize(
+    ("args", "made"),
+    [
+        (["reshard", "{src}", "--out", "{locked}/out", "--quiet"], ".out.lrs-work"),
+        (["prewarm", "file://{src}", "--cache-dir", "{locked}/c", "--quiet"], "c"),
+        (["sample", "{locked}/s", "--quiet"], ".sample-"),
+        (["demo", "--workdir", "{locked}/d"], "d"),
+    ],
+    ids=["reshard", "prewarm", "sample", "demo"],
+)
+def test_an_unwritable_folder_is_one_line(
+    sample_ds: Path, immutable: Path, args: list[str], made: str
+) -> None:
+    code, line = lrs(*[a.format(src=sample_ds, locked=immutable) for a in args])
+    assert code == 3
+    assert re.fullmatch(
+        rf"Error: Invalid path \({re.escape(str(immutable))}/{re.escape(made)}[^)]*\): Operation not permitted\. "
+        r"Expected a folder you can write \(its permissions, a read-only mount, chattr \+i\)\.",
+        line,
+    ), line
+
+
+def test_a_stream_over_an_unwritable_cache_folder_is_a_path_error(
+    sample_resharded_ds: Path, immutable: Path
+) -> None:
+    from cache import PathError
+    from reader import EpisodeStream
+
+    with pytest.raises(PathError, match=rf"Invalid path \({immutable}/c\): Operation not permitted"):
+        next(iter(EpisodeStream(f"file://{sample_resharded_ds}", cache_dir=str(immutable / "c"))))
+
+
+def test_a_new_cache_on_a_full_disk_is_one_line(sample_resharded_ds: Path, tmp_path: Path) -> None:
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True
+    ).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        with contextlib.suppress(OSError), open(disk / "fill", "wb") as f:
+            f.write(b"\0" * (1 << 20))
+        code, line = lrs(
+            "prewarm", f"file://{sample_resharded_ds}", "--cache-dir", str(disk / "new"), "--quiet"
+        )
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
+    assert code == 3
+    assert line.startswith(
+        f"Error: Could not write the cache ledger ({disk}/new/.lrs/ledger.sqlite): No space left"
+    )
