@@ -39,37 +39,35 @@ def video(root: Path, cam: str, file: int) -> Path:
     return root / f"videos/{cam}/chunk-000/file-{file:03d}.mp4"
 
 
-def shorten(path: Path, drop: int) -> None:
-    """Rewrite a video without its last `drop` frames (same timing, H.264)."""
-    with av.open(str(path)) as src:
-        stream = src.streams.video[0]
-        frames = [f.to_ndarray(format="rgb24") for f in src.decode(stream)]
-        rate = stream.average_rate
-    out = path.with_suffix(".tmp.mp4")
-    with av.open(str(out), "w") as dst:
-        video = dst.add_stream("libx264", rate=rate)
-        video.height, video.width = frames[0].shape[:2]
-        video.pix_fmt = "yuv420p"
-        for pixels in frames[:-drop]:
-            dst.mux(video.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")))
-        dst.mux(video.encode())
-    out.replace(path)
-
-
-def resize(path: Path, width: int, height: int) -> None:
-    """Rewrite a video with the same frames (count and timing) at another size (H.264)."""
+def rewrite_video(
+    path: Path, *, drop: int = 0, size: tuple[int, int] | None = None, options: dict[str, str] | None = None
+) -> None:
+    """Rewrite a video as H.264 with the same timing: without its last `drop` frames, at another
+    `size` (width, height), with encoder `options`."""
+    width, height = size or (None, None)
     with av.open(str(path)) as src:
         stream = src.streams.video[0]
         frames = [f.to_ndarray(width=width, height=height, format="rgb24") for f in src.decode(stream)]
         rate = stream.average_rate
     out = path.with_suffix(".tmp.mp4")
     with av.open(str(out), "w") as dst:
-        video = dst.add_stream("libx264", rate=rate)
-        video.width, video.height, video.pix_fmt = width, height, "yuv420p"
-        for pixels in frames:
+        video = dst.add_stream("libx264", rate=rate, options=options or {})
+        video.height, video.width = frames[0].shape[:2]
+        video.pix_fmt = "yuv420p"
+        for pixels in frames[: len(frames) - drop]:
             dst.mux(video.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")))
         dst.mux(video.encode())
     out.replace(path)
+
+
+def shorten(path: Path, drop: int) -> None:
+    """Rewrite a video without its last `drop` frames (same timing, H.264)."""
+    rewrite_video(path, drop=drop)
+
+
+def resize(path: Path, width: int, height: int) -> None:
+    """Rewrite a video with the same frames (count and timing) at another size (H.264)."""
+    rewrite_video(path, size=(width, height))
 
 
 def make_defective(sample_ds: Path, root: Path) -> Path:

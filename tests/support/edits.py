@@ -12,10 +12,11 @@ import shutil
 import struct
 from pathlib import Path
 
-import av
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from tests.reshard.defects import rewrite_video
 
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"
 TASKS = "meta/tasks.parquet"
@@ -54,20 +55,8 @@ def modify_task(root: Path, episode: int = 0, task: str = "new task zero") -> No
 def reencode_video(root: Path, rel: str) -> None:
     """`reencode_videos`: one video file re-encoded (H.264, same frames and timing), another size."""
     path = root / rel
-    with av.open(str(path)) as src:
-        stream = src.streams.video[0]
-        frames = [f.to_ndarray(format="rgb24") for f in src.decode(stream)]
-        rate = stream.average_rate
-    out = path.with_suffix(".tmp.mp4")
-    with av.open(str(out), "w") as dst:
-        video = dst.add_stream("libx264", rate=rate, options={"crf": "10"})
-        video.height, video.width = frames[0].shape[:2]
-        video.pix_fmt = "yuv420p"
-        for pixels in frames:
-            dst.mux(video.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")))
-        dst.mux(video.encode())
     before = path.stat().st_size
-    out.replace(path)
+    rewrite_video(path, options={"crf": "10"})
     assert path.stat().st_size != before
 
 
