@@ -527,8 +527,16 @@ def read_episode_files(
         except FileNotFoundError as exc:
             if not found and not info.total_episodes:
                 return found  # an empty dataset may have no episodes file at all
+            # lerobot writes meta/episodes at `finalize()`: none at all is a recording not finalized.
+            unfinalized = (
+                "; the dataset looks unfinalized (lerobot writes meta/episodes when the recorder calls "
+                "finalize()): finish or finalize the recording first"
+                if not found
+                else ""
+            )
             raise DatasetError(
-                f"missing: {counted} of total_episodes={info.total_episodes} episodes found before it",
+                f"missing: {counted} of total_episodes={info.total_episodes} episodes found before it"
+                + unfinalized,
                 file=remote.display(rel),
             ) from exc
         table = parse_parquet(data, file=remote.display(rel), columns=columns, missing_ok=True)

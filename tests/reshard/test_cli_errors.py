@@ -213,3 +213,19 @@ def test_a_new_cache_on_a_full_disk_is_one_line(sample_resharded_ds: Path, tmp_p
     assert line.startswith(
         f"Error: Could not write the cache ledger ({disk}/new/.lrs/ledger.sqlite): No space left"
     )
+
+
+def test_an_unfinalized_recording_is_named_as_such(sample_ds: Path, tmp_path: Path) -> None:
+    """lerobot writes meta/episodes at finalize(): a dataset with data and videos but no episode table
+    yet is a recording not finalized, and the line says so."""
+    import shutil
+
+    src = Path(shutil.copytree(sample_ds, tmp_path / "rec"))
+    shutil.rmtree(src / "meta" / "episodes")
+    code, line = lrs("reshard", str(src), "--out", str(tmp_path / "out"), "--quiet")
+    assert code == 3
+    assert line == (
+        f"Error: {src}/meta/episodes/chunk-000/file-000.parquet: missing: 0 of total_episodes=8 episodes found "
+        "before it; the dataset looks unfinalized (lerobot writes meta/episodes when the recorder calls "
+        "finalize()): finish or finalize the recording first"
+    )
