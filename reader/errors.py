@@ -13,6 +13,7 @@ __all__ = [
     "IntegrityError",
     "LayoutError",
     "LrsError",
+    "NotADataset",
     "RowGroupMismatch",
     "StateError",
 ]
@@ -41,6 +42,10 @@ class DatasetError(LrsError):
         if field is not None:
             where.append(f"field {field!r}")
         super().__init__(f"{': '.join([', '.join(where), message]) if where else message}")
+
+
+class NotADataset(DatasetError):
+    """The location holds no dataset at all (no `meta/info.json`): bad input, not a defect of one."""
 
 
 class LayoutError(DatasetError):

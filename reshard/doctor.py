@@ -43,7 +43,7 @@ from cache.errors import LrsError
 from cache.progress import progress_bar
 from cache.redaction import redact
 from cache.remote import Remote, resolve
-from reader.errors import DatasetError, LayoutError
+from reader.errors import DatasetError, LayoutError, NotADataset
 from reader.format.catalog import check_fresh
 from reader.format.fresh import Stale
 from reader.format.index import LAYOUT_JSON
@@ -147,10 +147,16 @@ def doctor(
     storage_options: dict[str, Any] | None = None,
     progress: bool = False,
 ) -> Report:
-    """Check every part of the dataset at `url` (any v3 source, local or remote); change nothing."""
+    """Check every part of the dataset at `url` (any v3 source, local or remote); change nothing.
+
+    Raises:
+        NotADataset: there is no dataset at `url` (no `meta/info.json`): nothing to report on.
+    """
     report = Report(url)
     try:
         source = open_source(url, storage_options=storage_options, check_files=False, check_links=False)
+    except NotADataset:
+        raise  # nothing to examine: bad input (exit 3), not a defect of a dataset (exit 1)
     except DatasetError as exc:
         report.checks.append("metadata")
         report.defects.append(Defect.of("metadata", exc))

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from reader.errors import DatasetError
+from reader.errors import DatasetError, NotADataset
 from reader.format.jsonfile import parse_json
 from reader.format.parquet import parse_parquet
 
@@ -611,7 +611,7 @@ def read_v3_metadata(
     try:
         info_bytes = cat(INFO_PATH)
     except FileNotFoundError as exc:
-        raise DatasetError("missing: not a LeRobot v3 dataset root", file=remote.display(INFO_PATH)) from exc
+        raise NotADataset("missing: not a LeRobot v3 dataset root", file=remote.display(INFO_PATH)) from exc
     info = Info.parse(info_bytes, file=remote.display(INFO_PATH))
     columns = None if all_columns else episode_columns(info.video_keys)
     found = read_episode_files(remote, info, columns=columns)

@@ -229,3 +229,12 @@ def test_an_unfinalized_recording_is_named_as_such(sample_ds: Path, tmp_path: Pa
         "before it; the dataset looks unfinalized (lerobot writes meta/episodes when the recorder calls "
         "finalize()): finish or finalize the recording first"
     )
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]], ids=["text", "json"])
+def test_doctor_of_no_dataset_is_bad_input_not_a_defect(tmp_path: Path, json_flag: list[str]) -> None:
+    """Exit 1 is a dataset with defects; a folder with no dataset at all is bad input (exit 3)."""
+    assert lrs("doctor", str(tmp_path), *json_flag, "--quiet") == (
+        3,
+        f"Error: {tmp_path}/meta/info.json: missing: not a LeRobot v3 dataset root",
+    )

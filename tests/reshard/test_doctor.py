@@ -64,6 +64,8 @@ def test_the_table_names_each_defect_and_a_clean_dataset_passes(defective: Path,
 
 
 def test_metadata_that_does_not_load_is_one_defect(tmp_path: Path) -> None:
+    (tmp_path / "meta").mkdir()
+    (tmp_path / "meta" / "info.json").write_text("{not json")  # a dataset whose metadata is broken
     code, report = _doctor(str(tmp_path))
     assert code == 1 and report["checks"] == ["metadata"]
     assert [d["check"] for d in report["defects"]] == ["metadata"]
