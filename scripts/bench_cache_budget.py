@@ -33,7 +33,10 @@ import sys
 import tempfile
 import time
 import urllib.parse
+from pathlib import Path
 from typing import Any
+
+from json_report import emit  # this folder
 
 FINGERPRINT = "bench"
 BIG_BUDGET = 100 * 2**30
@@ -201,6 +204,7 @@ def main() -> None:
     parser.add_argument("--cases", default="prewarm,full,stream", help="which cases to run")
     parser.add_argument("--case-timeout", type=float, default=900.0, help="seconds before a case is cut")
     parser.add_argument("--work", help="where the source and caches go (default: the system temp dir)")
+    parser.add_argument("--out", type=Path, help="Also write the JSON report here.")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
@@ -235,7 +239,7 @@ def main() -> None:
                         row = {"tree": label, "rep": rep, "n": n, "case": case, "budget": budget, **out}
                         print(json.dumps(row), file=sys.stderr)
                         results.append(row)
-        print(json.dumps({"results": results, "summary": _summary(results)}, indent=1))
+        emit({"results": results, "summary": _summary(results)}, args.out, indent=1)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -29,13 +29,13 @@ methods of `reader.pool` and `reader.decode` by wrapping them: a measurement, no
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
 from bench_reader import consumer_frames, cpu_seconds, decode_loop  # this folder: the floor's own pieces
+from json_report import emit
 
 Job = list[tuple[str, int]]  # (dataset-relative video path, frame index) per decoded frame, in order
 
@@ -135,15 +135,34 @@ def lane_breakdown(root: Path, seed: int, batch_size: int, spent: dict[str, floa
     }
 
 
+def default_dataset() -> Path:
+    """The reader bench's lrs/1 sample with its default spec (`bench_reader.build_dataset`)."""
+    import tempfile
+    from types import SimpleNamespace
+
+    from bench_reader import build_dataset
+
+    spec = SimpleNamespace(episodes=48, min_length=40, max_length=120, cameras=2, height=240, width=320)
+    return build_dataset(Path(tempfile.gettempdir()) / "lrs-bench-reader", spec)[1]  # type: ignore[arg-type]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("dataset", type=Path, help="An lrs/1 dataset (local directory).")
+    parser.add_argument(
+        "dataset",
+        type=Path,
+        nargs="?",
+        help="An lrs/1 dataset (local directory) [default: the reader bench's sample, made if missing].",
+    )
     parser.add_argument("--rounds", type=int, default=2, help="Rounds, both orders in each.")
     parser.add_argument("--seed", type=int, default=0, help="The stream's seed.")
     parser.add_argument("--epoch", type=int, default=0, help="The epoch whose order is decoded.")
     parser.add_argument("--batch-size", type=int, default=32, help="The stream's batch size (its pool).")
     parser.add_argument("--lanes", action="store_true", help="Also split BatchLoader's CPU per sample.")
+    parser.add_argument("--out", type=Path, help="Also write the JSON report here.")
     args = parser.parse_args()
+    if args.dataset is None:
+        args.dataset = default_dataset()
 
     import torch
 
@@ -162,22 +181,20 @@ def main() -> None:
         if args.lanes:
             lanes.append(lane_breakdown(root, args.seed, args.batch_size, spent))
     mean = {name: sum(values) / len(values) for name, values in rounds.items()}
-    print(
-        json.dumps(
-            {
-                "dataset": str(args.dataset),
-                "batch_size": args.batch_size,
-                "frames": len(ordered),
-                "files": len({path for path, _ in ordered}),
-                "stream_order": jumps(ordered),
-                "cpu_ms_per_frame_by_round": rounds,
-                "batchloader_cpu_ms_per_sample_by_round": lanes or None,
-                "stream_over_file_order": round(mean["stream order"] / mean["file order"], 3),
-                "seconds": round(time.perf_counter() - began, 1),
-                "load_average": {"before": load_before, "after": os.getloadavg()},
-            },
-            indent=2,
-        )
+    emit(
+        {
+            "dataset": str(args.dataset),
+            "batch_size": args.batch_size,
+            "frames": len(ordered),
+            "files": len({path for path, _ in ordered}),
+            "stream_order": jumps(ordered),
+            "cpu_ms_per_frame_by_round": rounds,
+            "batchloader_cpu_ms_per_sample_by_round": lanes or None,
+            "stream_over_file_order": round(mean["stream order"] / mean["file order"], 3),
+            "seconds": round(time.perf_counter() - began, 1),
+            "load_average": {"before": load_before, "after": os.getloadavg()},
+        },
+        args.out,
     )
 
 

@@ -12,7 +12,6 @@ microseconds per sample (every video hashed once per epoch, the most a consumer 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -70,6 +69,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="Interleaved rounds.")
     args = parser.parse_args()
     from bench_reader import build_dataset
+    from json_report import emit
 
     _v3, lrs = build_dataset(args.workdir / f"{args.cameras}x{args.height}x{args.width}", args)
     epoch(lrs, check=True)  # warm the page cache and imports
@@ -99,11 +99,7 @@ def main() -> None:
         },
         "rounds": rounds,
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

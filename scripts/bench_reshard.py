@@ -20,7 +20,6 @@ Prints and writes a JSON report (--out). Takes about 2 minutes on 2 cores.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -31,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
+from json_report import emit  # this folder
 
 from reshard.demo.sample import write_sample
 from reshard.run import reshard
@@ -192,11 +192,7 @@ def main() -> None:
             "target_ratio": 1.2,
         },
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    emit(report, args.out)
 
 
 if __name__ == "__main__":

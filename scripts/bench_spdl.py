@@ -22,14 +22,15 @@ releases the GIL, as a decode does). Reported: wall and CPU µs per sample.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
+from json_report import emit  # this folder
 from spdl.pipeline import PipelineBuilder
 
 BATCH = 32
@@ -122,6 +123,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--items", type=int, default=20000, help="samples per case")
     parser.add_argument("--rounds", type=int, default=2, help="rounds over all cases, alternated")
+    parser.add_argument("--out", type=Path, help="Also write the JSON report here.")
     args = parser.parse_args()
     report: dict[str, Any] = {"spdl_core": version("spdl-core"), "load_average_start": os.getloadavg()}
     runs: dict[str, list[dict[str, Any]]] = {}
@@ -131,7 +133,7 @@ def main() -> None:
                 runs.setdefault(f"{case}-{stage}", []).append(measure(case, stage, args.items))
     report["cases"] = runs
     report["load_average_end"] = os.getloadavg()
-    print(json.dumps(report, indent=1))
+    emit(report, args.out, indent=1)
 
 
 if __name__ == "__main__":
