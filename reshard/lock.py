@@ -151,6 +151,22 @@ def _part_lock(work: Path, out: Path, part: tuple[int, int], what: str) -> Itera
         os.close(fd)
 
 
+def running_job(work: Path) -> str | None:
+    """Who runs the job of the work directory `work` now (as a refused job's message says it), or None
+    when no job holds its lock (or there is none). Creates nothing."""
+    path = work / LOCK_NAME
+    if not path.is_file() or path.is_symlink():
+        return None
+    try:
+        fd = _open_locked(path, shared=False)
+    except OSError:
+        return None
+    if fd is None:
+        return _holders(work, path)
+    os.close(fd)  # nobody holds it: a job that ended or was killed
+    return None
+
+
 def _holders(work: Path, path: Path) -> str:
     """Who holds the job lock: its exclusive holder, or the parts running (each in its part lock)."""
     try:

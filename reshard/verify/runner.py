@@ -39,7 +39,9 @@ from reader.format.layout import Layout, read_files_index
 from reader.format.v3 import INFO_PATH
 from reshard.dropped import DROPPED_JSON
 from reshard.fingerprint import SourceFingerprint, describe_change
+from reshard.lock import running_job
 from reshard.process_pool import WorkerPool
+from reshard.run import default_work_dir
 from reshard.source import V3Source, check_files_exist, open_source
 from reshard.verify.against_source import as_resharded, check_source_tables
 from reshard.verify.context import VerifyRun, Violation
@@ -81,7 +83,7 @@ def verify(
     source = open_source(against, storage_options=storage_options, check_files=False) if against else None
     remote = resolve(url, storage_options=storage_options)
     if not remote.exists(INFO_PATH):
-        raise DatasetError("missing: not a LeRobot dataset root", file=remote.display(INFO_PATH))
+        raise DatasetError(_not_a_dataset(remote), file=remote.display(INFO_PATH))
     stale = _stale(remote)
     try:
         layout = Layout.load(remote)
@@ -198,3 +200,17 @@ def _source_change(layout: Layout, source: V3Source) -> str | None:
         f"{describe_change(recorded, source.fingerprint)}. Expected the source it was resharded from, whose "
         "metadata fingerprint meta/lrs/layout.json records."
     )
+
+
+def _not_a_dataset(remote: Remote) -> str:
+    """Why a local `url` holds no dataset: a reshard still writing it (its work directory's lock is held),
+    or none at all."""
+    local = remote.local_path("")
+    if local is not None:
+        holder = running_job(default_work_dir(Path(local.rstrip("/"))))
+        if holder is not None:
+            return (
+                f"missing: not a LeRobot dataset root yet: a reshard is writing it ({holder}). Expected it "
+                "finished: rerun verify when that reshard has ended"
+            )
+    return "missing: not a LeRobot dataset root"

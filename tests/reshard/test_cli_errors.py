@@ -238,3 +238,19 @@ def test_doctor_of_no_dataset_is_bad_input_not_a_defect(tmp_path: Path, json_fla
         3,
         f"Error: {tmp_path}/meta/info.json: missing: not a LeRobot v3 dataset root",
     )
+
+
+def test_verify_of_an_output_a_reshard_is_writing_names_the_reshard(tmp_path: Path) -> None:
+    from reshard.lock import job_lock
+    from reshard.run import default_work_dir
+
+    out = tmp_path / "out"
+    with job_lock(default_work_dir(out), out, part=None, what="reshard"):
+        code, line = lrs("verify", str(out))
+    assert code == 3
+    assert re.fullmatch(
+        rf"Error: {re.escape(str(out))}/meta/info\.json: missing: not a LeRobot dataset root yet: a reshard is "
+        r"writing it \(.*reshard.*\)\. Expected it finished: rerun verify when that reshard has ended",
+        line,
+    ), line
+    assert lrs("verify", str(out))[1].endswith("missing: not a LeRobot dataset root")  # once it has ended
