@@ -61,6 +61,31 @@ def value_limits(values: np.ndarray) -> tuple[float, float]:
     return lo - room, hi + room
 
 
+# One shared y axis flattens a dimension whose span is this many times smaller than the largest one's.
+SPAN_RATIO = 10.0
+
+
+def per_dimension(values: np.ndarray) -> tuple[np.ndarray, list[tuple[float, float]] | None]:
+    """`values` (frames x dimensions) as drawn: as they are when one y axis shows every dimension, or each
+    dimension scaled to [0, 1] over its own finite range (returned beside, to be written in the legend)
+    when one shared axis would be more than `SPAN_RATIO` times a moving dimension's span (a joint near
+    4,000 beside five near 0 flattens those five to a line). A constant dimension is drawn at 0.5."""
+    if values.ndim != 2 or values.shape[1] < 2:
+        return values, None
+    ranges = []
+    for column in values.T:
+        finite = column[np.isfinite(column)]
+        ranges.append((float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0))
+    moving = [hi - lo for lo, hi in ranges if hi > lo]
+    axis = max(hi for _, hi in ranges) - min(lo for lo, _ in ranges)
+    if not moving or axis <= SPAN_RATIO * min(moving):
+        return values, None
+    scaled = np.empty_like(values, dtype=np.float64)
+    for dim, (lo, hi) in enumerate(ranges):
+        scaled[:, dim] = (values[:, dim] - lo) / (hi - lo) if hi > lo else 0.5
+    return scaled, ranges
+
+
 def draw_panel(
     draw: ImageDraw.ImageDraw,
     box: tuple[int, int, int, int],
@@ -75,10 +100,12 @@ def draw_panel(
     `marks` are frame indices to mark with a dashed vertical."""
     x0, y0, x1, y1 = box
     g = geometry
-    draw.text((x0, y0 + 2), f"{curve.key}  ({len(curve.names)} dims)", fill=TEXT, font=font)
+    values, ranges = per_dimension(curve.values)
+    scaled = "; each dimension scaled to its own range, written in the legend" if ranges else ""
+    draw.text((x0, y0 + 2), f"{curve.key}  ({len(curve.names)} dims{scaled})", fill=TEXT, font=font)
     axes = (x0 + g.y_labels, y0 + g.header, x1 - g.legend - g.right, y1 - g.x_labels)
-    t_max = max(len(curve.values) - 1, 1) / fps
-    v_lo, v_hi = value_limits(curve.values)
+    t_max = max(len(values) - 1, 1) / fps
+    v_lo, v_hi = (-0.05, 1.05) if ranges else value_limits(values)
 
     def at(t: float, v: float) -> tuple[float, float]:
         ax0, ay0, ax1, ay1 = axes
@@ -88,9 +115,17 @@ def draw_panel(
     for frame in marks:
         _dashed(draw, at(frame / fps, v_lo), at(frame / fps, v_hi))
     for dim in range(len(curve.names)):
-        _line(draw, [at(t / fps, v) for t, v in enumerate(curve.values[:, dim])], PALETTE[dim % len(PALETTE)])
+        _line(draw, [at(t / fps, v) for t, v in enumerate(values[:, dim])], PALETTE[dim % len(PALETTE)])
     draw.rectangle(axes, outline=AXIS)
-    _legend(draw, (axes[2] + 12, axes[1], x1, axes[3]), curve.names, font=font, row=g.legend_row)
+    names = legend_names(curve.names, ranges)
+    _legend(draw, (axes[2] + 12, axes[1], x1, axes[3]), names, font=font, row=g.legend_row)
+
+
+def legend_names(names: tuple[str, ...], ranges: list[tuple[float, float]] | None) -> tuple[str, ...]:
+    """The legend's names, each with the range it was scaled from when the dimensions are scaled."""
+    if ranges is None:
+        return names
+    return tuple(f"{name} [{lo:.4g}, {hi:.4g}]" for name, (lo, hi) in zip(names, ranges, strict=True))
 
 
 def _grid(

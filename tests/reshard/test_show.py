@@ -208,3 +208,21 @@ def test_render_draws_curves_with_gaps_and_constants() -> None:
     )
     with pytest.raises(ValueError, match=r"Invalid values shape \(20, 2\) for s\. Expected \(frames, 3\)"):
         Curve("s", ("a", "b", "c"), values)
+
+
+def test_dimensions_of_very_different_ranges_are_each_scaled_and_their_range_written() -> None:
+    """A state dimension near 4,000 beside five near 0 would flatten them on one axis (issue 41): each is
+    drawn over its own range, written in the legend; comparable ones keep one axis."""
+    import numpy as np
+
+    from reshard.preview.plot import legend_names, per_dimension
+
+    t = np.linspace(0, 1, 50)
+    values = np.stack([np.sin(t * k) for k in range(1, 6)] + [4000 + 10 * t], axis=1)
+    scaled, ranges = per_dimension(values)
+    assert ranges is not None and scaled.min() == 0.0 and scaled.max() == 1.0
+    assert legend_names(("a", "b", "c", "d", "e", "f"), ranges)[5] == "f [4000, 4010]"
+    comparable = values[:, :5]
+    assert per_dimension(comparable)[1] is None and per_dimension(comparable)[0] is comparable
+    constant = np.stack([np.full(50, 7.0), np.sin(t)], axis=1)  # a constant near the others: one axis
+    assert per_dimension(constant)[1] is None
