@@ -595,3 +595,33 @@ def _free_port() -> int:
     from tests.s3server import free_port
 
     return free_port()
+
+
+@register("immutable-folder-every-command", "disk")
+def immutable_folder(ctx: Ctx, case: Case) -> Verdict:
+    """A folder nobody can create anything in (`chattr +i`, as a read-only mount behaves) given to every
+    command that writes a local folder, and to a stream's cache: one line naming it, exit 3 (was: a
+    PermissionError traceback, exit 1)."""
+    locked = case.dir / "locked"
+    locked.mkdir()
+    if subprocess.run(["chattr", "+i", str(locked)], capture_output=True).returncode != 0:
+        return Verdict(False, "not run: chattr +i needs root and a filesystem that has it")
+    match = r"Invalid path \(.*locked/[^)]*\): Operation not permitted\. Expected a folder you can write"
+    try:
+        procs = [
+            case.lrs("reshard", str(ctx.sample), "--out", "locked/out", "-q"),
+            case.lrs("prewarm", f"file://{ctx.resharded}", "--cache-dir", "locked/c", "-q"),
+            case.lrs("sample", "locked/s", "-q"),
+            case.lrs("demo", "--workdir", "locked/d"),
+        ]
+        stream = case.probe(
+            "epoch", {"url": f"file://{ctx.resharded}", "options": {"cache_dir": str(locked / "c")}}
+        )
+    finally:
+        subprocess.run(["chattr", "-i", str(locked)], check=True)
+    verdicts = [error_verdict(p, match=match) for p in procs] + [probe_error_verdict(stream, match=match)]
+    ok = all(v.ok for v in verdicts)
+    notes = "; ".join(v.note for v in verdicts if v.note)
+    return Verdict(
+        ok, f"{sum(v.ok for v in verdicts)} of {len(verdicts)} one line, exit 3: {procs[0].first_line}", notes
+    )
