@@ -162,7 +162,7 @@ def test_commands_print_and_write_no_credentials(sample_ds: Path, tmp_path: Path
             for args in (["describe", missing], ["doctor", missing], ["reshard", missing, "--out", str(out)])
         }
     assert all(r.exit_code == 0 for r in shown.values()), {k: r.output for k, r in shown.items()}
-    assert [r.exit_code for r in failed.values()] == [3, 1, 3], {k: r.output for k, r in failed.items()}
+    assert [r.exit_code for r in failed.values()] == [3, 3, 3], {k: r.output for k, r in failed.items()}
     _assert_clean(
         kind,
         **{k: r.output for k, r in {**shown, **failed}.items()},
