@@ -8,6 +8,8 @@ prints it.
 
 from __future__ import annotations
 
+import errno
+
 from cache.redaction import redact
 
 
@@ -40,15 +42,13 @@ class PathError(LrsError):
     immutable folder, a full disk or quota (`os_error_message` words it)."""
 
 
-def os_error_message(exc: OSError, *, path: str | None = None) -> str:
+def os_error_message(exc: OSError) -> str:
     """One line for an `OSError` on a local path: the path, the cause, and what would fix it."""
-    import errno as _errno
-
-    where = path or exc.filename or "?"
+    where = exc.filename or "?"
     cause = exc.strerror or str(exc)
-    if exc.errno in (_errno.ENOSPC, _errno.EDQUOT, _errno.EFBIG):
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         fix = "room on its disk (free space, or a larger quota)"
-    elif exc.errno in (_errno.EACCES, _errno.EPERM, _errno.EROFS):
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         fix = "a folder you can write (its permissions, a read-only mount, chattr +i)"
     else:
         fix = "a path lrs can use"

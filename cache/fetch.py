@@ -111,9 +111,9 @@ def _download_once(
         if expected.size is not None and st.st_size != expected.size:
             return f"size {st.st_size}"
         if expected.sha256 is not None:
-            problem = verified.check(fd, expected.sha256)
-            if problem is not None:
-                return problem.partition(", expected")[0]
+            got = verified.mismatch(fd, expected.sha256)
+            if got is not None:
+                return f"sha256 {got}"
     return None
 
 

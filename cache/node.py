@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -128,9 +128,8 @@ class NodeCache:
             IntegrityError: the remote keeps serving a file of the wrong size or sha256.
         """
         state, expected = self._open_state(), _expected(rel, size, sha256)
-        local = self._local_source(state, rel, expected)
-        if local is not None:
-            return local
+        if self._fast:
+            return self._local_source(state, rel, expected)
         future = state.pending((rel, size, sha256))
         return future.result() if future is not None else self._fetch(state, rel, expected)
 
@@ -142,13 +141,11 @@ class NodeCache:
         state, expected = self._open_state(), _expected(rel, size, sha256)
         if self._fast and expected.sha256 is None:
             done: Future[str] = Future()
-            done.set_result(self._local_source(state, rel, expected))  # type: ignore[arg-type]
+            done.set_result(self._local_source(state, rel, expected))
             return done
         # A download, or a file read in place whose content is hashed first: in the background.
-        serve: Callable[[CacheProcessState, str, Expected], str | None] = (
-            self._local_source if self._fast else self._fetch
-        )
-        future: Future[str] | None = state.submit_once((rel, size, sha256), serve, state, rel, expected)  # type: ignore[arg-type]
+        serve = self._local_source if self._fast else self._fetch
+        future = state.submit_once((rel, size, sha256), serve, state, rel, expected)
         if future is None:
             raise self._closed_error()
         return future
@@ -165,9 +162,8 @@ class NodeCache:
             CacheError: other processes evicted the file before it could be pinned, repeatedly.
         """
         state, expected = self._open_state(), _expected(rel, size, sha256)
-        local = self._local_source(state, rel, expected)
-        if local is not None:
-            yield local
+        if self._fast:
+            yield self._local_source(state, rel, expected)
             return
         target = self._layout.data_path(rel)
         with FileLock(self._layout.lock_path(rel)) as lock:
@@ -280,11 +276,9 @@ class NodeCache:
     def _closed_error(self) -> CacheError:
         return CacheError(f"Invalid use of a closed cache ({self!r}). Expected calls before close().")
 
-    def _local_source(self, state: CacheProcessState, rel: str, expected: Expected) -> str | None:
-        """The source file itself, for a local remote read in place; else None. With a sha256 asked
-        for, its content is checked the first time this process opens it (`Verified`)."""
-        if not self._fast:
-            return None
+    def _local_source(self, state: CacheProcessState, rel: str, expected: Expected) -> str:
+        """The source file itself, for a remote read in place (`self._fast`). With a sha256 asked for,
+        its content is checked the first time this process opens it (`Verified`)."""
         path = self._remote.path(rel)
         try:
             fd = os.open(path, os.O_RDONLY)
@@ -294,11 +288,13 @@ class NodeCache:
             size = os.fstat(fd).st_size
             if expected.size is not None and size != expected.size:
                 raise IntegrityError(f"Invalid file ({path}): size {size}. Expected {expected.size} bytes.")
-            problem = None if expected.sha256 is None else state.verified.check(fd, expected.sha256)
+            got = None if expected.sha256 is None else state.verified.mismatch(fd, expected.sha256)
         finally:
             os.close(fd)
-        if problem is not None:
-            raise IntegrityError(f"Invalid file ({path}): {problem}. Expected the file the index lists.")
+        if got is not None:
+            raise IntegrityError(
+                f"Invalid file ({path}): sha256 {got}, expected {expected.sha256}. Expected the file the index lists."
+            )
         state.counters.add(hits=1)
         return path
 

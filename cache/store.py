@@ -326,16 +326,16 @@ class Verified:
             while len(self._seen) > self._limit:
                 self._seen.popitem(last=False)
 
-    def check(self, fd: int, sha256: str) -> str | None:
+    def mismatch(self, fd: int, sha256: str) -> str | None:
         """None when the file open at `fd` has `sha256` (hashed unless this process already has);
-        otherwise what is wrong."""
+        otherwise the sha256 it has."""
         st = os.fstat(fd)
         with self._lock:
             if (_version(st), sha256) in self._seen:
                 return None
         got = file_sha256(fd)
         if got != sha256:
-            return f"sha256 {got}, expected {sha256}"
+            return got
         self.add(st, sha256)
         return None
 
@@ -355,7 +355,8 @@ def check_published(path: str, *, size: int | None, sha256: str | None, verified
         st = os.fstat(fd)
         if size is not None and st.st_size != size:
             return f"size {st.st_size}, expected {size}"
-        return None if sha256 is None else verified.check(fd, sha256)
+        got = None if sha256 is None else verified.mismatch(fd, sha256)
+        return None if got is None else f"sha256 {got}, expected {sha256}"
     finally:
         os.close(fd)
 
