@@ -138,11 +138,20 @@ def _cycle_in(graph: dict[str, set[str]], component: set[str]) -> list[str]:
 
 
 def duplicate_basenames(modules: dict[str, Module]) -> dict[str, list[str]]:
+    """Basenames used twice within one top-level package (`reader/x.py` and `reader/sub/x.py`).
+
+    A name need not be unique across the tree: `reader/errors.py` and `reshard/errors.py` each say what
+    their package raises. Within a package one name is one thing."""
     found: dict[str, list[str]] = {}
     for module in modules.values():
         if module.path.name not in SHARED_BASENAMES:
-            found.setdefault(module.path.name, []).append(module.name)
+            key = f"{module.name.split('.')[0]}/{module.path.name}"
+            found.setdefault(key, []).append(module.name)
     return {name: owners for name, owners in found.items() if len(owners) > 1}
+
+
+def folders_without_docstring(modules: dict[str, Module]) -> list[str]:
+    return sorted(m.name for m in modules.values() if m.is_package and not ast.get_docstring(m.tree))
 
 
 def duplicate_classes(modules: dict[str, Module]) -> dict[str, list[str]]:
@@ -224,8 +233,12 @@ def tree() -> dict[str, Module]:
     return load_modules(ROOT, PACKAGES)
 
 
-def test_no_two_modules_share_a_basename(tree: dict[str, Module]) -> None:
+def test_no_two_modules_of_a_package_share_a_basename(tree: dict[str, Module]) -> None:
     assert duplicate_basenames(tree) == {}
+
+
+def test_every_folder_says_what_it_holds(tree: dict[str, Module]) -> None:
+    assert folders_without_docstring(tree) == []
 
 
 def test_no_two_public_classes_share_a_name(tree: dict[str, Module]) -> None:
@@ -252,6 +265,9 @@ SYNTHETIC = {
     "cache/plan.py": "from reader import helpers\n",
     "reader/__init__.py": "from .plan import Plan\n",
     "reader/plan.py": "class Plan: ...\nclass _Hidden: ...\n",
+    "reader/sub/__init__.py": '"""What sub holds."""\n',
+    "reader/sub/plan.py": "",
+    "reshard/plan.py": "",
     "reader/helpers.py": "def f():\n    from . import order\n    return order\n",
     "reader/order.py": "import reader.helpers\nfrom reader.plan import _Hidden\n",
     "reader/mod.py": "import reader.plan as p\n\ndef g():\n    return p._Hidden, p.Plan\n",
@@ -271,7 +287,7 @@ def synthetic(tmp_path: Path) -> dict[str, Module]:
 
 
 def test_checker_finds_shared_basenames_and_classes(synthetic: dict[str, Module]) -> None:
-    assert duplicate_basenames(synthetic) == {"plan.py": ["cache.plan", "reader.plan"]}
+    assert duplicate_basenames(synthetic) == {"reader/plan.py": ["reader.plan", "reader.sub.plan"]}
     assert duplicate_classes(synthetic) == {"Plan": ["reader.plan", "reshard.tables"]}
 
 
@@ -288,6 +304,10 @@ def test_checker_finds_private_names(synthetic: dict[str, Module]) -> None:
         "reader.mod:4 uses reader.plan._Hidden",
         "reader.order:2 imports reader.plan._Hidden",
     ]
+
+
+def test_checker_finds_folders_without_docstring(synthetic: dict[str, Module]) -> None:
+    assert folders_without_docstring(synthetic) == ["cache", "reader", "reshard", "reshard.sched"]
 
 
 def test_checker_finds_upward_imports(synthetic: dict[str, Module]) -> None:
