@@ -108,6 +108,58 @@ def test_no_export_is_shadowed_by_a_submodule(package: str) -> None:
     assert not submodules & set(importlib.import_module(package).__all__)
 
 
+ROOT = README.parent
+OURS = ("cache", "reader", "reshard", "scripts", "tests", "docs")
+
+
+def stale_names(text: str, root: Path = ROOT) -> list[str]:
+    """The repository paths (`reader/format/v3.py`, `scripts/setup.sh`) and module names (`reader.format.v3`,
+    `reshard.cli`) that `text` puts in backticks and that do not exist under `root`. A dotted name may end
+    in one name the module defines or exports (`reader.format.v3.check_tiling`, `reader.EpisodeStream`)."""
+    stale = []
+    for token in sorted(set(re.findall(r"`([\w./-]+)`", text))):
+        head = re.split(r"[./]", token, maxsplit=1)[0]
+        if head not in OURS or token == head:
+            continue
+        if "/" in token:
+            if not (root / token).exists():
+                stale.append(token)
+        elif not _module_or_member(token, root):
+            stale.append(token)
+    return stale
+
+
+def _module_or_member(dotted: str, root: Path) -> bool:
+    parts = dotted.split(".")
+    for cut in (len(parts), len(parts) - 1):
+        base = root.joinpath(*parts[:cut])
+        for module in (base.with_suffix(".py"), base / "__init__.py"):
+            if module.exists():
+                rest = parts[cut:]
+                # defined there, or exported by name (a package's `__all__`, imported on first use)
+                defined = (
+                    rf"^(?:def |class |async def )?{re.escape(rest[0])}\b|\"{re.escape(rest[0])}\""
+                    if rest
+                    else ""
+                )
+                return not rest or re.search(defined, module.read_text(), flags=re.M) is not None
+    return False
+
+
+def test_every_path_and_module_the_readme_names_exists() -> None:
+    assert stale_names(README.read_text()) == []
+
+
+def test_stale_names_finds_moved_files_and_modules(tmp_path: Path) -> None:
+    (tmp_path / "reader" / "format").mkdir(parents=True)
+    (tmp_path / "reader" / "format" / "v3.py").write_text("def check_tiling():\n    pass\n")
+    text = (
+        "`reader/format/v3.py` `reader/gone.py` `reader.format.v3` `reader.format.v3.check_tiling` "
+        "`reader.format.v3.nothing` `reader.format.gone` `meta/lrs/` `reader`"
+    )
+    assert stale_names(text, tmp_path) == ["reader.format.gone", "reader.format.v3.nothing", "reader/gone.py"]
+
+
 def test_imports_checker_reads_names_and_skips_other_packages() -> None:
     text = "```python\nfrom reader import A, B  # x\nfrom torch import T\nfrom reshard.verify import v\n```\n"
     assert imports(text) == {"reader": {"A", "B"}, "reshard.verify": {"v"}}
