@@ -12,12 +12,23 @@ through `tests.support.datasets` (the library's Python API, not the command line
 from __future__ import annotations
 
 import shutil
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.support.datasets import resharded, v3_sample
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started in the background of a non-interactive shell (`make test &`, a CI step run that
+    way) inherits SIGINT ignored, and so would every `lrs` the tests start, which then keeps running
+    through the Ctrl-C the signal tests send (`tests/reshard/test_exits.py`). Give SIGINT back its
+    default here, so that what the children inherit does not depend on how the suite was started."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 DEPTH_SPEC = {"episodes": 5, "min_length": 6, "max_length": 14, "cameras": 1, "depth_cameras": 1, "seed": 3}
 
