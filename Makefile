@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test bench faults lint clean
+.PHONY: setup demo test test-all bench faults lint clean
 
 setup:
 	@VENV=$(VENV) bash scripts/setup.sh
@@ -11,7 +11,12 @@ setup:
 demo: setup
 	$(VENV)/bin/lrs demo --workdir $${LRS_DEMO_DIR:-/tmp/lrs-demo}
 
+# The fast tier: every test not marked integration, lerobot or faults (pyproject.toml's markers).
 test: setup
+	$(PY) -m pytest -m "not integration and not lerobot and not faults" $(PYTEST_ARGS)
+
+# Every test: what `make test` runs, then the integration, lerobot and faults tiers (CI runs this).
+test-all: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Every scripts/bench_*.py takes --out FILE and writes JSON there; the reader bench also draws

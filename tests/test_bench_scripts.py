@@ -19,6 +19,7 @@ def test_make_bench_passes_only_out() -> None:
     assert loop and "for script in scripts/bench_*.py" in loop[0] and "--out bench/$$name.json" in loop[0]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
 def test_every_benchmark_takes_out_and_no_required_argument(script: Path) -> None:
     done = subprocess.run(

@@ -67,6 +67,7 @@ def flow(tmp_path_factory: pytest.TempPathFactory) -> tuple[DemoResult, list[str
 # --- the flow through the library ---------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_every_step_runs_and_prints_one_line(flow: tuple[DemoResult, list[str], Path]) -> None:
     _, lines, workdir = flow
     assert [line.split()[0] for line in lines] == list(STEPS)
@@ -230,6 +231,7 @@ def test_the_demo_stream_is_one_process_whatever_the_environment_says(
 # --- the command line ---------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_lrs_demo_prints_the_table_and_cleans_up_only_its_own_files(tmp_path: Path) -> None:
     """A --workdir that holds the user's files (named as the demo's subdirectories): the demo works in a
     new folder of it and removes that alone."""
@@ -277,6 +279,7 @@ def test_the_demo_claims_a_new_empty_or_its_own_directory_and_removes_only_what_
     assert [str(p.relative_to(empty)) for p in empty.rglob("*")] == ["source", "source/notes.txt"]
 
 
+@pytest.mark.integration
 def test_lrs_demo_exits_1_when_the_resume_check_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -299,6 +302,7 @@ def test_lrs_demo_exits_1_when_the_resume_check_fails(
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*SUBDIRS, MARKER])
 
 
+@pytest.mark.integration
 def test_lrs_demo_exits_1_when_verify_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from reshard.verify import VerifyReport, Violation
 
@@ -429,6 +433,7 @@ def test_the_decode_order_bench_counts_jumps_per_file_and_reads_each_file_in_ord
     assert bench.jumps(ordered)["backward_share_of_jumps"] == 0.0
 
 
+@pytest.mark.integration
 def test_the_decode_order_bench_decodes_every_camera_frame_of_an_epoch(tmp_path: Path) -> None:
     src = write_sample(tmp_path / "v3", episodes=4, cameras=2)
     reshard(str(src), tmp_path / "lrs", quiet=True)

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# Tier: the fault suite's quick cases, a minute or more: `make test-all`, not `make test`.
+pytestmark = pytest.mark.faults
+
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -17,7 +17,10 @@ from typing import Any
 
 import pytest
 
-from tests.test_lerobot_train import ROOT, clean_env, lerobot_python  # noqa: F401 - the fixture
+from tests.test_lerobot_train import ROOT, clean_env
+
+# Tier: needs lerobot's own environment (scripts/lerobot_env.sh builds it): `make test-all`, not `make test`.
+pytestmark = pytest.mark.lerobot
 
 # Where lerobot copies `meta/lrs/` along (stale), and where it writes a new dataset without it.
 STALE = {"modify_tasks", "reencode_videos", "recompute_stats"}

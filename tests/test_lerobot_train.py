@@ -19,20 +19,10 @@ from pathlib import Path
 
 import pytest
 
+# Tier: needs lerobot's own environment (scripts/lerobot_env.sh builds it): `make test-all`, not `make test`.
+pytestmark = pytest.mark.lerobot
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def lerobot_python() -> str:
-    if os.environ.get("LRS_LEROBOT_TRAIN") == "skip":
-        if os.environ.get("CI"):
-            pytest.fail("LRS_LEROBOT_TRAIN=skip on CI: the lrs train check must run there.")
-        pytest.skip("LRS_LEROBOT_TRAIN=skip")
-    done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "lerobot_env.sh")], capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout.strip().splitlines()[-1]
 
 
 def clean_env() -> dict[str, str]:

@@ -7,6 +7,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+import pytest
+
 from reshard.distribution import DISTRIBUTION
 
 
@@ -26,6 +28,7 @@ def test_the_distribution_is_lrs_lerobot_with_the_lrs_command() -> None:
     assert done.returncode == 0 and done.stdout.startswith(f"lrs, version {dist.version}")
 
 
+@pytest.mark.integration
 def test_imports_hold_in_a_directory_with_cache_and_reader_folders(tmp_path: Path) -> None:
     """A node cache in ./cache (and any ./reader folder) must not shadow the packages: with setuptools'
     default editable finder, `from reader import EpisodeStream` failed there with an ImportError."""

@@ -175,6 +175,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work
 
 
+@pytest.mark.integration
 def test_every_bash_snippet_runs(work: Path) -> None:
     ran = []
     env = {**os.environ, "NODE_RANK": "3", "NNODES": "4", "SLURM_CPUS_PER_TASK": "2"}
@@ -193,6 +194,7 @@ def test_every_bash_snippet_runs(work: Path) -> None:
     assert {"reshard", "verify", "push", "prewarm", "inspect"} <= set(ran), ran
 
 
+@pytest.mark.integration
 def test_the_training_snippet_runs_and_resumes(work: Path, sample_resharded_ds: Path) -> None:
     """Twice, as a trainer would: a first run that saves a checkpoint, then a resumed one."""
     (snippet,) = [b for b in blocks("python") if "ResumableLoader(" in b and "for epoch" in b]
@@ -234,6 +236,7 @@ def test_the_training_snippet_runs_and_resumes(work: Path, sample_resharded_ds: 
         assert done.stdout.startswith("prewarm: "), done.stdout
 
 
+@pytest.mark.integration
 def test_the_batch_loader_snippet_runs(work: Path, sample_resharded_ds: Path) -> None:
     (snippet,) = [b for b in blocks("python") if "BatchLoader(" in b]
     bucket = work / "bucket" / "aloha-lrs"
@@ -247,6 +250,7 @@ def test_the_batch_loader_snippet_runs(work: Path, sample_resharded_ds: Path) ->
     assert int(consumed) == 1 and int(batches) == -(-DatasetMeta.open(str(bucket)).total_frames // 8)
 
 
+@pytest.mark.integration
 def test_the_mixture_snippet_runs(work: Path, sample_resharded_ds: Path) -> None:
     (snippet,) = [b for b in blocks("python") if "weights=[" in b]
     for name in ("aloha-lrs", "pusht-lrs"):

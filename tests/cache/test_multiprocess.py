@@ -66,6 +66,7 @@ def _run(processes: list[multiprocessing.process.BaseProcess], timeout_s: float 
     return [p.exitcode for p in processes]
 
 
+@pytest.mark.integration
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("max_bytes", [None, TIGHT_BUDGET], ids=["no-budget", "budget-below-working-set"])
 def test_processes_share_one_cache_under_faults(tmp_path, serve, cache_dir, max_bytes):

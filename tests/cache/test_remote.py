@@ -39,6 +39,7 @@ def test_cat_many_reads_every_file_and_keeps_what_failed(root: Path) -> None:
     assert remote.cat_many([]).cat("a.json") == FILES["a.json"]  # not asked for: read on demand
 
 
+@pytest.mark.integration
 def test_cat_many_over_http_is_concurrent_retries_and_reads_each_file_once(root: Path) -> None:
     with RangeServer(root, faults=Faults(latency_s=0.2, fail_rate=0.3, seed=5)) as server:
         reads = resolve(server.url).cat_many(WANTED)

@@ -100,6 +100,7 @@ def test_len_is_the_batches_of_an_epoch_and_every_frame_comes_once(small: tuple[
     assert sorted(again) == sorted(seen) and again != list(seen)  # another order, the same frames
 
 
+@pytest.mark.integration
 def test_resume_in_a_new_process_continues_at_the_next_batch(
     small: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -138,6 +139,7 @@ def test_a_state_mid_batch_resumes_by_its_batches(small: tuple[Path, Path]) -> N
     _assert_batches_equal(list(resumed), want)
 
 
+@pytest.mark.integration
 def test_torchrun_two_ranks_each_read_their_half(small: tuple[Path, Path], tmp_path: Path) -> None:
     spec = {"root": str(small[1]), "num_workers": 0, "loader": "batch", "threads": 2, "batch_size": 4}
     per_rank = torchrun(spec, tmp_path)

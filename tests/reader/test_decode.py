@@ -38,6 +38,7 @@ def test_decode_matches_a_fresh_lerobot_style_decode(small: tuple[Path, Path], r
         assert torch.equal(got, want)
 
 
+@pytest.mark.integration
 def test_approximate_and_exact_seek_give_identical_frames(small: tuple[Path, Path]) -> None:
     for root in small:
         for path in sorted(root.glob(f"videos/{CAM}/*/*.mp4")):

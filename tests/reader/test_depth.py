@@ -134,6 +134,7 @@ def test_millimetres_are_rounded_metres(depth_ds: dict[str, Path]) -> None:
         EpisodeStream(depth_ds["copy"], depth_output_unit="cm")  # type: ignore[arg-type]
 
 
+@pytest.mark.integration
 def test_depth_windows_transforms_and_spawn_workers(depth_ds: dict[str, Path]) -> None:
     stream = EpisodeStream(
         depth_ds["copy"],

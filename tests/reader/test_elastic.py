@@ -222,6 +222,7 @@ def test_a_bad_state_is_refused_clearly(small_lrs: Path, change: dict, message: 
         _stream(small_lrs, world_size=3, rank=0).load_state_dict({**state, **change})
 
 
+@pytest.mark.integration
 def test_each_rank_of_a_new_world_resumes_in_its_own_process(small_lrs: Path, tmp_path: Path) -> None:
     before, states = _consume(small_lrs, 2, 2, 4, stop=4)
     spec = {
@@ -244,6 +245,7 @@ def test_each_rank_of_a_new_world_resumes_in_its_own_process(small_lrs: Path, tm
     assert max(seen.values()) == 1 and TOTAL - len(seen) < 3
 
 
+@pytest.mark.integration
 def test_a_job_stopped_on_one_process_resumes_under_torchrun(small_lrs: Path, tmp_path: Path) -> None:
     before, states = _consume(small_lrs, 1, 2, 4, stop=5)
     spec = {"root": str(small_lrs), "num_workers": 2, "method": "spawn", "batch_size": 3, "seed": 4, "pool": 16,

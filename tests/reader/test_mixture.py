@@ -148,6 +148,7 @@ def test_a_weighted_schedule_splits_ranks_and_workers_exactly() -> None:
         assert sum(emitted.values()) == 60
 
 
+@pytest.mark.integration
 def test_weighted_mixture_resumes_exactly_in_new_processes(
     small: tuple[Path, Path], slow: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -94,6 +94,7 @@ def _frames(root: str | Path, cache: Path) -> list[tuple[int, int, bytes]]:
     return [(int(s["episode_index"]), int(s["frame_index"]), s[key].numpy().tobytes()) for s in stream]
 
 
+@pytest.mark.integration
 def test_a_reader_that_starts_after_a_re_push_reads_the_new_version(sample_ds: Path, tmp_path: Path) -> None:
     from reshard.push.publish import push
 

@@ -249,6 +249,7 @@ SKIP_CASES = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("lengths", "pool_size", "shuffle"), SKIP_CASES.values(), ids=SKIP_CASES.keys())
 def test_skip_replays_the_uninterrupted_sequence(lengths: list[int], pool_size: int, shuffle: bool) -> None:
     for seed in SEEDS[:2]:

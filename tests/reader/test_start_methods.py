@@ -63,6 +63,7 @@ def test_a_stream_pickles_and_opens_nothing_until_it_iterates(small_lrs: Path) -
             assert [int(i["index"]) for i in copy] == [int(i["index"]) for i in ds]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("method", "num_workers"),
     [("fork", 1), ("fork", 3), ("spawn", 1), ("spawn", 3), ("forkserver", 1), ("forkserver", 3)],
@@ -78,6 +79,7 @@ def test_every_start_method_gives_the_same_samples_exactly_once(
     assert len(seen) == TOTAL and max(seen.values()) == 1
 
 
+@pytest.mark.integration
 def test_resume_in_a_new_process_with_spawn_workers(small_lrs: Path, tmp_path: Path) -> None:
     spec = {"root": str(small_lrs), "num_workers": 3, "method": "spawn", "batch_size": 4, "seed": 4}
     whole = pairs_of(DataLoader(stream(small_lrs), batch_size=4, num_workers=3))
@@ -87,6 +89,7 @@ def test_resume_in_a_new_process_with_spawn_workers(small_lrs: Path, tmp_path: P
     assert [[tuple(p) for p in b] for b in first["batches"] + rest["batches"]] == whole
 
 
+@pytest.mark.integration
 def test_torchrun_two_ranks_with_spawn_workers(small_lrs: Path, tmp_path: Path) -> None:
     spec = {"root": str(small_lrs), "num_workers": 2, "method": "spawn", "batch_size": 4}
     per_rank = torchrun(spec, tmp_path)

@@ -406,6 +406,7 @@ def test_remote_source_without_cache_dir_uses_a_temporary_one(small: tuple[Path,
     assert not temporary.exists()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_stats_of_all_processes_sum_the_workers(
     small: tuple[Path, Path], tmp_path: Path, method: str

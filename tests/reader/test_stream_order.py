@@ -35,6 +35,7 @@ def flat(groups: list[list[Pair]]) -> list[Pair]:
     return [p for g in groups for p in g]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("num_workers", [0, 1, 2, 3], ids=lambda w: f"workers{w}")
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4], ids=lambda w: f"world{w}")
 def test_every_frame_exactly_once_across_ranks_and_workers(
@@ -73,6 +74,7 @@ def test_selected_episodes_are_covered_exactly_once(small: tuple[Path, Path]) ->
     assert max(seen.values()) == 1 and {e for e, _ in seen} == set(chosen)
 
 
+@pytest.mark.integration
 def test_same_seed_same_order_new_epoch_new_order(small: tuple[Path, Path]) -> None:
     def run(seed: int, epoch: int) -> list[Pair]:
         stream = EpisodeStream(small[1], seed=seed, episode_pool_size=4, return_uint8=True)
@@ -97,6 +99,7 @@ def distinct_ratio(groups: list[list[Pair]]) -> float:
     return sum(len({e for e, _ in g}) / len(g) for g in full) / len(full)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("num_workers", [0, 2], ids=lambda w: f"workers{w}")
 def test_batches_mix_episodes_when_the_pool_holds_a_batch(many: Path, num_workers: int) -> None:
     batch_size = 8

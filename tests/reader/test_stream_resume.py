@@ -42,6 +42,7 @@ def run(
     return out
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("pool", [1, 4], ids=lambda k: f"pool{k}")
 @pytest.mark.parametrize("num_workers", [0, 1, 2, 3], ids=lambda w: f"workers{w}")
 def test_resume_continues_exactly_where_the_trainer_stopped(
@@ -140,6 +141,7 @@ def test_skipping_reads_fetches_and_decodes_nothing(small_lrs: Path, tmp_path: P
     assert stats.episodes_admitted == len(emission.pool_at(skipped))
 
 
+@pytest.mark.integration
 @pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
 @pytest.mark.parametrize("num_workers", [0, 2], ids=lambda w: f"workers{w}")
 def test_stateful_dataloader_protocol(small_lrs: Path, num_workers: int) -> None:

@@ -213,6 +213,7 @@ def _faststart_truncated(root: Path) -> Path:
     return root
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("cut", ["at-open", "mid-stream"])
 def test_a_truncated_video_is_exit_3_every_time(
     cut: str, sample_ds: Path, copy_ds: Callable[[Path], Path], tmp_path: Path

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from cache.progress import PlainLines, progress_bar
 
 LRS = "from reshard.cli import main; main()"
@@ -24,6 +26,7 @@ def _lrs(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.integration
 def test_sample_reshard_push_and_prewarm_log_plain_lines(tmp_path: Path) -> None:
     runs = [
         _lrs("sample", str(tmp_path / "v3"), "--num-episodes", "4", "--cameras", "2"),
@@ -63,6 +66,7 @@ def test_a_bar_off_the_terminal_logs_at_an_interval(monkeypatch) -> None:  # typ
     assert len(lines) <= 3 and "\r" not in err.getvalue()
 
 
+@pytest.mark.integration
 def test_debug_and_quiet_work_anywhere_on_the_line(tmp_path: Path) -> None:
     missing = str(tmp_path / "nothing")
     plain = _lrs("verify", missing)
@@ -87,6 +91,7 @@ def test_hoist_keeps_arguments_after_a_double_dash() -> None:
     assert hoist_global_flags(["sample", "--", "-q"]) == ["sample", "--", "-q"]
 
 
+@pytest.mark.integration
 def test_usage_errors_are_one_line_with_exit_2(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "x").write_text("not empty")

@@ -119,6 +119,7 @@ def test_whole_videos_read_whole_from_their_last_gop(sample_ds: Path, sample_una
             assert not extent.truncated and extent.end_s > 0 and extent.frames > 0, (rel, extent)
 
 
+@pytest.mark.integration
 def test_doctor_exits_cleanly_every_time(truncated: Path) -> None:
     # Exit 134 ("terminate called without an active exception") was a race at interpreter exit: run the
     # command as users do, in its own process, a few times.

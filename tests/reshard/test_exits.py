@@ -203,6 +203,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.integration
 def test_sigterm_removes_a_streams_temporary_cache(sample_resharded_ds: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     child = subprocess.Popen(
@@ -239,6 +240,7 @@ def _survivors(pgid: int) -> list[psutil.Process]:
     return psutil.wait_procs(group, timeout=10)[1]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["sigint", "sigterm"]
 )
@@ -268,6 +270,7 @@ def test_a_signal_while_the_workers_start_is_one_line_and_resumable(
     assert rerun.returncode == 0 and not work.exists(), rerun.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["sigint", "sigterm"]
 )

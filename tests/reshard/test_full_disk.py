@@ -40,6 +40,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(sample_ds: Path, tmp_path: P
     assert not out.exists() and not default_work_dir(out).exists()
 
 
+@pytest.mark.integration
 def test_a_resumed_run_that_fills_the_disk_keeps_its_finished_outputs(
     sample_ds: Path, sample_resharded_ds: Path, tmp_path: Path
 ) -> None:

@@ -123,6 +123,7 @@ def test_a_part_does_not_clear_the_temp_files_of_a_part_beside_it(
     assert (work / "tmp" / "other-part.mp4").read_bytes() == b"being written"
 
 
+@pytest.mark.integration
 def test_parts_run_at_once_then_finalize_equal_one_run(
     sample_ds: Path, sample_resharded_ds: Path, tmp_path: Path
 ) -> None:

@@ -92,6 +92,7 @@ def test_training_after_prewarm_downloads_nothing(root: Path, tmp_path: Path) ->
     assert reader.hits > 0
 
 
+@pytest.mark.integration
 def test_training_downloads_only_what_a_limited_prewarm_left(
     sample_resharded_ds: Path, tmp_path: Path
 ) -> None:
@@ -535,6 +536,7 @@ def test_a_torch_checkpoint_is_a_resume_state_and_its_pool_is_planned(
     )
 
 
+@pytest.mark.integration
 def test_a_training_spec_file_prewarm_and_the_stream_agree(sample_resharded_ds: Path, tmp_path: Path) -> None:
     """The spec a training job writes, `lrs prewarm --spec` and `EpisodeStream(spec)` fetch the same files:
     prewarm fetches what a cold run of the spec downloads, and a run after it downloads nothing."""

@@ -62,6 +62,7 @@ def _objects(endpoint: str, root: str) -> dict[str, bytes]:
     return {name[len(root) + 1 :]: fs.cat_file(name) for name in fs.find(root)}
 
 
+@pytest.mark.integration
 def test_full_push_then_rerun_skips_everything(push_dataset: Path, aws: str) -> None:
     name = f"lrs-{uuid.uuid4().hex[:12]}"
     summary = push(push_dataset, f"s3://{name}/ds/v1", create=True, workers=4, quiet=True)
@@ -74,6 +75,7 @@ def test_full_push_then_rerun_skips_everything(push_dataset: Path, aws: str) -> 
     assert len(again.skipped) == len(expected)
 
 
+@pytest.mark.integration
 def test_same_size_other_content_is_reuploaded_by_md5_etag(push_dataset: Path, aws: str, bucket: str) -> None:
     push(push_dataset, f"s3://{bucket}/ds", quiet=True)
     rel = "meta/stats.json"
@@ -109,6 +111,7 @@ def test_endpoint_url_option_overrides_environment(
     assert _objects(aws, f"{bucket}/ds") == expected_files(push_dataset)
 
 
+@pytest.mark.integration
 def test_publish_order_on_the_wire(push_dataset: Path, aws: str, bucket: str) -> None:
     with FaultProxy(aws) as proxy:
         push(push_dataset, f"s3://{bucket}/ds", endpoint_url=proxy.endpoint, workers=4, quiet=True)
@@ -124,6 +127,7 @@ def test_publish_order_on_the_wire(push_dataset: Path, aws: str, bucket: str) ->
     assert puts[-1] == LAYOUT_JSON
 
 
+@pytest.mark.integration
 def test_injected_500s_are_survived(
     push_dataset: Path,
     aws: str,
@@ -162,6 +166,7 @@ print("finished", flush=True)
 """
 
 
+@pytest.mark.integration
 def test_sigkill_mid_push_then_resume(push_dataset: Path, aws: str, bucket: str) -> None:
     url, landed = f"s3://{bucket}/ds", 3
     child = subprocess.Popen(
@@ -191,6 +196,7 @@ def test_sigkill_mid_push_then_resume(push_dataset: Path, aws: str, bucket: str)
     assert _objects(aws, f"{bucket}/ds") == expected
 
 
+@pytest.mark.integration
 def test_failure_output_has_no_secrets(
     push_dataset: Path, aws: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -111,6 +111,7 @@ def test_display_puts_the_path_before_a_query_that_redaction_removes() -> None:
     assert shown == "http://127.0.0.1:9/ds/meta/info.json?<redacted>", shown
 
 
+@pytest.mark.integration
 def test_reshard_doctor_and_verify_write_no_password(
     sample_ds: Path, copy_ds: Callable[[Path], Path], tmp_path: Path
 ) -> None:
@@ -137,6 +138,7 @@ def test_reshard_doctor_and_verify_write_no_password(
     assert "<redacted>@127.0.0.1" in doctor.output
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", ["userinfo", "query"])
 def test_commands_print_and_write_no_credentials(sample_ds: Path, tmp_path: Path, kind: str) -> None:
     """describe, inspect, doctor and reshard (and its rerun) over a credentialed URL: what they print and

@@ -139,6 +139,7 @@ def test_converted_source_is_sliced_per_episode(sample_converted_ds: Path, tmp_p
     assert sum(pq.read_metadata(p).num_row_groups for p in (tmp_path / "out/data").rglob("*.parquet")) == 8
 
 
+@pytest.mark.integration
 def test_small_files_follow_the_templates_and_chunks(sample_chunked_ds: Path, tmp_path: Path) -> None:
     bound_mb = 0.004
     result = lrs(
@@ -180,6 +181,7 @@ def test_copy_reencodes_and_lists_episodes_not_on_a_keyframe(
     assert all(v.reencoded for v in report.videos if (v.episode, v.key) in listed)
 
 
+@pytest.mark.integration
 def test_hevc_reencode_is_described_in_info(sample_ds: Path, tmp_path: Path) -> None:
     reshard(str(sample_ds), tmp_path / "out", options=ReshardOptions(video="hevc", gop=3), quiet=True)
     info = json.loads((tmp_path / "out/meta/info.json").read_text())
@@ -239,7 +241,7 @@ def test_slurm_array_environment_selects_the_part(sample_ds: Path, tmp_path: Pat
     assert "part 1/4 done" in result.output
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_two_workers_equal_one_run(sample_ds: Path, sample_resharded_ds: Path, tmp_path: Path) -> None:
     reshard(str(sample_ds), tmp_path / "out", workers=2, quiet=True)
     assert files_of(tmp_path / "out") == files_of(sample_resharded_ds)

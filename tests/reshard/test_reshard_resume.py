@@ -85,7 +85,7 @@ def test_sigkill_then_rerun_gives_identical_bytes(
     assert not default_work_dir(out).exists()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_sigkill_of_parent_and_workers_mid_download(
     sample_ds: Path, sample_resharded_ds: Path, tmp_path: Path
 ) -> None:
@@ -119,6 +119,7 @@ def test_sigkill_of_parent_and_workers_mid_download(
         assert ((out / rel).stat().st_ino, (out / rel).stat().st_mtime_ns) == (inode, mtime), rel
 
 
+@pytest.mark.integration
 def test_hevc_reencodes_are_byte_identical_across_runs_and_resumes(sample_ds: Path, tmp_path: Path) -> None:
     """Two `--video hevc` runs in separate processes, and a run killed after a few videos then rerun, give
     the same bytes: x265's sliced lookahead and weighted-prediction analysis made outputs differ (46 of
@@ -144,6 +145,7 @@ def test_hevc_reencodes_are_byte_identical_across_runs_and_resumes(sample_ds: Pa
     assert files_of(tmp_path / "c") == first
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("point", ["staged:1", "recorded:2", "staged:3"], ids=lambda p: p.replace(":", "-"))
 def test_a_worker_killed_is_one_error_line_then_a_rerun_finishes(
     point: str, sample_ds: Path, sample_resharded_ds: Path, tmp_path: Path

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -191,15 +190,8 @@ print(json.dumps(out))
 """
 
 
-def lerobot_python() -> str:
-    """A Python with lerobot 0.6.1 (`LRS_LEROBOT_PYTHON`, else the usual reference venv), or skip."""
-    path = os.environ.get("LRS_LEROBOT_PYTHON", "/tmp/lerobot-venv/bin/python")
-    if not Path(path).exists():
-        pytest.skip(f"no lerobot Python at {path} (set LRS_LEROBOT_PYTHON)")
-    return path
-
-
-def test_the_split_is_lerobots_own() -> None:
+@pytest.mark.lerobot
+def test_the_split_is_lerobots_own(lerobot_python: str) -> None:
     rng = np.random.default_rng(0)
     cases = []
     for _ in range(200):
@@ -213,7 +205,7 @@ def test_the_split_is_lerobots_own() -> None:
             {"tasks": tasks, "episodes": episodes, "split": float(rng.choice([0.1, 0.25, 0.5, 0.9]))}
         )
     done = subprocess.run(
-        [lerobot_python(), "-c", LEROBOT_SPLIT], input=json.dumps(cases), capture_output=True, text=True
+        [lerobot_python, "-c", LEROBOT_SPLIT], input=json.dumps(cases), capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-3000:]
     theirs = json.loads(done.stdout.strip().splitlines()[-1])

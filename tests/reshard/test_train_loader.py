@@ -44,6 +44,7 @@ def cycled(loader: TrainLoader, batches: int) -> list[list[int]]:
     return [b["index"].tolist() for b in islice(forever(), batches)]
 
 
+@pytest.mark.integration
 def test_persistent_workers_stream_each_epoch_in_its_own_order(sample_resharded_ds: Path) -> None:
     loader = train_loader(sample_resharded_ds)
     per_epoch = len(loader)
@@ -59,6 +60,7 @@ def test_persistent_workers_stream_each_epoch_in_its_own_order(sample_resharded_
     assert got[:per_epoch] != got[per_epoch:]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("workers", [0, 2], ids=["batch-loader", "workers"])
 @pytest.mark.parametrize("cut", [5, "end", "end+3"], ids=["mid-epoch", "epoch-end", "next-epoch"])
 def test_a_saved_state_resumes_at_the_exact_next_batch(
@@ -79,6 +81,7 @@ def lane_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("lrs-lane")]
 
 
+@pytest.mark.integration
 def test_without_workers_batches_are_built_by_lane_threads_as_the_dataloader_would(
     sample_resharded_ds: Path,
 ) -> None:

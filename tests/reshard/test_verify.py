@@ -238,6 +238,7 @@ def test_good_output_passes_every_check_and_exits_zero(sample_resharded_ds: Path
     assert verify(str(sample_resharded_ds)).passed[-1] == "videos"
 
 
+@pytest.mark.integration
 def test_psnr_floor_applies_to_reencoded_outputs(sample_ds: Path, tmp_path: Path) -> None:
     from reshard.execute import ReshardOptions
     from reshard.run import reshard
@@ -272,6 +273,7 @@ def test_verify_over_http(sample_resharded_ds: Path, sample_ds: Path) -> None:
     assert report.ok, report.describe()
 
 
+@pytest.mark.integration
 def test_nan_values_copied_from_the_source_verify_equal(sample_ds: Path, tmp_path: Path) -> None:
     """A sensor that reported NaN: the copy keeps the NaN, and NaN == NaN for verify (it said the rows
     differed)."""
@@ -302,6 +304,7 @@ def test_nan_values_copied_from_the_source_verify_equal(sample_ds: Path, tmp_pat
 # --- workers and opens (issue 31) ---------------------------------------------------------------------
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "name", ["good", "flipped-byte", "rows-out-of-order", "swapped-videos", "changed-value", "other-pixels"]
 )
@@ -357,6 +360,7 @@ def test_a_good_video_leaves_nothing_to_keep(sample_resharded_ds: Path) -> None:
     assert outcome.cameras == () and outcome.error is None
 
 
+@pytest.mark.integration
 def test_a_killed_worker_is_one_error_line(sample_resharded_ds: Path) -> None:
     """A verify worker SIGKILLed (the OOM killer): exit 3 with one line, as for reshard."""
     import os

@@ -236,6 +236,7 @@ def mid_case(packed: Path) -> Case:
 # --- copy --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("codec", ["av1", "hevc", "h264"])
 def test_copy_split_is_bit_identical(packed_by_codec: dict[str, Path], codec: str, tmp_path: Path) -> None:
     all_cases = cases(packed_by_codec[codec])
