@@ -1,7 +1,14 @@
-"""lrs reshard package: the `lrs` command line and the offline jobs (reshard, verify, push, prewarm).
+"""lrs reshard package: the offline jobs and the `lrs` command line over them.
 
-lrs is distributed as `lrs-lerobot` (`lrs` on PyPI is an unrelated package); its import names are
-`reader`, `cache` and `reshard`, and its command is `lrs`.
+The library: `source` (any v3 dataset opened, checked, described), `job` (the reshard job: plan, tables,
+`meta/` and the lrs/1 index, work directory and lock), `video` (per-episode video files), `verify`
+(prove an output, and its equality with its source), `push` (publish to a bucket) and `prewarm` (fill a
+node's cache). The application on top: `cli` (the `lrs` commands, a thin click layer that imports only
+what these packages export), `train` (`lrs train`), `preview` (`lrs show`) and `demo` (`lrs sample`,
+`lrs demo`). `errors` holds what the jobs raise, `distribution` the name lrs is installed under.
+
+lrs is distributed as `lrs-lerobot` (`lrs` on PyPI is an unrelated package; `DISTRIBUTION`); its import
+names are `reader`, `cache` and `reshard`, and its command is `lrs`.
 
 `__all__` is the API: `open_source` opens any v3 dataset (its metadata validated), `validate` checks
 every row and video header, `reshard` runs what `lrs reshard` runs; `reshard.verify` exports `verify`.
@@ -16,13 +23,15 @@ from typing import TYPE_CHECKING
 from cache.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
+    from reshard.distribution import DISTRIBUTION
     from reshard.errors import PushError, ReshardError, VerifyError
-    from reshard.execute import ReshardOptions
-    from reshard.run import ReshardResult, reshard
-    from reshard.source import V3Source, open_source
-    from reshard.source_checks import validate
+    from reshard.job.execute import ReshardOptions
+    from reshard.job.run import ReshardResult, reshard
+    from reshard.source.checks import validate
+    from reshard.source.model import V3Source, open_source
 
 __all__ = [
+    "DISTRIBUTION",
     "PushError",
     "ReshardError",
     "ReshardOptions",
@@ -35,15 +44,16 @@ __all__ = [
 ]
 
 _LAZY = {
+    "DISTRIBUTION": "reshard.distribution",
     "PushError": "reshard.errors",
     "ReshardError": "reshard.errors",
     "VerifyError": "reshard.errors",
-    "ReshardOptions": "reshard.execute",
-    "ReshardResult": "reshard.run",
-    "reshard": "reshard.run",
-    "V3Source": "reshard.source",
-    "open_source": "reshard.source",
-    "validate": "reshard.source_checks",
+    "ReshardOptions": "reshard.job.execute",
+    "ReshardResult": "reshard.job.run",
+    "reshard": "reshard.job.run",
+    "V3Source": "reshard.source.model",
+    "open_source": "reshard.source.model",
+    "validate": "reshard.source.checks",
 }
 
 

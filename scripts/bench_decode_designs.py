@@ -41,7 +41,7 @@ POOL = 16
 
 def build(workdir: Path, height: int, width: int) -> Path:
     from reshard.demo.sample import write_sample
-    from reshard.run import reshard
+    from reshard.job.run import reshard
 
     out = workdir / f"{height}x{width}"
     if not (out / "lrs/meta/lrs/files.parquet").exists():

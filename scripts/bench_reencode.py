@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from reshard.demo.sample import write_sample
-from reshard.source import open_source
+from reshard.source.model import open_source
 from reshard.video.write import (
     DEFAULT_CRF,
     DEFAULT_GOP,

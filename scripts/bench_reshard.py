@@ -33,7 +33,7 @@ import duckdb
 from json_report import emit  # this folder
 
 from reshard.demo.sample import write_sample
-from reshard.run import reshard
+from reshard.job.run import reshard
 
 
 def dataset(workdir: Path, episodes: int) -> Path:
@@ -99,7 +99,7 @@ def best_interleaved(runs: dict[str, Callable[[], None]], repeat: int) -> dict[s
 CHILD = """
 import sys
 from pathlib import Path
-from reshard.run import reshard
+from reshard.job.run import reshard
 src, out = sys.argv[1:3]
 Path(out + ".before").write_text(Path("/proc/self/status").read_text())
 Path("/proc/self/clear_refs").write_text("5")

@@ -242,7 +242,7 @@ class Ctx:
     @property
     def resharded(self) -> Path:
         def make() -> Path:
-            from reshard.run import reshard
+            from reshard.job.run import reshard
 
             out = self.base / "shared" / "resharded"
             reshard(str(self.sample), out, quiet=True)  # does nothing where a --keep run made it already

@@ -229,7 +229,7 @@ def launcher(name: str) -> list[str]:
 def check_ranks(work: Path, lrs: str, dataset: Path, name: str) -> dict[str, Any]:
     """Step 3: two CPU processes under launcher `name`, one epoch, every frame once across the ranks."""
     from reader import EpisodeStream
-    from reshard.train.train_loader import TrainLoader
+    from reshard.train.loader import TrainLoader
 
     stream = EpisodeStream(str(dataset), batch_size=BATCH, rank=0, world_size=2, return_uint8=True)
     per_epoch = len(TrainLoader(stream, batch_size=BATCH, num_workers=WORKERS))

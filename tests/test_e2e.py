@@ -34,7 +34,7 @@ from reshard.demo.pipeline import (
 from reshard.demo.sample import write_sample
 from reshard.demo.sample_spec import SampleSpec
 from reshard.demo.training_loop import Sample, StreamRun, open_stream
-from reshard.run import reshard
+from reshard.job.run import reshard
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = DemoConfig(
@@ -195,7 +195,7 @@ def test_a_continuation_that_differs_fails(mutate: Callable[[Any], Any], message
 def test_a_stream_that_still_downloads_after_a_complete_prewarm_fails(limited_by: str | None) -> None:
     from cache import CacheStats
     from reader.stats import ReaderStats
-    from reshard.prewarm import PrewarmSummary
+    from reshard.prewarm.fill import PrewarmSummary
 
     prewarmed = PrewarmSummary(
         files=3,

@@ -48,7 +48,7 @@ import sys, reshard, reader
 loaded = sorted(m for m in sys.modules if m.startswith(('reshard.', 'reader.')))
 assert loaded == ['reader.errors'], loaded
 from reshard import reshard as job, validate
-assert callable(job) and callable(validate) and 'reshard.run' in sys.modules
+assert callable(job) and callable(validate) and 'reshard.job.run' in sys.modules
 """)
 
 

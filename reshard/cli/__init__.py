@@ -2,7 +2,9 @@
 
 `reshard.cli.base` holds the group and the shared helpers, `reshard.cli.types` the parameter types; each
 command is a module here (`<name>_command`). This module adds them to the group, so the commands depend
-on `base` and `types` and nothing depends on a command.
+on `base` and `types` and nothing depends on a command. A command imports of the library only what a
+package exports in its `__all__` (`from reshard.job import reshard`), never a module's internals
+(`tests/test_architecture.py` holds the rule and the few exceptions left).
 """
 
 from __future__ import annotations

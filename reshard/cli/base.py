@@ -15,10 +15,11 @@ from typing import Any, TypeVar
 
 import click
 
-from cache.errors import LrsError, os_error_message
+from cache import LrsError
+from cache.errors import os_error_message
 from cache.redaction import redact
+from reshard import DISTRIBUTION
 from reshard.cli.types import LocalDir
-from reshard.distribution import DISTRIBUTION
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -42,8 +42,7 @@ def demo(workdir: Path | None, episodes: int, keep: bool) -> None:
     """
     from dataclasses import replace
 
-    from reshard.demo.config import DEMO_SAMPLE
-    from reshard.demo.pipeline import DemoCheckError, DemoConfig, claim_workdir, render_table, run_demo
+    from reshard.demo import DEMO_SAMPLE, DemoCheckError, DemoConfig, claim_workdir, render_table, run_demo
 
     own = workdir is None
     root = claim_workdir(Path(tempfile.mkdtemp(prefix="lrs-demo-")) if workdir is None else workdir)
@@ -70,7 +69,7 @@ def demo(workdir: Path | None, episodes: int, keep: bool) -> None:
 def _remove(root: Path, *, own: bool) -> None:
     """Remove the demo's files: the whole temporary directory when the demo made one, else only what it
     wrote (and the directory, where the demo made it)."""
-    from reshard.demo.pipeline import cleanup_workdir
+    from reshard.demo import cleanup_workdir
 
     if own:
         shutil.rmtree(root, ignore_errors=True)

@@ -10,8 +10,7 @@ from reshard.cli.base import (
     handle_errors,
     json_option,
 )
-from reshard.source import describe, open_source
-from reshard.source_checks import validate
+from reshard.source import describe, open_source, validate
 
 
 @click.command(name="describe")
@@ -38,7 +37,7 @@ def describe_cmd(source: str, as_json: bool, full: bool) -> None:
 
 def render_description(summary: dict[str, object]) -> str:
     """`describe`'s summary as aligned lines for people."""
-    from reshard.inspect import plural
+    from reshard.source import plural
 
     length: dict[str, float] = summary["episode_length"]  # type: ignore[assignment]
     cameras: dict[str, str | None] = summary["cameras"]  # type: ignore[assignment]

@@ -1,4 +1,4 @@
-"""`lrs doctor SRC`: the click layer over `reshard.doctor.doctor`."""
+"""`lrs doctor SRC`: the click layer over `reshard.source.doctor`."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def doctor_cmd(source: str, as_json: bool, decode: bool, quiet: bool) -> None:
     episode ranges, referenced files, orphan files, each data file's rows, each video's frames. Each
     defect names the file, the episode and the field. Exits 0 when there is none, 1 when there are.
     """
-    from reshard.doctor import doctor
+    from reshard.source import doctor
 
     report = doctor(source, decode=decode, progress=not quiet_requested(quiet) and not as_json)
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.render())

@@ -1,4 +1,4 @@
-"""`lrs inspect URL`: the click layer over `reshard.inspect.inspect_dataset`."""
+"""`lrs inspect URL`: the click layer over `reshard.source.inspect_dataset`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from reshard.cli.base import (
     handle_errors,
     json_option,
 )
-from reshard.inspect import inspect_dataset, render
+from reshard.source import inspect_dataset, render
 
 
 @click.command(name="inspect")

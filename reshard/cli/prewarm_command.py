@@ -1,4 +1,5 @@
-"""`lrs prewarm URL... --cache-dir DIR`: the click layer over `reshard.prewarm.prewarm`.
+"""`lrs prewarm URL... --cache-dir DIR`: the click layer over `reshard.prewarm.prewarm`;
+`reader.topology.node_ranks` reads its topology options.
 
 The library (and torch, which the reader needs) is imported when the command runs, so `lrs --help`
 stays quick.
@@ -22,84 +23,10 @@ from reshard.cli.base import F, dry_run_option, handle_errors, quiet_option, qui
 from reshard.cli.types import ByteSize, IndexList, LocalDir, Weights
 
 if TYPE_CHECKING:
+    from reader import ReadSpec
     from reader.fetch_plan import FetchPlan
-    from reader.read_spec import ReadSpec
 
 _SHOWN_FILES = 10
-
-
-@dataclass(frozen=True)
-class NodeRanks:
-    """The training job's world size and this node's ranks (None: every rank)."""
-
-    world_size: int
-    ranks: tuple[int, ...] | None
-
-
-def node_ranks(
-    world_size: int | None,
-    ranks: tuple[int, ...] | None,
-    node_rank: int | None,
-    nnodes: int | None,
-    nproc_per_node: int | None,
-) -> NodeRanks:
-    """Resolve the topology options (torchrun's names, or explicit ranks) to a world size and ranks.
-
-    Raises:
-        click.UsageError: the options contradict each other or do not name this node's ranks.
-    """
-    if nnodes is not None and nproc_per_node is None and world_size is None:
-        nproc_per_node = 1  # torchrun's default: --nnodes 2 alone is 2 processes
-    if nproc_per_node is not None and nnodes is None and world_size is None:
-        nnodes = 1  # torchrun's default: --nproc-per-node 4 alone is one node of 4 processes
-    if nnodes is not None and nproc_per_node is not None:
-        if world_size is not None and world_size != nnodes * nproc_per_node:
-            raise click.UsageError(
-                f"Invalid --world-size ({world_size}). Expected --nnodes x --nproc-per-node "
-                f"({nnodes} x {nproc_per_node} = {nnodes * nproc_per_node})."
-            )
-        world_size = nnodes * nproc_per_node
-    if world_size is None:
-        from reader.read_spec import resolve_topology
-
-        world_size = resolve_topology(0, None)[1]
-    if ranks is not None:
-        if node_rank is not None:
-            raise click.UsageError("Invalid options: --ranks and --node-rank. Expected one of them.")
-        return NodeRanks(world_size, ranks)
-    if nnodes is None and nproc_per_node is None:
-        if node_rank is not None:
-            raise click.UsageError(
-                "Invalid --node-rank without --nproc-per-node. Expected --nproc-per-node (or --nnodes)."
-            )
-        return NodeRanks(world_size, None)
-    return NodeRanks(world_size, _node_block(world_size, node_rank, nnodes, nproc_per_node))
-
-
-def _node_block(
-    world_size: int, node_rank: int | None, nnodes: int | None, nproc_per_node: int | None
-) -> tuple[int, ...]:
-    """The ranks of node `node_rank` (torchrun: `node_rank * nproc_per_node` onwards)."""
-    for name, divisor in (("--nnodes", nnodes), ("--nproc-per-node", nproc_per_node)):
-        if divisor is not None and world_size % divisor:
-            raise click.UsageError(
-                f"Invalid {name} ({divisor}). Expected a divisor of the world size ({world_size})."
-            )
-    per_node = nproc_per_node if nproc_per_node is not None else world_size // (nnodes or 1)
-    nodes = world_size // per_node
-    if node_rank is None:
-        if nodes > 1:
-            raise click.UsageError(
-                f"Missing --node-rank: the job has {nodes} nodes of {per_node} ranks. "
-                "Expected this node's --node-rank (or --ranks)."
-            )
-        node_rank = 0
-    if node_rank >= nodes:
-        raise click.UsageError(
-            f"Invalid --node-rank ({node_rank}). Expected < {nodes}, the nodes of a world of {world_size} "
-            f"ranks with {per_node} per node."
-        )
-    return tuple(range(node_rank * per_node, (node_rank + 1) * per_node))
 
 
 @dataclass(frozen=True)
@@ -293,6 +220,7 @@ def prewarm_command(
     Without --num-episodes or --max-bytes it fetches everything the node reads in one epoch, within the
     cache budget. Files already cached are skipped, so a rerun resumes an interrupted prewarm.
     """
+    from reader.topology import node_ranks
     from reshard.prewarm import prewarm
 
     state = _read_state(resume_state)  # `given`: the URLs and every option in `_SPEC_OPTIONS`
@@ -348,7 +276,8 @@ def _spec_from_file(path: Path, options: dict[str, Any]) -> ReadSpec:
             command line does not give it again.
         click.BadParameter: the file is not a read spec.
     """
-    from reader.read_spec import ReadSpec, default_pool_size
+    from reader import ReadSpec
+    from reader.read_spec import default_pool_size
 
     try:
         spec = ReadSpec.from_json(path.read_bytes())
@@ -415,7 +344,7 @@ def _spec_from_options(given: dict[str, Any], recorded_pool: int | None) -> Read
     Raises:
         click.UsageError: no URL, no cache directory, or options that need another number of URLs.
     """
-    from reader.read_spec import ReadSpec
+    from reader import ReadSpec
 
     urls, pool, batch = given["urls"], given["pool_size"], given["batch_size"]
     if not urls:

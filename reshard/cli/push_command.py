@@ -9,7 +9,7 @@ import click
 
 from reshard.cli.base import dry_run_option, handle_errors, quiet_option, quiet_requested
 from reshard.cli.types import LocalDir
-from reshard.push.publish import push
+from reshard.push import push
 
 
 @click.command("push")

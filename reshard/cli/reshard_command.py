@@ -1,4 +1,4 @@
-"""`lrs reshard SRC --out DIR`: the click layer over `reshard.run.reshard`."""
+"""`lrs reshard SRC --out DIR`: the click layer over `reshard.job.reshard`."""
 
 from __future__ import annotations
 
@@ -15,11 +15,9 @@ from reshard.cli.base import (
     quiet_requested,
 )
 from reshard.cli.types import LocalDir, PartType
-from reshard.dropped import DROPPED_JSON
-from reshard.execute import ReshardOptions
-from reshard.run import reshard, slurm_part
-from reshard.task_plan import DEFAULT_EPISODES_PER_FILE
-from reshard.video.write import VIDEO_MODES
+from reshard.job import DEFAULT_EPISODES_PER_FILE, ReshardOptions, reshard, slurm_part
+from reshard.source import DROPPED_JSON
+from reshard.video import VIDEO_MODES
 
 
 @click.command(name="reshard")
@@ -175,7 +173,7 @@ def reshard_cmd(
             err=True,
         )
     if push_url and result.finalized:
-        from reshard.push.publish import push  # the upload stack is imported only when pushing
+        from reshard.push import push  # the upload stack is imported only when pushing
 
         click.echo(
             push(

@@ -14,9 +14,8 @@ from reshard.cli.base import (
     quiet_requested,
 )
 from reshard.cli.types import LocalDir
-from reshard.demo.sample import write_sample
-from reshard.demo.sample_spec import PIX_FMTS, SampleSpec
-from reshard.video.encode import ENCODERS
+from reshard.demo import PIX_FMTS, SampleSpec, write_sample
+from reshard.video import ENCODERS
 
 # `lrs sample`'s options for SampleSpec fields: (flag, field, type, help); each defaults to the field's.
 _SPEC_OPTIONS: list[tuple[str, str, click.ParamType, str]] = [

@@ -55,8 +55,7 @@ def show_cmd(dataset: str, episode: int, frames: int, out: Path, cache_dir: Path
     per dimension over time, named from meta/info.json, with the strips' frames marked. The whole
     episode is decoded, one pass in order.
     """
-    from reshard.preview.canvas import render, write_png
-    from reshard.preview.episode_view import read_episode_view
+    from reshard.preview import read_episode_view, render, write_png
 
     view = read_episode_view(dataset, episode, frames=frames, cache_dir=cache_dir)
     image = render(view, tiles=frames)

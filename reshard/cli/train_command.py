@@ -54,8 +54,7 @@ def train_cmd(
     lrs's. Needs lerobot 0.6 and accelerate in this environment. Under `accelerate launch` or `torchrun`
     each rank reads its own share.
     """
-    from reshard.train.hooks import run
-    from reshard.train.options import StreamOptions
+    from reshard.train import StreamOptions, run
 
     options = StreamOptions(
         cache_dir=str(cache_dir) if cache_dir is not None else None,

@@ -12,7 +12,7 @@ from reshard.cli.base import (
     json_option,
 )
 from reshard.verify import verify
-from reshard.video.compare import DEFAULT_MIN_PSNR_DB
+from reshard.video import DEFAULT_MIN_PSNR_DB
 
 
 @click.command(name="verify")

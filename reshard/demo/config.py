@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from cache.arguments import check_int
 from reshard.demo.sample_spec import SampleSpec
 from reshard.errors import VerifyError
-from reshard.execute import ReshardOptions
+from reshard.job.execute import ReshardOptions
 from reshard.video.write import VideoMode
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from reshard.demo.config import DemoCheckError
 from reshard.demo.training_loop import Sample, StreamRun
-from reshard.prewarm import PrewarmSummary
+from reshard.prewarm.fill import PrewarmSummary
 
 
 def check_exactly_once(pairs: Iterable[tuple[int, int]], lengths: Mapping[int, int]) -> None:

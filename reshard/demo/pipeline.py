@@ -32,11 +32,11 @@ from reshard.demo.invariants import check_exactly_once, check_frames_shown, chec
 from reshard.demo.sample import write_sample
 from reshard.demo.training_loop import StreamRun, demo_spec, stream_epoch
 from reshard.errors import LrsError
-from reshard.execute import ReshardOptions
-from reshard.prewarm import PrewarmSummary, prewarm
+from reshard.job.execute import ReshardOptions
+from reshard.job.run import reshard
+from reshard.prewarm.fill import PrewarmSummary, prewarm
 from reshard.push.publish import push
-from reshard.run import reshard
-from reshard.source import open_source
+from reshard.source.model import open_source
 from reshard.verify import verify
 
 Echo = Callable[[str], None]

@@ -44,7 +44,7 @@ from reshard.demo.lerobot_stats import dataset_stats, depth_stats, feature_stats
 from reshard.demo.sample_spec import SampleSpec
 from reshard.demo.sample_video import add_audio, concat_remux, encode_depth, encode_frames
 from reshard.demo.schema import episode_table, hf_metadata, info_features, tasks_table
-from reshard.task_plan import chunk_file
+from reshard.job.plan import chunk_file
 
 # v3 datasets written by hand, the way third-party converters and recorders write them (issue 27), as
 # `write_sample` overrides: `write_sample(root, **THIRD_PARTY["full-range-h264"])`. `scripts/third_party.py`

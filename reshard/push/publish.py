@@ -33,7 +33,7 @@ from cache.progress import human_bytes, progress_bar
 from cache.remote import resolve
 from reader.format.index import FILES_INDEX, LAYOUT_JSON, LRS_DIR, files_from_table
 from reshard.errors import LayoutError, PushError
-from reshard.meta import path_sha256
+from reshard.job.meta import path_sha256
 from reshard.push.hf import HfBucketTarget
 from reshard.push.retry import retrying, scrub
 from reshard.push.target import FsspecTarget, LocalFile, RemoteFile, Target

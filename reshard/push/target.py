@@ -22,7 +22,7 @@ from cache.errors import LrsError
 from cache.remote import Remote
 from reader.format.index import FILES_INDEX, files_from_table
 from reader.format.parquet import parse_parquet
-from reshard.meta import path_sha256
+from reshard.job.meta import path_sha256
 
 # Uploads to a local directory land in `<name><PARTIAL_MARK><random>` first, then are renamed.
 PARTIAL_MARK = ".lrs-partial-"

@@ -41,6 +41,7 @@ from reader.loader_math import batches_per_epoch
 from reader.metadata import DatasetMeta
 from reader.stream import EpisodeStream
 from reshard.errors import LrsError
+from reshard.train.loader import TrainLoader
 from reshard.train.options import (
     EpisodeSplit,
     StreamOptions,
@@ -50,7 +51,6 @@ from reshard.train.options import (
     stream_kwargs,
 )
 from reshard.train.resume import STATE_FILE, SavedStream, TrainTopology, read_saved, resume_state, write_saved
-from reshard.train.train_loader import TrainLoader
 
 INSTALL = "pip install 'lerobot[training]==0.6.1'"
 # What `run` replaces in lerobot's training module (looked up there when train() runs).

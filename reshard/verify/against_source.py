@@ -22,11 +22,11 @@ import pyarrow.parquet as pq
 
 from cache.remote import Remote
 from reader.format.v3 import EPISODES_DIR, STATS_PATH, TASKS_PATH
-from reshard.dropped import DROPPED_JSON, Selection
-from reshard.meta import stats_json
-from reshard.selection import select
-from reshard.source import V3Source
-from reshard.tables import SourceFileRows
+from reshard.job.meta import stats_json
+from reshard.job.tables import SourceFileRows
+from reshard.source.dropped import DROPPED_JSON, Selection
+from reshard.source.model import V3Source
+from reshard.source.selection import select
 from reshard.verify.context import VerifyRun
 from reshard.verify.output_checks import tables_to_check
 

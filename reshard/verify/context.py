@@ -11,8 +11,8 @@ from pathlib import Path
 
 from cache.remote import Remote
 from reader.format.layout import Layout
-from reshard.execute import local_copy
-from reshard.source import V3Source
+from reshard.job.execute import local_copy
+from reshard.source.model import V3Source
 
 CHECKS = ("layout", "files", "tables", "pointers", "videos", "source-tables", "source-videos")
 

@@ -1,5 +1,5 @@
 """The jobs of `verify --workers N`: the per-file and per-episode check classes split into parts that run
-in `reshard.process_pool`'s workers (or one after another with one worker), judged in order.
+in `reshard.job.process_pool`'s workers (or one after another with one worker), judged in order.
 
 `files` splits into runs of files, `tables` into data files, `videos` (with `source-videos`' comparisons)
 into ranges of episodes. A job records what it finds in a fresh `VerifyRun` and returns it; what it
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from reshard.execute import maybe_die
-from reshard.process_pool import WorkerPool
+from reshard.job.execute import maybe_die
+from reshard.job.process_pool import WorkerPool
 from reshard.verify.context import VerifyRun, Violation
 from reshard.verify.episode_videos import RangeOutcome, episode_ranges, read_episode_videos
 from reshard.verify.output_checks import check_files, check_table

@@ -20,10 +20,10 @@ import pyarrow.parquet as pq
 from reader.errors import DatasetError
 from reader.format.index import FILES_INDEX
 from reader.format.v3 import EPISODES_DIR
-from reshard.execute import list_files
-from reshard.meta import path_sha256
-from reshard.source_checks import check_rows
-from reshard.tables import INDEX_COLUMNS, range_crc32, row_group_ranges
+from reshard.job.execute import list_files
+from reshard.job.meta import path_sha256
+from reshard.job.tables import INDEX_COLUMNS, range_crc32, row_group_ranges
+from reshard.source.checks import check_rows
 from reshard.verify.context import VerifyRun
 from reshard.video.compare import VideoProbe
 

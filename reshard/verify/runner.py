@@ -37,12 +37,12 @@ from reader.format.catalog import check_fresh
 from reader.format.index import LAYOUT_JSON
 from reader.format.layout import Layout, read_files_index
 from reader.format.v3 import INFO_PATH
-from reshard.dropped import DROPPED_JSON
-from reshard.fingerprint import SourceFingerprint, describe_change
-from reshard.lock import running_job
-from reshard.process_pool import WorkerPool
-from reshard.run import default_work_dir
-from reshard.source import V3Source, check_files_exist, open_source
+from reshard.job.lock import running_job
+from reshard.job.process_pool import WorkerPool
+from reshard.job.run import default_work_dir
+from reshard.source.dropped import DROPPED_JSON
+from reshard.source.fingerprint import SourceFingerprint, describe_change
+from reshard.source.model import V3Source, check_files_exist, open_source
 from reshard.verify.against_source import as_resharded, check_source_tables
 from reshard.verify.context import VerifyRun, Violation
 from reshard.verify.episode_videos import RangeOutcome, judge_source_videos, judge_videos

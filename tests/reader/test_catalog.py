@@ -10,7 +10,7 @@ from reader.errors import DatasetError, LayoutError
 from reader.format.catalog import Catalog
 from reader.format.index import FILES_INDEX, LAYOUT_JSON
 from reshard.demo.sample import write_sample
-from reshard.run import reshard
+from reshard.job.run import reshard
 from tests.servers import Faults, RangeServer
 
 

@@ -196,9 +196,9 @@ def test_reshard_keeps_depth_lossless_and_verify_proves_it(depth_ds: dict[str, P
 def test_verify_fails_a_depth_stream_degraded_to_8_bits(
     depth_ds: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from reshard import execute
-    from reshard.execute import ReshardOptions
-    from reshard.run import reshard
+    from reshard.job import execute
+    from reshard.job.execute import ReshardOptions
+    from reshard.job.run import reshard
 
     # What lrs 0.1 did: --video hevc re-encoded depth streams to 8-bit yuv420p like any camera.
     monkeypatch.setattr(execute, "is_depth", lambda feature: False)

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from reshard.cli import cli
 from reshard.demo.sample import write_sample
-from reshard.run import default_work_dir
+from reshard.job.run import default_work_dir
 from tests.reshard.defects import faststart
 
 DATA1 = "data/chunk-000/file-001.parquet"

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from reshard.cli import cli
 from reshard.errors import ReshardError
-from reshard.run import reshard, slurm_part
+from reshard.job.run import reshard, slurm_part
 
 
 def lrs(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -241,8 +241,8 @@ def test_doctor_of_no_dataset_is_bad_input_not_a_defect(tmp_path: Path, json_fla
 
 
 def test_verify_of_an_output_a_reshard_is_writing_names_the_reshard(tmp_path: Path) -> None:
-    from reshard.lock import job_lock
-    from reshard.run import default_work_dir
+    from reshard.job.lock import job_lock
+    from reshard.job.run import default_work_dir
 
     out = tmp_path / "out"
     with job_lock(default_work_dir(out), out, part=None, what="reshard"):

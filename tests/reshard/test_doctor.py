@@ -19,8 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from reshard.cli import cli
-from reshard.source import open_source
-from reshard.source_checks import read_video_extent
+from reshard.source.checks import read_video_extent
+from reshard.source.model import open_source
 from tests.reshard.defects import CAM0, CAM1, shorten, video
 
 

@@ -19,7 +19,7 @@ from cache.errors import FetchError, LocationError, MissingBackend
 from cache.exits import Terminated
 from cache.remote import lerobot_root, resolve
 from reshard.cli import cli, main
-from reshard.execute import ReshardOptions
+from reshard.job.execute import ReshardOptions
 
 COMMANDS = [["describe"], ["inspect"], ["doctor"], ["verify"], ["reshard", "--out", "OUT"],
             ["prewarm", "--cache-dir", "OUT"], ["push", "DIR"], ["show", "--out", "OUT.png"]]  # fmt: skip
@@ -172,9 +172,9 @@ def test_debug_prints_the_traceback_and_keeps_the_exit_code(tmp_path: Path) -> N
 def test_an_interrupted_reshard_removes_its_temporaries_and_resumes(
     sample_ds: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from reshard.run import reshard
+    from reshard.job.run import reshard
 
-    run_module = sys.modules["reshard.run"]
+    run_module = sys.modules["reshard.job.run"]
     real = run_module.run_tasks
 
     def half_then_sigterm(tasks, ctx, **kwargs):  # type: ignore[no-untyped-def]
@@ -277,7 +277,7 @@ def test_a_signal_while_the_workers_start_is_one_line_and_resumable(
 def test_a_signal_while_verify_workers_start_is_one_line(
     sample_resharded_ds: Path, sample_ds: Path, sig: signal.Signals, code: int
 ) -> None:
-    """`lrs verify --workers 2` starts its workers as reshard does (`reshard.process_pool`): a signal
+    """`lrs verify --workers 2` starts its workers as reshard does (`reshard.job.process_pool`): a signal
     meanwhile ends the command by the signal, with no worker's traceback and nothing of it left running."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     argv = [sys.executable, "-c", _LRS, "verify", str(sample_resharded_ds), "--against", str(sample_ds),

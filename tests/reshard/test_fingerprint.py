@@ -19,10 +19,10 @@ from reader.format.index import LAYOUT_JSON
 from reshard.cli import cli
 from reshard.demo.sample import write_sample
 from reshard.errors import ReshardError
-from reshard.execute import KILL_ENV
-from reshard.fingerprint import SourceFingerprint, describe_change
-from reshard.run import default_work_dir, reshard
-from reshard.source import open_source
+from reshard.job.execute import KILL_ENV
+from reshard.job.run import default_work_dir, reshard
+from reshard.source.fingerprint import SourceFingerprint, describe_change
+from reshard.source.model import open_source
 from reshard.verify import verify
 
 SMALL = {"episodes": 3, "cameras": 1, "min_length": 6, "max_length": 10, "episodes_per_data_file": 2}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reshard.run import default_work_dir
+from reshard.job.run import default_work_dir
 from tests.reshard.test_reshard_resume import reshard_argv
 
 

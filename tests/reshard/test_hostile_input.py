@@ -30,8 +30,8 @@ from reader.errors import DatasetError, LayoutError
 from reader.format.layout import Layout
 from reader.format.v3 import frame_size
 from reshard.cli import cli
-from reshard.meta import VideoRecord, check_video_sizes, info_json
-from reshard.source import open_source
+from reshard.job.meta import VideoRecord, check_video_sizes, info_json
+from reshard.source.model import open_source
 from reshard.video.write import EpisodeVideo
 from tests.reshard.defects import CAM0, CAM1, resize, video
 

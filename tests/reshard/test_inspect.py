@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from reshard.cli import cli
-from reshard.inspect import inspect_dataset, render
+from reshard.source.inspect import inspect_dataset, render
 from tests.servers import RangeServer
 
 CAM0 = "observation.images.cam0"

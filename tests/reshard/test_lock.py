@@ -15,14 +15,14 @@ from click.testing import CliRunner
 
 from reshard.cli import cli
 from reshard.errors import ReshardError
-from reshard.lock import LOCK_NAME, job_lock
-from reshard.run import default_work_dir, reshard
+from reshard.job.lock import LOCK_NAME, job_lock
+from reshard.job.run import default_work_dir, reshard
 from tests.reshard.test_reshard_resume import files_of, reshard_argv
 
 HOLD = """
 import sys
 from pathlib import Path
-from reshard.lock import job_lock
+from reshard.job.lock import job_lock
 part = tuple(map(int, sys.argv[3].split("/"))) if len(sys.argv) > 3 else None
 with job_lock(Path(sys.argv[1]), Path(sys.argv[2]), part=part, what="reshard" if part is None else "part " + sys.argv[3]):
     print("held", flush=True)

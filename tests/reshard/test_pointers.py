@@ -24,9 +24,9 @@ from reader.format.catalog import Catalog
 from reader.format.locate import FileRows, locate, template_pattern
 from reader.format.v3 import DEFAULT_DATA_PATH, DEFAULT_VIDEO_PATH, EpisodeInfo, Info
 from reshard.cli import cli
-from reshard.execute import ReshardOptions
-from reshard.run import reshard
-from reshard.source import open_source
+from reshard.job.execute import ReshardOptions
+from reshard.job.run import reshard
+from reshard.source.model import open_source
 from reshard.verify import verify
 from tests.reshard.defects import stale_pointers, without_columns
 from tests.servers import RangeServer

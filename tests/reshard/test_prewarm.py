@@ -22,9 +22,8 @@ from reader.fetch_plan import piece_files
 from reader.read_spec import ReadSpec
 from reader.stream import EpisodeStream
 from reshard.cli import cli
-from reshard.cli.prewarm_command import NodeRanks, node_ranks
 from reshard.cli.types import ByteSize
-from reshard.prewarm import PrewarmSummary, prewarm
+from reshard.prewarm.fill import PrewarmSummary, prewarm
 from tests.servers import RangeServer, Request
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -312,65 +311,6 @@ def test_cli_topology_options(
     result = lrs("prewarm", str(sample_resharded_ds), "--cache-dir", str(tmp_path / "c"), "--dry-run", *args)
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0].startswith(consumers + " x 1 worker(s)")
-
-
-@pytest.mark.parametrize(
-    ("world_size", "ranks", "node_rank", "nnodes", "nproc", "expected"),
-    [
-        (None, None, None, None, None, NodeRanks(1, None)),
-        (8, None, 1, 2, 4, NodeRanks(8, (4, 5, 6, 7))),
-        (None, None, 1, 2, 4, NodeRanks(8, (4, 5, 6, 7))),
-        (8, None, 0, 2, None, NodeRanks(8, (0, 1, 2, 3))),
-        (8, (0, 5), None, None, None, NodeRanks(8, (0, 5))),
-        (4, None, None, None, 4, NodeRanks(4, (0, 1, 2, 3))),
-        (None, None, 1, 2, None, NodeRanks(2, (1,))),
-        (None, None, None, None, 4, NodeRanks(4, (0, 1, 2, 3))),
-    ],
-    ids=[
-        "default",
-        "torchrun",
-        "no-world-size",
-        "nnodes-only",
-        "ranks",
-        "single-node",
-        "torchrun-nnodes-alone",
-        "torchrun-nproc-alone",
-    ],
-)
-def test_node_ranks(world_size, ranks, node_rank, nnodes, nproc, expected) -> None:
-    assert node_ranks(world_size, ranks, node_rank, nnodes, nproc) == expected
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (
-            (8, None, 0, 3, 4),
-            r"Invalid --world-size \(8\)\. Expected --nnodes x --nproc-per-node \(3 x 4 = 12\)",
-        ),
-        ((8, (0,), 0, None, 4), r"Invalid options: --ranks and --node-rank\. Expected one of them\."),
-        ((8, None, 0, 3, None), r"Invalid --nnodes \(3\)\. Expected a divisor of the world size \(8\)\."),
-        ((8, None, 1, None, None), r"Invalid --node-rank without --nproc-per-node\."),
-        ((8, None, None, None, 4), r"Missing --node-rank: the job has 2 nodes of 4 ranks\."),
-        ((8, None, 2, None, 4), r"Invalid --node-rank \(2\)\. Expected < 2, the nodes of a world of 8 ranks"),
-        (
-            (6, None, 1, None, 4),
-            r"Invalid --nproc-per-node \(4\)\. Expected a divisor of the world size \(6\)\.",
-        ),
-    ],
-    ids=[
-        "world-mismatch",
-        "ranks-and-node",
-        "nnodes-divisor",
-        "node-alone",
-        "node-missing",
-        "node-outside",
-        "partial-node",
-    ],
-)
-def test_node_ranks_errors(args: tuple, message: str) -> None:
-    with pytest.raises(click.UsageError, match=message):
-        node_ranks(*args)
 
 
 @pytest.mark.parametrize(

@@ -17,13 +17,13 @@ from reader import EpisodeStream
 from reader.errors import LayoutError
 from reader.format.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON
 from reader.format.layout import Layout, is_lrs
-from reshard import meta as reshard_meta
 from reshard.cli import cli
 from reshard.errors import ReshardError
-from reshard.execute import ReshardOptions
-from reshard.run import default_work_dir, reshard, slurm_part
-from reshard.source import open_source
-from reshard.tables import row_group_ranges
+from reshard.job import meta as reshard_meta
+from reshard.job.execute import ReshardOptions
+from reshard.job.run import default_work_dir, reshard, slurm_part
+from reshard.job.tables import row_group_ranges
+from reshard.source.model import open_source
 from reshard.verify import verify
 from reshard.video.write import DEFAULT_CRF
 from tests.reader.reference import ReferenceDataset, assert_items_equal
@@ -193,7 +193,7 @@ def test_hevc_reencode_is_described_in_info(sample_ds: Path, tmp_path: Path) -> 
         DEFAULT_CRF["hevc"],
     )
     assert cam["video.preset"] == "fast"  # x265's, not the source's SVT-AV1 preset
-    from reshard.inspect import inspect_dataset, render
+    from reshard.source.inspect import inspect_dataset, render
 
     assert "video=hevc, gop=3, crf=21, preset=fast" in render(inspect_dataset(str(tmp_path / "out")))
     report = verify(str(tmp_path / "out"), against=str(sample_ds), min_psnr=30)

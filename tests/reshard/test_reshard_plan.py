@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from reader.format.v3 import DEFAULT_DATA_PATH, DEFAULT_VIDEO_PATH, EpisodeInfo, Info, VideoSegment
-from reshard.task_plan import DataTask, VideoTask, chunk_file, make_plan
+from reshard.job.plan import DataTask, VideoTask, chunk_file, make_plan
 
 MB = 1024 * 1024
 FPS = 10

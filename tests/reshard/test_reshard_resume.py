@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from reader.format.index import FILES_INDEX, LAYOUT_JSON
-from reshard.execute import KILL_ENV
-from reshard.run import default_work_dir, reshard
+from reshard.job.execute import KILL_ENV
+from reshard.job.run import default_work_dir, reshard
 from tests.servers import RangeServer
 
 RESHARD = "from reshard.cli import main; main()"

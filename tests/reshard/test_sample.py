@@ -14,8 +14,8 @@ from torchcodec.decoders import VideoDecoder
 from reshard.demo.frame_marks import draw_frame, read_frame_id
 from reshard.demo.sample import write_sample
 from reshard.demo.sample_spec import SampleSpec
-from reshard.source import open_source
-from reshard.source_checks import validate
+from reshard.source.checks import validate
+from reshard.source.model import open_source
 
 
 def _digest(root: Path) -> dict[str, str]:

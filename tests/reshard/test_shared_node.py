@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from reshard.cli import cli
 from reshard.errors import ReshardError
-from reshard.process_pool import _read_context, _write_context
-from reshard.run import default_work_dir
+from reshard.job.process_pool import _read_context, _write_context
+from reshard.job.run import default_work_dir
 from tests.servers import RangeServer
 
 OTHER_UID = 4321

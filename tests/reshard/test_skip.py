@@ -24,10 +24,10 @@ from click.testing import CliRunner
 from reader import EpisodeStream
 from reader.errors import DatasetError
 from reshard.cli import cli
-from reshard.dropped import DROPPED_JSON, Selection, make_selection, parse_episode_list
-from reshard.execute import ReshardOptions
-from reshard.run import reshard
-from reshard.selection import renumber_rows
+from reshard.job.execute import ReshardOptions
+from reshard.job.run import reshard
+from reshard.source.dropped import DROPPED_JSON, Selection, make_selection, parse_episode_list
+from reshard.source.selection import renumber_rows
 from reshard.verify import verify
 
 

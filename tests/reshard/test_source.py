@@ -14,8 +14,8 @@ import pytest
 from reader.errors import DatasetError
 from reader.format.v3 import episode_columns
 from reshard.demo.sample import write_sample
-from reshard.source import V3Source, describe, open_source
-from reshard.source_checks import check_rows, check_videos, validate
+from reshard.source.checks import check_rows, check_videos, validate
+from reshard.source.model import V3Source, describe, open_source
 from tests.reshard.test_bad_input import edit_info, set_value
 from tests.servers import RangeServer
 

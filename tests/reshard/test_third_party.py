@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from reshard.cli import cli
-from reshard.execute import ReshardOptions
-from reshard.run import default_work_dir, reshard
+from reshard.job.execute import ReshardOptions
+from reshard.job.run import default_work_dir, reshard
 from reshard.verify import verify
 from reshard.video import write as videos
 from reshard.video.encode import Colour

@@ -1,4 +1,4 @@
-"""What lerobot-train iterates under `lrs train` (`reshard.train.train_loader.TrainLoader`), without lerobot:
+"""What lerobot-train iterates under `lrs train` (`reshard.train.loader.TrainLoader`), without lerobot:
 epochs that reach persistent workers, exact resume across an epoch's end, the per-rank record; and the
 attributes lerobot-train reads on the dataset and its `meta`."""
 
@@ -17,8 +17,8 @@ from torch.utils.data import DataLoader
 from reader import EpisodeStream, ResumableLoader, collate
 from reader.format.catalog import Catalog
 from reshard.train.hooks import Session, first_tasks
+from reshard.train.loader import RECORD_ENV, TrainLoader
 from reshard.train.options import StreamOptions
-from reshard.train.train_loader import RECORD_ENV, TrainLoader
 
 BATCH = 8
 

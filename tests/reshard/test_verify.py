@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from reader.format.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON, FileEntry, files_to_table, kind_of
 from reshard.cli import cli
 from reshard.demo.sample import draw_frame, encode_frames
-from reshard.tables import row_group_ranges
+from reshard.job.tables import row_group_ranges
 from reshard.verify import verify
 from tests.support.opens import count_av_opens
 
@@ -240,8 +240,8 @@ def test_good_output_passes_every_check_and_exits_zero(sample_resharded_ds: Path
 
 @pytest.mark.integration
 def test_psnr_floor_applies_to_reencoded_outputs(sample_ds: Path, tmp_path: Path) -> None:
-    from reshard.execute import ReshardOptions
-    from reshard.run import reshard
+    from reshard.job.execute import ReshardOptions
+    from reshard.job.run import reshard
 
     reshard(str(sample_ds), tmp_path / "out", options=ReshardOptions(video="h264"), quiet=True)
     assert verify(str(tmp_path / "out"), against=str(sample_ds), min_psnr=25).ok
@@ -349,7 +349,7 @@ def test_a_good_video_leaves_nothing_to_keep(sample_resharded_ds: Path) -> None:
     """Without a source, reading the videos keeps only the ones with a problem: the parent's memory grows
     with what is wrong, not with the episodes."""
     from reader.format.layout import Layout
-    from reshard.source import open_source
+    from reshard.source.model import open_source
     from reshard.verify.context import VerifyRun
     from reshard.verify.episode_videos import read_episode_videos
 
@@ -367,7 +367,7 @@ def test_a_killed_worker_is_one_error_line(sample_resharded_ds: Path) -> None:
     import subprocess
     import sys
 
-    from reshard.execute import KILL_ENV
+    from reshard.job.execute import KILL_ENV
 
     argv = [sys.executable, "-c", "from reshard.cli import main; main()", "verify", str(sample_resharded_ds)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), KILL_ENV: "verify-job:1"}

@@ -32,7 +32,7 @@ from reshard.demo.frame_marks import draw_frame, read_frame_id
 from reshard.demo.sample import write_sample
 from reshard.demo.sample_video import concat_remux, encode_frames
 from reshard.errors import ReshardError
-from reshard.source import open_source
+from reshard.source.model import open_source
 from reshard.video import write as videos
 from reshard.video.compare import ColourFit
 from reshard.video.encode import Colour, EncoderSettings, add_video_stream

@@ -2,7 +2,7 @@
 
 `make_selection` builds it from the episodes a user names (`--skip-episodes 3,7,10-12`,
 `parse_episode_list`) and the defective ones `lrs doctor`'s checks find (`--skip-defective`). Pure and
-below `reshard.source`, whose sources carry it; `reshard.selection.select` applies it to a source.
+below `reshard.source.model`, whose sources carry it; `reshard.source.selection.select` applies it to a source.
 """
 
 from __future__ import annotations

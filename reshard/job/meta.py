@@ -10,7 +10,7 @@ plus finalize produce the same bytes as one run:
   each source file rewritten 1,000 rows at a time (`episodes_files`);
 - `meta/info.json` with the totals, the data file bound and per-camera video info as written;
 - `meta/tasks.parquet` and `meta/stats.json`, copied (episodes and frames do not change), or with
-  episodes left out (`reshard.selection`), the stats of the kept ones aggregated from their per-episode
+  episodes left out (`reshard.source.selection`), the stats of the kept ones aggregated from their per-episode
   stats, and `meta/lrs/dropped.json`, which episodes were dropped and why;
 - `meta/lrs/episodes.parquet`, `meta/lrs/layout.json`, `meta/lrs/files.parquet`.
 """
@@ -51,12 +51,12 @@ from reader.format.index import (
 )
 from reader.format.parquet import replace_columns
 from reader.format.v3 import DEFAULT_EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH, frame_size
-from reshard.carried_meta import carried_meta_files
 from reshard.distribution import DISTRIBUTION
-from reshard.dropped import DROPPED_JSON
-from reshard.source import V3Source
-from reshard.tables import RowGroupSpan
-from reshard.task_plan import ReshardPlan
+from reshard.job.carried_meta import carried_meta_files
+from reshard.job.plan import ReshardPlan
+from reshard.job.tables import RowGroupSpan
+from reshard.source.dropped import DROPPED_JSON
+from reshard.source.model import V3Source
 from reshard.video.encode import DEFAULT_PRESET
 from reshard.video.write import EpisodeVideo
 

@@ -2,7 +2,7 @@
 
 `open_source` reads metadata only (info, episodes, tasks, stats) and checks that every file the
 episodes point at exists; bulk files are read later, lazily, by whoever needs them. The deeper checks,
-which read the `index` columns and the video headers, are in `reshard.source_checks`.
+which read the `index` columns and the video headers, are in `reshard.source.checks`.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from reader.format.v3 import (
     sorted_by_episode_index,
 )
 from reader.metadata import parse_stats
-from reshard.defects import raise_defects
-from reshard.dropped import Selection
-from reshard.fingerprint import SourceFingerprint
+from reshard.source.defects import raise_defects
+from reshard.source.dropped import Selection
+from reshard.source.fingerprint import SourceFingerprint
 
 
 @dataclass(frozen=True)
@@ -52,10 +52,10 @@ class V3Source(OpenedDataset):
         episodes_table: the `meta/episodes` table, by episode index: every column (stats included), or
             only those the episode records need (`open_source(all_columns=False)`).
         episode_files: the `meta/episodes/` parquet files, sorted.
-        parent: for a source with episodes left out (`reshard.selection.select`), the whole source;
+        parent: for a source with episodes left out (`reshard.source.selection.select`), the whole source;
             `episodes` and `episodes_table` are then the kept episodes, renumbered.
         selection: which episodes of `parent` are kept.
-        fingerprint: the content hash of the metadata it was opened from (`reshard.fingerprint`), of
+        fingerprint: the content hash of the metadata it was opened from (`reshard.source.fingerprint`), of
             every episode.
         warnings: what is off but readable, one line each (stale data pointers, optional columns
             missing), for `doctor` to report and `reshard` to log.

@@ -22,10 +22,10 @@ import pyarrow.parquet as pq
 
 from reader.errors import DatasetError
 from reader.format.parquet import row_group_span
-from reshard.selection import renumber_rows
-from reshard.source import V3Source
-from reshard.source_checks import CHECKED_COLUMNS, check_kept_rows
-from reshard.task_plan import DataTask
+from reshard.job.plan import DataTask
+from reshard.source.checks import CHECKED_COLUMNS, check_kept_rows
+from reshard.source.model import V3Source
+from reshard.source.selection import renumber_rows
 
 INDEX_COLUMNS = ["index", "episode_index", "frame_index"]
 T = TypeVar("T")

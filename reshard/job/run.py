@@ -3,10 +3,10 @@
 Every output is written in a work directory beside `--out` (by default `<parent>/.<name>.lrs-work`):
 
     options.json       the source and parameters of the job; a rerun with others is refused
-    source.json        the fingerprint of the source's metadata (`reshard.fingerprint`); a rerun, a
+    source.json        the fingerprint of the source's metadata (`reshard.source.fingerprint`); a rerun, a
                        part or a finalize against a source changed since is refused
     lock               held by the run (exclusively) or its parts (shared): one job per output
-                       (`reshard.lock`)
+                       (`reshard.job.lock`)
     stage/<path>       finished output files, waiting to be published
     done/<path>.json   one completion record per finished output (datatrove style)
     tmp/               files being written, and source files fetched from a remote
@@ -45,11 +45,8 @@ from reader.depth import is_depth
 from reader.errors import DatasetError
 from reader.format.index import EPISODES_INDEX, LAYOUT_JSON, parse_layout_json
 from reader.format.locate import read_footer
-from reshard.defects import defects_error, describe_defect, raise_defects
-from reshard.doctor import Defect, examine
-from reshard.dropped import SKIPPED_BY_USER, Dropped, Selection, make_selection, parse_episode_list
 from reshard.errors import ReshardError, WorkerDied
-from reshard.execute import (
+from reshard.job.execute import (
     DEFAULT_OPTIONS,
     ReshardOptions,
     TaskContext,
@@ -58,13 +55,16 @@ from reshard.execute import (
     maybe_die,
     run_tasks,
 )
-from reshard.fingerprint import SourceFingerprint, describe_change
-from reshard.lock import job_lock
-from reshard.meta import Record, build_meta, reencoded_videos
-from reshard.selection import select
-from reshard.source import V3Source, check_files_exist, open_source
-from reshard.source_checks import iter_video_defects
-from reshard.task_plan import ReshardPlan, VideoTask, make_plan
+from reshard.job.lock import job_lock
+from reshard.job.meta import Record, build_meta, reencoded_videos
+from reshard.job.plan import ReshardPlan, VideoTask, make_plan
+from reshard.source.checks import iter_video_defects
+from reshard.source.defects import defects_error, describe_defect, raise_defects
+from reshard.source.diagnosis import Defect, examine
+from reshard.source.dropped import SKIPPED_BY_USER, Dropped, Selection, make_selection, parse_episode_list
+from reshard.source.fingerprint import SourceFingerprint, describe_change
+from reshard.source.model import V3Source, check_files_exist, open_source
+from reshard.source.selection import select
 from reshard.video.encode import size_refusal, target_pix_fmt
 
 log = logging.getLogger(__name__)
@@ -446,7 +446,7 @@ def reshard(
     """Rewrite the v3 dataset `src` into the lrs/1 layout in `out`, resuming an unfinished run.
 
     Args:
-        src: the source dataset (path or URL, see `reshard.source.open_source`).
+        src: the source dataset (path or URL, see `reshard.source.model.open_source`).
         out: the output directory (new, empty, or an unfinished reshard with the same options).
         options: what the output looks like.
         workers: processes running tasks at once.
@@ -470,7 +470,7 @@ def reshard(
         _check_same_filesystem(work, out)
     ws = Workspace(work)
     # With episodes to leave out, files are checked per episode: a missing one drops its episodes.
-    # The per-episode stats stay on disk until finalize rewrites them (`reshard.meta.episodes_files`).
+    # The per-episode stats stay on disk until finalize rewrites them (`reshard.job.meta.episodes_files`).
     source = open_source(src, storage_options=storage_options, check_files=False, all_columns=False)
     for warning in source.warnings:
         log.warning("%s", warning)

@@ -2,7 +2,7 @@
 
 `reshard` runs them per file as it writes (`check_rows`, or with episodes left out `check_kept_rows`),
 `lrs doctor` collects every defect (`iter_row_defects`, `iter_video_defects`), and `validate` runs them
-all at once. Each defect names the file, the episode and the field; `reshard.defects.raise_defects`
+all at once. Each defect names the file, the episode and the field; `reshard.source.defects.raise_defects`
 turns many into one error that counts them and names every defective episode.
 """
 
@@ -17,11 +17,11 @@ import pyarrow as pa
 from reader.errors import DatasetError
 from reader.format.parquet import parse_parquet
 from reader.format.v3 import INFO_PATH, EpisodeInfo, VideoSegment, frame_size
-from reshard.defects import describe_defect, raise_defects
+from reshard.source.defects import describe_defect, raise_defects
 from reshard.video.extent import VideoExtent, frames_in_range, video_extent
 
 if TYPE_CHECKING:
-    from reshard.source import V3Source
+    from reshard.source.model import V3Source
 
 
 def check_rows(source: V3Source, data_file: str, table: pa.Table | None = None) -> None:

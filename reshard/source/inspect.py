@@ -22,8 +22,8 @@ from cache.remote import Remote
 from reader.errors import DatasetError, LayoutError
 from reader.format.index import LAYOUT_JSON, parse_layout_json
 from reader.format.locate import footer_bytes
-from reshard.execute import local_copy
-from reshard.source import V3Source, describe, open_source
+from reshard.job.execute import local_copy
+from reshard.source.model import V3Source, describe, open_source
 from reshard.video.compare import probe_video
 from reshard.video.encode import DEFAULT_CRF, DEFAULT_PRESET
 

@@ -3,7 +3,7 @@
 A task writes each of its unfinished outputs to a temp file in the work directory, stages it under
 `stage/<path>` by rename, then writes its completion record `done/<path>.json` (`Workspace.finish`).
 Outputs with a record are skipped, so tasks can be rerun after any crash. The job around the tasks
-(options record, parts, finalize, publishing) is `reshard.run`.
+(options record, parts, finalize, publishing) is `reshard.job.run`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from cache.progress import progress_bar
 from cache.remote import Remote
 from cache.store import atomic_write
 from reader.depth import is_depth
-from reshard.meta import (
+from reshard.job.meta import (
     DataRecord,
     Record,
     VideoRecord,
@@ -33,10 +33,10 @@ from reshard.meta import (
     record_from_json,
     record_to_json,
 )
-from reshard.process_pool import run_in_pool
-from reshard.source import V3Source
-from reshard.tables import write_data_file
-from reshard.task_plan import DEFAULT_EPISODES_PER_FILE, DataTask, Task, VideoTask
+from reshard.job.plan import DEFAULT_EPISODES_PER_FILE, DataTask, Task, VideoTask
+from reshard.job.process_pool import run_in_pool
+from reshard.job.tables import write_data_file
+from reshard.source.model import V3Source
 from reshard.video.encode import CRF_RANGE, DEFAULT_CRF, DEFAULT_PRESET
 from reshard.video.write import (
     DEFAULT_GOP,
@@ -67,7 +67,7 @@ class ReshardOptions:
         episodes_per_data_file: the most episodes (row groups) of an output data file, which bounds the
             memory of writing and parsing its footer.
         skip_defective: leave out the episodes `lrs doctor`'s checks find defective (instead of refusing
-            the source), renumbering the rest (`reshard.selection`).
+            the source), renumbering the rest (`reshard.source.selection`).
         skip_episodes: source episodes to leave out, as `3,7,10-12`.
     """
 

@@ -4,7 +4,7 @@
 `--skip-episodes 3,7,10-12` the ones a user names. The output is still a valid v3 dataset, so the kept
 episodes are renumbered `0..K-1` in source order and their rows' `index` made contiguous again:
 
-- `reshard.dropped.Selection` holds the dropped source episodes and why, and maps output episodes to
+- `reshard.source.dropped.Selection` holds the dropped source episodes and why, and maps output episodes to
   source episodes; it is recorded as `meta/lrs/dropped.json`, which `verify --against` reads back;
 - `select(source, selection)` is the source as the output sees it: a `V3Source` whose episodes, episodes
   table and stats are the kept ones, renumbered, still pointing at the source's files. The plan, the
@@ -25,8 +25,8 @@ import pyarrow as pa
 from reader.format.parquet import replace_columns
 from reader.format.v3 import EPISODES_DIR, EpisodeInfo
 from reader.metadata import aggregate_stats
-from reshard.dropped import Selection
-from reshard.source import V3Source
+from reshard.source.dropped import Selection
+from reshard.source.model import V3Source
 
 log = logging.getLogger(__name__)
 

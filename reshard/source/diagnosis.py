@@ -3,7 +3,7 @@
 Public datasets ship defects: orphan files no episode references, videos short of the frames their
 episodes need, zero-byte videos, row counts that do not add up. `reshard` refuses such a source at its
 first defect; `doctor` runs every check to the end and lists them all, each naming the file, the episode
-and the field. The checks are the ones `reshard` and `verify` make (`reshard.source_checks`), collected instead
+and the field. The checks are the ones `reshard` and `verify` make (`reshard.source.checks`), collected instead
 of raised, plus what only a whole-dataset view can see (orphans):
 
 1. `metadata`: `meta/info.json`, `meta/episodes/` and the tasks load (a failure ends the report);
@@ -50,7 +50,8 @@ from reader.format.index import LAYOUT_JSON
 from reader.format.jsonfile import parse_json
 from reader.format.layout import read_files_index
 from reader.format.v3 import INFO_PATH
-from reshard.source import (
+from reshard.source.checks import frame_size_defects, iter_row_defects, iter_video_defects
+from reshard.source.model import (
     V3Source,
     check_pointers,
     escaping_links,
@@ -58,7 +59,6 @@ from reshard.source import (
     listed_files,
     open_source,
 )
-from reshard.source_checks import frame_size_defects, iter_row_defects, iter_video_defects
 from reshard.video.extent import decoded_frame_times, frames_in_range
 
 

@@ -14,7 +14,7 @@ from cache.store import TEMP_SUFFIX, check_rel
 from reader.errors import DatasetError
 from reader.format.index import LRS_DIR
 from reader.format.v3 import INFO_PATH, STATS_PATH, TASKS_PATH
-from reshard.source import V3Source
+from reshard.source.model import V3Source
 
 META_DIR = "meta"
 _WRITTEN = frozenset({INFO_PATH, TASKS_PATH, STATS_PATH})

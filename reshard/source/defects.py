@@ -1,7 +1,7 @@
 """Defects as one error: a defect in one line (`describe_defect`), and many defects as one `DatasetError`
 that counts them and names every defective episode (`defects_error`, `raise_defects`).
 
-Below `reshard.source` and the checks (`reshard.source_checks`, `reshard.doctor`), which all report
+Below `reshard.source.model` and the checks (`reshard.source.checks`, `reshard.source.diagnosis`), which all report
 their defects through it.
 """
 
