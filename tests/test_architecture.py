@@ -241,6 +241,31 @@ def test_every_folder_says_what_it_holds(tree: dict[str, Module]) -> None:
     assert folders_without_docstring(tree) == []
 
 
+# At most this many modules directly in a package's root folder: the rest sit in folders named by role.
+ROOT_FILES = {"reshard": 6}
+
+
+def crowded_roots(root: Path, limits: dict[str, int]) -> dict[str, list[str]]:
+    found = {}
+    for package, limit in limits.items():
+        files = sorted(path.name for path in (root / package).glob("*.py"))
+        if len(files) > limit:
+            found[package] = files
+    return found
+
+
+def test_package_roots_hold_few_files() -> None:
+    assert crowded_roots(ROOT, ROOT_FILES) == {}
+
+
+def test_checker_finds_crowded_roots(tmp_path: Path) -> None:
+    (tmp_path / "reshard").mkdir()
+    for name in ("__init__.py", "a.py", "b.py"):
+        (tmp_path / "reshard" / name).write_text("")
+    assert crowded_roots(tmp_path, {"reshard": 2}) == {"reshard": ["__init__.py", "a.py", "b.py"]}
+    assert crowded_roots(tmp_path, {"reshard": 3}) == {}
+
+
 def test_no_two_public_classes_share_a_name(tree: dict[str, Module]) -> None:
     assert duplicate_classes(tree) == {}
 
