@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fault_harness import (
+from harness import (
     LRS,
     PROBES,
     PYTHON,
@@ -545,7 +545,7 @@ def tokens_skip(ctx: Ctx, case: Case) -> Verdict:
 def tokens_errors(ctx: Ctx, case: Case) -> Verdict:
     """Failures whose messages carry the URL: a dead server with user:password@, a ?token= query, a
     missing file; reshard, prewarm, doctor, push to an unreachable S3 endpoint."""
-    from fault_harness import error_verdict as clear
+    from harness import error_verdict as clear
 
     dead = _userinfo(f"http://127.0.0.1:{_free_port()}/ds")
     runs = [

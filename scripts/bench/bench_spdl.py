@@ -16,7 +16,7 @@ alternated over `--rounds`:
 The stage does nothing (`none`: the framework alone) or sleeps 200 µs per sample (`sleep`: work that
 releases the GIL, as a decode does). Reported: wall and CPU µs per sample.
 
-    python scripts/bench_spdl.py [--items 20000] [--rounds 2]
+    python scripts/bench/bench_spdl.py [--items 20000] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from json_report import emit  # this folder
+from _json_report import emit  # this folder
 from spdl.pipeline import PipelineBuilder
 
 BATCH = 32

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from fault_harness import (
+from harness import (
     Case,
     Ctx,
     Verdict,

@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from fault_harness import LRS, PYTHON, Case, Ctx, Proc, Verdict, both, error_verdict, register
+from harness import LRS, PYTHON, Case, Ctx, Proc, Verdict, both, error_verdict, register
 
 from reshard.demo.sample import write_sample
 

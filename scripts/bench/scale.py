@@ -1,7 +1,7 @@
 """How each command's cost grows with the episode count (issue 31): sample, reshard, verify, and an
 `EpisodeStream` read through a DataLoader, at several dataset sizes; prints JSON.
 
-    python scripts/bench_scale.py --sizes 500,2000,8000 [--work DIR] [--batches 40] [--workers 2] [--out FILE]
+    python scripts/bench/scale.py --sizes 500,2000,8000 [--work DIR] [--batches 40] [--workers 2] [--out FILE]
         [--steps reshard,verify,stream] [--tool-workers 1]
 
 Each size gets a synthetic dataset (`lrs sample`: 1 camera, 48x64 H.264, 4-8 frames per episode, 500
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LRS = [sys.executable, "-c", "import sys; from reshard.cli import main; sys.argv[0] = 'lrs'; main()"]
 SAMPLE_ARGS = [
     *("--min-length", "4", "--max-length", "8", "--cameras", "1", "--height", "48", "--width", "64"),

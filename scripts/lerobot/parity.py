@@ -4,7 +4,7 @@ lerobot 0.6.1 needs Python 3.12 and an older torch, so it cannot live in the pro
 file with the Python of a lerobot 0.6.1 environment (`python3.12 -m venv V && V/bin/pip install
 lerobot==0.6.1`):
 
-    HF_HUB_OFFLINE=1 /tmp/lerobot-venv/bin/python scripts/lerobot_parity.py SRC OUT [--psnr-floor 30]
+    HF_HUB_OFFLINE=1 /tmp/lerobot-venv/bin/python scripts/lerobot/parity.py SRC OUT [--psnr-floor 30]
 
 Every index of both datasets is read with a delta window on `action` and on the first camera; keys,
 shapes, dtypes, tabular values and `_is_pad` masks must be equal, frames identical for copied videos
