@@ -261,7 +261,7 @@ class Reporting(IterableDataset):
     def __init__(self, stream: Any, reports: Any) -> None:
         self.stream, self.reports = stream, reports
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Any]:
         yield from self.stream
         self.reports.put(self.stream.stats().to_dict())
 
@@ -355,7 +355,7 @@ class Prebuilt(IterableDataset):
     def __init__(self, template: dict[str, Any], total: int) -> None:
         self.template, self.total = template, total
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Any]:
         import torch
         from torch.utils.data import get_worker_info
 
@@ -957,7 +957,7 @@ def run(args: argparse.Namespace) -> None:
             )
         cases, rounds = run_cases({n: planned[n] for n in names}, args.repeat)
         first = cases[names[0]]["samples_per_s"]
-        results = {
+        results: dict[str, Any] = {
             "busy_processes": args.busy,
             "rounds": rounds,
             "transports": {n: c.get("transport") for n, c in cases.items()},
@@ -985,7 +985,7 @@ def run(args: argparse.Namespace) -> None:
         return 1 / (1 / decode + 1 / cases[loader]["samples_per_s"])
 
     readers = {n: c for n, c in cases.items() if n.startswith(("lrs1", "v3"))}
-    results: dict[str, Any] = {
+    results = {
         "settings": {
             "episodes": args.episodes,
             "frames": cases["lrs1-single"]["samples"],

@@ -48,7 +48,7 @@ def sleep(item: int) -> int:
 
 def spdl_samples(stage: Callable[[int], int], items: int) -> Iterator[int]:
     pipeline = (
-        PipelineBuilder()
+        PipelineBuilder[int, int]()
         .add_source(range(items))
         .pipe(stage, concurrency=LANES)
         .add_sink(64)
@@ -63,13 +63,13 @@ def per_batch(stage: Callable[[int], int]) -> Callable[[list[int]], list[int]]:
 
 
 def spdl_batched(stage: Callable[[int], int], items: int) -> Iterator[int]:
-    builder = PipelineBuilder().add_source(range(items)).aggregate(BATCH)
+    builder = PipelineBuilder[int, list[int]]().add_source(range(items)).aggregate(BATCH)
     yield from _spdl_batches(builder, stage)
 
 
 def spdl_batch_source(stage: Callable[[int], int], items: int) -> Iterator[int]:
     batches = [list(range(start, min(items, start + BATCH))) for start in range(0, items, BATCH)]
-    yield from _spdl_batches(PipelineBuilder().add_source(batches), stage)
+    yield from _spdl_batches(PipelineBuilder[list[int], list[int]]().add_source(batches), stage)
 
 
 def _spdl_batches(builder: Any, stage: Callable[[int], int]) -> Iterator[int]:

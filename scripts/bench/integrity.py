@@ -28,15 +28,15 @@ def epoch(lrs: Path, *, check: bool) -> dict[str, float]:
     from cache import store
     from reader import EpisodeStream
 
-    original = store.Verified.check
+    original = store.Verified.mismatch
     if not check:
-        store.Verified.check = lambda self, fd, sha256: None  # type: ignore[method-assign]
+        store.Verified.mismatch = lambda self, fd, sha256: None  # type: ignore[method-assign]
     try:
         started = time.perf_counter()
         samples = sum(1 for _ in EpisodeStream(str(lrs), return_uint8=True, seed=0))
         return {"samples": samples, "seconds": time.perf_counter() - started}
     finally:
-        store.Verified.check = original  # type: ignore[method-assign]
+        store.Verified.mismatch = original  # type: ignore[method-assign]
 
 
 def hash_all(lrs: Path) -> dict[str, float]:

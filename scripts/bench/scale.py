@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,7 @@ def stream_step(root: str, batches: int, workers: int) -> dict[str, Any]:
         def __init__(self, stream: EpisodeStream) -> None:
             self.stream = stream
 
-        def __iter__(self):  # type: ignore[no-untyped-def]
+        def __iter__(self) -> Iterator[Any]:
             info = get_worker_info()
             worker = info.id if info is not None else -1
             for item in self.stream:

@@ -24,8 +24,16 @@ DIM = 6
 
 
 def features(height: int, width: int) -> dict[str, dict[str, object]]:
-    vector = {"dtype": "float32", "shape": (DIM,), "names": [f"joint_{i}" for i in range(DIM)]}
-    camera = {"dtype": "video", "shape": (height, width, 3), "names": ["height", "width", "channels"]}
+    vector: dict[str, object] = {
+        "dtype": "float32",
+        "shape": (DIM,),
+        "names": [f"joint_{i}" for i in range(DIM)],
+    }
+    camera: dict[str, object] = {
+        "dtype": "video",
+        "shape": (height, width, 3),
+        "names": ["height", "width", "channels"],
+    }
     return {"observation.state": vector, "action": vector, **{key: camera for key in CAMERAS}}
 
 
