@@ -336,12 +336,12 @@ def test_checker_finds_cycles_between_scripts(tmp_path: Path) -> None:
         "scripts/lerobot/check.py": "def main():\n    from compare import measure\n",
         "scripts/lerobot/compare.py": "from check import ACT\n",
         "scripts/lerobot/runs.py": "",
-        "scripts/bench/reader.py": "import json_report\nfrom runs import tool\n",
+        "scripts/bench/bench_reader.py": "import json_report\nfrom runs import tool\n",
         "scripts/bench/json_report.py": "",
     }
     for rel, text in synthetic.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     modules = script_modules(tmp_path)
-    assert edges(modules)["reader"] == {"json_report", "runs"}
+    assert edges(modules)["bench_reader"] == {"json_report", "runs"}
     assert find_cycles(edges(modules)) == [["check", "compare", "check"]]

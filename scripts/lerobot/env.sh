@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 LEROBOT_PIN='lerobot[training,diffusion]==0.6.1'
-log() { echo "[lerobot_env] $*" >&2; }
+log() { echo "[lerobot/env.sh] $*" >&2; }
 
 is312() { [ -n "$1" ] && "$1" -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1; }
 PY312=""

@@ -18,7 +18,7 @@ set -euo pipefail
 OUT=${1:?usage: $0 OUT_DIR [EPISODES] [FRAMES]}
 EPISODES=${2:-4}
 FRAMES=${3:-300}
-log() { echo "[lerobot_v21_conversion] $*" >&2; }
+log() { echo "[lerobot/v21_conversion.sh] $*" >&2; }
 
 venv() {  # venv DIR VERSION [PIN...]: a venv with lerobot==VERSION and the pins, made once
   local dir=$1 version=$2
