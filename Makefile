@@ -19,22 +19,22 @@ test: setup
 test-all: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# Every scripts/bench_*.py takes --out FILE and writes JSON there; the reader bench also draws
-# bench/reader.png (samples/s and first-batch latency per case).
+# Every benchmark (scripts/bench/*.py but its `_` helpers) takes --out FILE and writes JSON there; the
+# reader bench also draws bench/reader.png (samples/s and first-batch latency per case).
 bench: setup
 	@mkdir -p bench
-	@set -e; for script in scripts/bench_*.py; do \
+	@set -e; for script in scripts/bench/[!_]*.py; do \
 	  [ -e "$$script" ] || continue; name=$$(basename $$script .py); name=$${name#bench_}; \
 	  extra=; [ "$$name" != reader ] || extra="--chart bench/reader.png"; \
 	  echo "== $$script -> bench/$$name.json $${extra#--chart }"; \
 	  $(PY) $$script --out bench/$$name.json $$extra; \
 	done
 
-# Every fault and bad-input case (scripts/fault_suite.py): a table on stdout, JSON in bench/faults.json.
+# Every fault and bad-input case (scripts/faults/suite.py): a table on stdout, JSON in bench/faults.json.
 # Mounts small tmpfs disks when run as root (else RLIMIT_FSIZE stands in for a full disk).
 faults: setup
 	@mkdir -p bench
-	$(PY) scripts/fault_suite.py --out bench/faults.json $(FAULTS_ARGS)
+	$(PY) scripts/faults/suite.py --out bench/faults.json $(FAULTS_ARGS)
 
 # ruff, then mypy as configured in pyproject.toml (strict on cache, reader/schedule and reader/format).
 lint: setup

@@ -5,7 +5,7 @@
 writes DIR/full-range-h264 (H.264 yuvj420p, color_range=pc, as an MJPEG webcam recorded through FFmpeg
 gives), DIR/odd-size-yuv444p (H.264 yuv444p at 101x75) and DIR/audio-track (camera MP4s with an AAC
 track). Every frame carries its episode, frame and camera index (`reshard.demo.frame_marks.read_frame_id`), so
-a reshard of them can be checked with `lrs verify --against` and against lerobot (`lerobot_parity.py`).
+a reshard of them can be checked with `lrs verify --against` and against lerobot (`scripts/lerobot/parity.py`).
 """
 
 from __future__ import annotations

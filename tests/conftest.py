@@ -73,7 +73,7 @@ def sample_resharded_ds(sample_ds: Path, tmp_path_factory: pytest.TempPathFactor
 
 @pytest.fixture(scope="session")
 def lerobot_python() -> str:
-    """lerobot 0.6.1's own Python (`scripts/lerobot_env.sh` builds it the first time, about 5 GB, cached
+    """lerobot 0.6.1's own Python (`scripts/lerobot/env.sh` builds it the first time, about 5 GB, cached
     under ~/.cache/lrs), with lrs installed there as users install it. Tests that take it are marked
     `lerobot`. `LRS_LEROBOT_TRAIN=skip` skips them on a developer's machine, never when `CI` is set."""
     if os.environ.get("LRS_LEROBOT_TRAIN") == "skip":
@@ -82,7 +82,7 @@ def lerobot_python() -> str:
         pytest.skip("LRS_LEROBOT_TRAIN=skip")
     root = Path(__file__).resolve().parent.parent
     done = subprocess.run(
-        ["bash", str(root / "scripts" / "lerobot_env.sh")], capture_output=True, text=True, check=False
+        ["bash", str(root / "scripts" / "lerobot" / "env.sh")], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.strip().splitlines()[-1]

@@ -454,3 +454,36 @@ def test_checker_finds_cli_imports_of_internals(synthetic_cli: dict[str, Module]
     ]
     allowed = {"cache.redaction": frozenset({"redact"})}
     assert "reshard.cli.base:3 imports cache.redaction.redact" not in cli_reaches_in(synthetic_cli, allowed)
+
+
+# scripts/: each script's folder is its import root (scripts/README.md), so a script imports the files
+# beside it by bare name; the graph is over basenames, which are unique across scripts/.
+
+
+def script_modules(root: Path) -> dict[str, Module]:
+    modules = load_modules(root, ("scripts",))
+    by_basename = {m.path.stem: Module(m.path.stem, m.path, m.tree) for m in modules.values()}
+    assert len(by_basename) == len(modules), "two files of scripts/ share a basename"
+    return by_basename
+
+
+def test_no_circle_between_scripts() -> None:
+    cycles = find_cycles(edges(script_modules(ROOT)))
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_checker_finds_cycles_between_scripts(tmp_path: Path) -> None:
+    synthetic = {
+        "scripts/setup.py": "",
+        "scripts/lerobot/check.py": "def main():\n    from compare import measure\n",
+        "scripts/lerobot/compare.py": "from check import ACT\n",
+        "scripts/lerobot/runs.py": "",
+        "scripts/bench/bench_reader.py": "import json_report\nfrom runs import tool\n",
+        "scripts/bench/json_report.py": "",
+    }
+    for rel, text in synthetic.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    modules = script_modules(tmp_path)
+    assert edges(modules)["bench_reader"] == {"json_report", "runs"}
+    assert find_cycles(edges(modules)) == [["check", "compare", "check"]]

@@ -1,5 +1,6 @@
-"""`make bench` runs every `scripts/bench_*.py` with `--out bench/<name>.json` and nothing else: each one
-must take that option and need no other argument (a benchmark that did not made `make bench` exit 2)."""
+"""`make bench` runs every benchmark (`scripts/bench/*.py` but its `_` helpers) with `--out bench/<name>.json`
+and nothing else: each one must take that option and need no other argument (a benchmark that did not
+made `make bench` exit 2)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = sorted(REPO.glob("scripts/bench_*.py"))
+SCRIPTS = sorted(REPO.glob("scripts/bench/[!_]*.py"))
 
 
 def test_make_bench_passes_only_out() -> None:
     loop = re.search(r"^bench:.*?(?=^\S)", (REPO / "Makefile").read_text(), flags=re.S | re.M)
-    assert loop and "for script in scripts/bench_*.py" in loop[0] and "--out bench/$$name.json" in loop[0]
+    assert loop and "for script in scripts/bench/[!_]*.py" in loop[0] and "--out bench/$$name.json" in loop[0]
 
 
 @pytest.mark.integration

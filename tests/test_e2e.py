@@ -320,10 +320,10 @@ def test_lrs_demo_exits_1_when_verify_fails(tmp_path: Path, monkeypatch: pytest.
 
 
 def _script(name: str) -> Any:
-    """`scripts/<name>.py` as a module (its folder on the path, where the scripts import each other)."""
-    if str(ROOT / "scripts") not in sys.path:
-        sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / f"scripts/{name}.py")
+    """`scripts/bench/<name>.py` as a module (its folder on the path: it imports the files beside it)."""
+    if str(ROOT / "scripts" / "bench") not in sys.path:
+        sys.path.append(str(ROOT / "scripts" / "bench"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / f"scripts/bench/{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -416,11 +416,11 @@ def test_the_bench_chart_compares_cases_in_two_labelled_panels(
     assert os.path.getsize(path) > 10_000
 
 
-# --- scripts/bench_decode_order.py --------------------------------------------------------------------
+# --- scripts/bench/decode_order.py --------------------------------------------------------------------
 
 
 def _bench_decode_order() -> Any:
-    return _script("bench_decode_order")
+    return _script("decode_order")
 
 
 def test_the_decode_order_bench_counts_jumps_per_file_and_reads_each_file_in_order() -> None:
@@ -440,7 +440,7 @@ def test_the_decode_order_bench_decodes_every_camera_frame_of_an_epoch(tmp_path:
     out = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts/bench_decode_order.py"),
+            str(ROOT / "scripts/bench/decode_order.py"),
             str(tmp_path / "lrs"),
             "--rounds",
             "1",

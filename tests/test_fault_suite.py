@@ -1,4 +1,4 @@
-"""`scripts/fault_suite.py --quick` runs (a handful of cases, short loops) and every case behaves, so the
+"""`scripts/faults/suite.py --quick` runs (a handful of cases, short loops) and every case behaves, so the
 suite itself cannot rot: its cases, the stand-in servers it drives, and the JSON it writes."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 def test_the_quick_fault_suite_passes(tmp_path: Path) -> None:
     report = tmp_path / "faults.json"
     done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "fault_suite.py"), "--quick", "--out", str(report)],
+        [sys.executable, str(REPO / "scripts" / "faults" / "suite.py"), "--quick", "--out", str(report)],
         capture_output=True,
         text=True,
         timeout=170,

@@ -3,7 +3,7 @@ copied `meta/lrs/` along the index is stale (doctor exit 1 naming it, one reader
 a new dataset the result is plain v3; either way `EpisodeStream` reads lerobot's values and the edited
 dataset reshards and verifies.
 
-`scripts/lerobot_edit_check.py` runs in the environment `scripts/lerobot_env.sh` builds, with the same
+`scripts/lerobot/edit_check.py` runs in the environment `scripts/lerobot/env.sh` builds, with the same
 policy as tests/test_lerobot_train.py: a missing Python 3.12 or a failed install fails the test,
 `LRS_LEROBOT_TRAIN=skip` skips it on a developer's machine (never on CI).
 """
@@ -19,7 +19,7 @@ import pytest
 
 from tests.test_lerobot_train import ROOT, clean_env
 
-# Tier: needs lerobot's own environment (scripts/lerobot_env.sh builds it): `make test-all`, not `make test`.
+# Tier: needs lerobot's own environment (scripts/lerobot/env.sh builds it): `make test-all`, not `make test`.
 pytestmark = pytest.mark.lerobot
 
 # Where lerobot copies `meta/lrs/` along (stale), and where it writes a new dataset without it.
@@ -40,7 +40,7 @@ DATASETS = [
 def report(lerobot_python: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # noqa: F811
     work = tmp_path_factory.mktemp("edit")
     done = subprocess.run(
-        [lerobot_python, str(ROOT / "scripts" / "lerobot_edit_check.py"), "--workdir", str(work)],
+        [lerobot_python, str(ROOT / "scripts" / "lerobot" / "edit_check.py"), "--workdir", str(work)],
         capture_output=True,
         text=True,
         env=clean_env(),

@@ -1,8 +1,8 @@
 """`lrs train` in lerobot's own environment: trains, resumes exactly, two ranks split an epoch right.
 
 lerobot 0.6.1 needs Python 3.12 and torch < 2.12, so it cannot live in this environment:
-`scripts/lerobot_env.sh` builds its environment (cached under ~/.cache/lrs, lrs reinstalled from this
-checkout) and `scripts/lerobot_train_check.py` runs there. Building it the first time takes minutes and
+`scripts/lerobot/env.sh` builds its environment (cached under ~/.cache/lrs, lrs reinstalled from this
+checkout) and `scripts/lerobot/train_check.py` runs there. Building it the first time takes minutes and
 about 5 GB; it is part of `make test` (CI), and a missing Python 3.12 or a failed install fails the
 test rather than skipping it. `LRS_LEROBOT_TRAIN=skip` skips it on a developer's machine (never on CI,
 where the `CI` variable is set). The README's "With lerobot-train" commands are run the same way.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-# Tier: needs lerobot's own environment (scripts/lerobot_env.sh builds it): `make test-all`, not `make test`.
+# Tier: needs lerobot's own environment (scripts/lerobot/env.sh builds it): `make test-all`, not `make test`.
 pytestmark = pytest.mark.lerobot
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +33,7 @@ def clean_env() -> dict[str, str]:
 @pytest.mark.timeout(3600)  # the environment built the first time, then four short trainings
 def test_lrs_train_trains_resumes_and_splits_ranks(lerobot_python: str, tmp_path: Path) -> None:
     done = subprocess.run(
-        [lerobot_python, str(ROOT / "scripts" / "lerobot_train_check.py"), "--workdir", str(tmp_path)],
+        [lerobot_python, str(ROOT / "scripts" / "lerobot" / "train_check.py"), "--workdir", str(tmp_path)],
         capture_output=True,
         text=True,
         env=clean_env(),
@@ -73,8 +73,8 @@ def readme_train_commands() -> list[str]:
 def test_the_readme_lerobot_train_commands_run(lerobot_python: str, tmp_path: Path) -> None:
     """As written, on an `lrs sample` reshard, with the small ACT of the check script (a random backbone:
     no download) and a preemption between the two: `last` points at the halfway checkpoint."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from lerobot_train_check import ACT
+    sys.path.append(str(ROOT / "scripts" / "lerobot"))
+    from train_runs import ACT
 
     lrs = str(Path(lerobot_python).with_name("lrs"))
     sample = tmp_path / "v3"

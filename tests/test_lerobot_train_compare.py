@@ -1,4 +1,4 @@
-"""The figures `scripts/lerobot_train_compare.py` reports, computed from lerobot's log lines.
+"""The figures `scripts/lerobot/train_compare.py` reports, computed from lerobot's log lines.
 
 The comparison itself runs in lerobot's environment and takes minutes (not part of `make test`); what it
 derives from the logs is pure and checked here: which steps count, start-up, the loss tail, the ratios
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from lerobot_train_check import parse_steps, run  # noqa: E402
-from lerobot_train_compare import case_summary, run_stats  # noqa: E402
+sys.path.append(str(Path(__file__).resolve().parent.parent / "scripts" / "lerobot"))
+from train_compare import case_summary, run_stats  # noqa: E402
+from train_runs import parse_steps, run  # noqa: E402
 
 # lerobot 0.6.1's per-step line (lerobot_train.py logs its MetricsTracker), tqdm's bar in front of it.
 LINE = (

@@ -7,7 +7,7 @@ run, with only the places changed: Hub repo ids become a local `lrs sample` data
 `torchrun ... train.py` (no train.py; `tests/reader/test_start_methods.py` runs torchrun), `lrs train`
 (lerobot's trainer; `tests/test_lerobot_train.py` runs those lines in lerobot's environment), `lrs prewarm
 --spec` (it reads the spec file the training snippet writes: run after that snippet), and the
-lerobot ```python block (lerobot cannot live in this environment; `scripts/lerobot_policies.py` runs
+lerobot ```python block (lerobot cannot live in this environment; `scripts/lerobot/policies.py` runs
 the same calls in lerobot's own).
 """
 

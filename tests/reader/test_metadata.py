@@ -1,5 +1,5 @@
 """`EpisodeStream.meta`: lerobot's `LeRobotDatasetMetadata` names and values, depth stats in the stream's
-unit, for a policy built with `make_policy(cfg, ds_meta=stream.meta)` (`scripts/lerobot_parity.py
+unit, for a policy built with `make_policy(cfg, ds_meta=stream.meta)` (`scripts/lerobot/parity.py
 --reader` compares it with lerobot 0.6.1's own object)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 parameters in what commands print (describe, inspect, doctor, reshard, prewarm), in written files
 (`layout.json`, `dropped.json`, the reports, the node cache), in errors, log lines, reprs and the read spec
 a training job saves, which `lrs prewarm --spec FILE URL` completes with the URL given again. (`options.json`
-in the work directory is also checked by `scripts/fault_suite.py --only tokens`.)"""
+in the work directory is also checked by `scripts/faults/suite.py --only tokens`.)"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`lrs train` without lerobot: the one-line error, lerobot's dataset settings as stream arguments, and
 the resume arithmetic from a lerobot checkpoint (`reshard.train.options`, `reshard.train.resume`).
-The run itself is `scripts/lerobot_train_check.py`, in lerobot's environment (`tests/test_lerobot_train.py`)."""
+The run itself is `scripts/lerobot/train_check.py`, in lerobot's environment (`tests/test_lerobot_train.py`)."""
 
 from __future__ import annotations
 

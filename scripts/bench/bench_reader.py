@@ -5,7 +5,7 @@ defaults) and at uint8 (`return_uint8=True`, what lerobot-train builds), all thr
 DataLoader settings (`prefetch_factor=4`, `persistent_workers=True`; the same batch size, workers and
 start method for every case; lerobot's `EpisodeAwareSampler` with `shuffle=True` for the map-style peers).
 
-    python scripts/bench_reader.py --out bench/reader.json [--chart bench/reader.png] [--sweep]
+    python scripts/bench/bench_reader.py --out bench/reader.json [--chart bench/reader.png] [--sweep]
 
 Every case runs in its own subprocess while this process samples the memory of that process tree
 (psutil: RSS and PSS summed over the tree, USS per DataLoader worker). Per case: samples/s after warm-up,
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import inspect
 import json
 import multiprocessing
 import os
@@ -41,10 +40,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import psutil
+from _tree_cpu import tree_cpu_seconds  # this folder: shared with _peer_case.py
 from torch.utils.data import IterableDataset
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.servers (the loopback HTTP server with injected latency)
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(1, str(ROOT))  # tests.servers (loopback HTTP with injected latency), after this folder
 
 WARMUP_BATCHES = 5
 # The two frame modes of LeRobot's streaming benchmark: one frame of every camera; and SARM's, an action
@@ -261,7 +261,7 @@ class Reporting(IterableDataset):
     def __init__(self, stream: Any, reports: Any) -> None:
         self.stream, self.reports = stream, reports
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Any]:
         yield from self.stream
         self.reports.put(self.stream.stats().to_dict())
 
@@ -283,21 +283,6 @@ def cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def _tree_cpu_seconds() -> float:
-    """CPU time of this process and of its live multiprocessing children (the DataLoader workers), read
-    while they run: the steady-state CPU per sample leaves out what starting the workers cost."""
-    t = os.times()
-    total = t.user + t.system
-    for child in multiprocessing.active_children():
-        try:
-            with open(f"/proc/{child.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
 def _iterate(loader: Any, began: float, cameras: list[str]) -> dict[str, Any]:
     first = warm = None
     dtypes: list[str] = []
@@ -314,8 +299,8 @@ def _iterate(loader: Any, began: float, cameras: list[str]) -> dict[str, Any]:
         if i + 1 >= WARMUP_BATCHES:
             arrivals.append(now)
         if i + 1 == WARMUP_BATCHES:
-            warm, warm_samples, warm_cpu = now, samples, _tree_cpu_seconds()
-    end, end_cpu = time.perf_counter(), _tree_cpu_seconds()
+            warm, warm_samples, warm_cpu = now, samples, tree_cpu_seconds()
+    end, end_cpu = time.perf_counter(), tree_cpu_seconds()
     if warm is None:
         raise RuntimeError(f"only {samples} samples: too few batches to measure after warm-up")
     gaps = sorted(1000 * (b - a) for a, b in zip(arrivals, arrivals[1:], strict=False))
@@ -370,7 +355,7 @@ class Prebuilt(IterableDataset):
     def __init__(self, template: dict[str, Any], total: int) -> None:
         self.template, self.total = template, total
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Any]:
         import torch
         from torch.utils.data import get_worker_info
 
@@ -444,75 +429,7 @@ def decode_loop(root: str, job: list[tuple[list[str], int]]) -> int:
     return len(job)
 
 
-LEROBOT_SCRIPT = r"""
-import gc, json, multiprocessing, os, sys, time
-import torch
-from torch.utils.data import DataLoader
-began = time.perf_counter()
-
-
-%(tree_cpu)s
-
-
-def main():  # spawned DataLoader workers import this file: run only as __main__
-    from lerobot.datasets import EpisodeAwareSampler
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
-    root, batch_size, workers, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    context, uint8, delta = sys.argv[5], sys.argv[6] == "uint8", json.loads(sys.argv[7])
-    kind = sys.argv[8]
-    t = os.times()
-    cpu0 = t.user + t.system
-    if kind == "lancedb":  # lerobot-lancedb's map-style LanceDBDataset over the Lance conversion at root
-        from lerobot_lancedb import LanceDBDataset
-        ds = LanceDBDataset(root=root, return_uint8=uint8, delta_timestamps=delta)
-    else:
-        ds = LeRobotDataset("local/bench", root=root, video_backend="torchcodec", return_uint8=uint8,
-                            delta_timestamps=delta)
-    opened = time.perf_counter() - began
-    # As lerobot-train 0.6.1 builds it (lerobot_train.py, _dataloader_worker_kwargs): the shuffled
-    # EpisodeAwareSampler, prefetch 4, persistent workers, pin_memory only on CUDA, no drop_last.
-    sampler = EpisodeAwareSampler(ds.meta.episodes["dataset_from_index"], ds.meta.episodes["dataset_to_index"],
-                                  episode_indices_to_use=ds.episodes, shuffle=True, seed=0,
-                                  absolute_to_relative_idx=ds.absolute_to_relative_idx)
-    workers_kw = ({"prefetch_factor": %(prefetch)d, "persistent_workers": %(persistent)s,
-                   "multiprocessing_context": context} if workers else {})
-    loader = DataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=workers, drop_last=False,
-                        **workers_kw)
-    first = warm = None
-    samples = warm_samples = 0
-    arrivals, batches = [], []
-    for i, batch in enumerate(loader):
-        now = time.perf_counter()
-        batches.append(list(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist())))
-        samples += len(batches[-1])
-        if first is None:
-            first = now - began
-            dtypes = sorted({str(v.dtype).removeprefix("torch.") for k, v in batch.items()
-                             if k in ds.meta.camera_keys})
-        if i + 1 >= warmup:
-            arrivals.append(now)
-        if i + 1 == warmup:
-            warm, warm_samples, warm_cpu = now, samples, _tree_cpu_seconds()
-    end, end_cpu = time.perf_counter(), _tree_cpu_seconds()
-    del loader
-    gc.collect()  # see join_workers in bench_reader.py: reap every worker, so that its CPU is counted
-    for child in multiprocessing.active_children():
-        child.join(120)
-    assert not multiprocessing.active_children(), "DataLoader workers still running"
-    t = os.times()
-    cpu = t.user + t.system + t.children_user + t.children_system - cpu0
-    gaps = sorted(1000 * (b - a) for a, b in zip(arrivals, arrivals[1:]))
-    print(json.dumps({"samples": samples, "first_batch_s": first, "open_s": opened, "frame_dtypes": dtypes,
-                      "cpu_ms_per_sample": 1000 * cpu / samples,
-                      "samples_per_s": (samples - warm_samples) / (end - warm),
-                      "steady_cpu_ms_per_sample": 1000 * (end_cpu - warm_cpu) / (samples - warm_samples),
-                      **{f"batch_ms_p{q}": gaps[min(len(gaps) - 1, len(gaps) * q // 100)] for q in (50, 95, 99)},
-                      "batches": batches}))
-
-
-if __name__ == "__main__":
-    main()
-"""
+PEER_CASE = Path(__file__).with_name("_peer_case.py")  # lerobot and lerobot-lancedb, in their venv
 
 
 # --- the parent: run cases in children, watch their memory --------------------------------------------
@@ -633,7 +550,7 @@ def reader_case(
     )
 
 
-def lerobot_case(v3: Path, script: Path, args: argparse.Namespace, *, mode: str, uint8: bool) -> Case | None:
+def lerobot_case(v3: Path, args: argparse.Namespace, *, mode: str, uint8: bool) -> Case | None:
     """lerobot's shuffled LeRobotDataset (map-style; float32 frames, its class default, or uint8 with
     `return_uint8=True`, as lerobot-train builds it) in the reference venv (`lerobot-reference.sh`
     builds it), through lerobot-train's DataLoader settings; None when that venv is absent (never built
@@ -642,12 +559,20 @@ def lerobot_case(v3: Path, script: Path, args: argparse.Namespace, *, mode: str,
     if not Path(python).exists():
         print(f"no lerobot reference venv at {python}: skipping the lerobot case", file=sys.stderr)
         return None
-    # The child measures its CPU as this process does: the one `_tree_cpu_seconds`, copied in as source.
-    settings = {"prefetch": PREFETCH_FACTOR, "persistent": PERSISTENT_WORKERS}
-    script.write_text(LEROBOT_SCRIPT % {**settings, "tree_cpu": inspect.getsource(_tree_cpu_seconds)})
+    params = {
+        "kind": "lerobot",
+        "root": str(v3),
+        "batch_size": args.batch_size,
+        "workers": args.workers,
+        "warmup": WARMUP_BATCHES,
+        "context": args.context,
+        "uint8": uint8,
+        "delta": MODES[mode],
+        "prefetch": PREFETCH_FACTOR,
+        "persistent": PERSISTENT_WORKERS,
+    }
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
-    argv = [str(python), str(script), str(v3), str(args.batch_size), str(args.workers), str(WARMUP_BATCHES),
-            args.context, "uint8" if uint8 else "float32", json.dumps(MODES[mode]), "lerobot"]  # fmt: skip
+    argv = [str(python), str(PEER_CASE), json.dumps(params)]
     return Case(argv, env=env, optional=True, settings=peer_settings("lerobot", args, mode, uint8))
 
 
@@ -664,12 +589,12 @@ def peer_settings(kind: str, args: argparse.Namespace, mode: str, uint8: bool) -
     }
 
 
-def lancedb_case(v3: Path, script: Path, args: argparse.Namespace, *, mode: str, uint8: bool) -> Case | None:
+def lancedb_case(v3: Path, args: argparse.Namespace, *, mode: str, uint8: bool) -> Case | None:
     """lerobot-lancedb 0.3.1's LanceDBDataset (the closest peer: map-style, shuffled; float32 frames, its
     default, or uint8 with its `return_uint8=True`) over its own conversion of the v3 sample, made once
     per workdir with its converter, in the lerobot reference venv (`pip install lerobot-lancedb==0.3.1`
     there); None when it is absent."""
-    lerobot = lerobot_case(v3, script, args, mode=mode, uint8=uint8)
+    lerobot = lerobot_case(v3, args, mode=mode, uint8=uint8)
     if lerobot is None:
         return None
     python, env = lerobot.argv[0], lerobot.env
@@ -685,18 +610,19 @@ def lancedb_case(v3: Path, script: Path, args: argparse.Namespace, *, mode: str,
         if done.returncode != 0:
             print(f"no lerobot-lancedb case: {done.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
             return None
-    argv = [*lerobot.argv[:2], str(lance), *lerobot.argv[3:-1], "lancedb"]
+    params = {**json.loads(lerobot.argv[2]), "kind": "lancedb", "root": str(lance)}
+    argv = [*lerobot.argv[:2], json.dumps(params)]
     return Case(argv, env=env, optional=True, settings=peer_settings("lancedb", args, mode, uint8))
 
 
-def peer_cases(v3: Path, script: Path, args: argparse.Namespace, mode: str) -> dict[str, Case]:
+def peer_cases(v3: Path, args: argparse.Namespace, mode: str) -> dict[str, Case]:
     """lerobot and lerobot-lancedb in `mode`, float32 (unmarked, as the lrs1 cases) and uint8; none when
     the reference venv or lerobot-lancedb is absent."""
     cases: dict[str, Case | None] = {}
     for uint8, suffix in ((False, ""), (True, "-uint8")):
-        cases[f"lerobot-{mode}{suffix}"] = lerobot_case(v3, script, args, mode=mode, uint8=uint8)
+        cases[f"lerobot-{mode}{suffix}"] = lerobot_case(v3, args, mode=mode, uint8=uint8)
         if cases[f"lerobot-{mode}{suffix}"] is not None:
-            cases[f"lancedb-{mode}{suffix}"] = lancedb_case(v3, script, args, mode=mode, uint8=uint8)
+            cases[f"lancedb-{mode}{suffix}"] = lancedb_case(v3, args, mode=mode, uint8=uint8)
     return {name: case for name, case in cases.items() if case is not None}
 
 
@@ -958,95 +884,92 @@ def run(args: argparse.Namespace) -> None:
 
     v3, lrs = build_dataset(args.workdir, args)
     planned: dict[str, Case] = {}
-    with tempfile.TemporaryDirectory(prefix="lrs-bench-") as scratch:
-        for mode in MODES:
-            # lerobot and lerobot-lancedb at float32 (their class defaults) and at uint8 (what
-            # lerobot-train builds), and EpisodeStream at float32 and at uint8 with `reader.collate`
-            # (convert on the GPU: x.float() / 255): compared only within a transport.
-            if not args.no_lerobot:
-                planned.update(peer_cases(v3, Path(scratch) / "lerobot_case.py", args, mode))
-            planned[f"lrs1-{mode}"] = reader_case(
-                lrs, args, http=False, mode=mode, uint8=False, collate=False
-            )
-            planned[f"lrs1-{mode}-uint8-collate"] = reader_case(lrs, args, http=False, mode=mode)
-        # No worker processes: two decode threads in the trainer's process, nothing sent between processes.
-        planned["lrs1-single-0workers"] = reader_case(
-            lrs, args, http=False, uint8=False, collate=False, workers=0
+    for mode in MODES:
+        # lerobot and lerobot-lancedb at float32 (their class defaults) and at uint8 (what
+        # lerobot-train builds), and EpisodeStream at float32 and at uint8 with `reader.collate`
+        # (convert on the GPU: x.float() / 255): compared only within a transport.
+        if not args.no_lerobot:
+            planned.update(peer_cases(v3, args, mode))
+        planned[f"lrs1-{mode}"] = reader_case(lrs, args, http=False, mode=mode, uint8=False, collate=False)
+        planned[f"lrs1-{mode}-uint8-collate"] = reader_case(lrs, args, http=False, mode=mode)
+    # No worker processes: two decode threads in the trainer's process, nothing sent between processes.
+    planned["lrs1-single-0workers"] = reader_case(
+        lrs, args, http=False, uint8=False, collate=False, workers=0
+    )
+    planned["lrs1-single-uint8-collate-fork"] = reader_case(lrs, args, http=False, context="fork")
+    # The loader designs of issue 32, uint8: (b) a thread pipeline in the trainer's process (no worker
+    # process; `decode_threads` threads decode, the trainer's thread assembles batches) and (c) the
+    # same pipeline in one loader process per rank (one DataLoader worker, batches over shared memory).
+    for threads in (2, 3):
+        planned[f"lrs1-single-uint8-batchloader{threads}"] = reader_case(
+            lrs, args, http=False, workers=0, loader="batch", decode_threads=threads
         )
-        planned["lrs1-single-uint8-collate-fork"] = reader_case(lrs, args, http=False, context="fork")
-        # The loader designs of issue 32, uint8: (b) a thread pipeline in the trainer's process (no worker
-        # process; `decode_threads` threads decode, the trainer's thread assembles batches) and (c) the
-        # same pipeline in one loader process per rank (one DataLoader worker, batches over shared memory).
-        for threads in (2, 3):
-            planned[f"lrs1-single-uint8-batchloader{threads}"] = reader_case(
-                lrs, args, http=False, workers=0, loader="batch", decode_threads=threads
-            )
-            planned[f"lrs1-single-batchloader{threads}"] = reader_case(
-                lrs,
-                args,
-                http=False,
-                workers=0,
-                loader="batch",
-                uint8=False,
-                collate=False,
-                decode_threads=threads,
-            )
-            planned[f"lrs1-single-uint8-batchloader{threads}-channels-last"] = reader_case(
-                lrs, args, http=False, workers=0, loader="batch", channels_last=True, decode_threads=threads
-            )
-            planned[f"lrs1-single-uint8-threads{threads}"] = reader_case(
-                lrs, args, http=False, workers=0, decode_threads=threads
-            )
-            planned[f"lrs1-single-uint8-1worker-threads{threads}"] = reader_case(
-                lrs, args, http=False, workers=1, decode_threads=threads
-            )
-        # The same episodes as a mixture of two sources (each half of the dataset): what mixing costs.
-        half = args.episodes // 2
-        planned["lrs1-mixture-halves"] = reader_case(
-            [lrs, lrs],
+        planned[f"lrs1-single-batchloader{threads}"] = reader_case(
+            lrs,
             args,
             http=False,
+            workers=0,
+            loader="batch",
             uint8=False,
             collate=False,
-            episodes=[list(range(half)), list(range(half, args.episodes))],
+            decode_threads=threads,
         )
-        planned["lrs1-http"] = reader_case(lrs, args, http=True)
-        planned["v3-local"] = reader_case(v3, args, http=False)
-        planned["decode-only"] = reader_case(lrs, args, http=False, kind="decode-only")
-        # The floor of the cases without workers: one consumer's order (not two workers'), in 2 processes.
-        planned["decode-only-1consumer"] = reader_case(
-            lrs, args, http=False, kind="decode-only", workers=0, decode_threads=2
+        planned[f"lrs1-single-uint8-batchloader{threads}-channels-last"] = reader_case(
+            lrs, args, http=False, workers=0, loader="batch", channels_last=True, decode_threads=threads
         )
-        planned["loader-only"] = reader_case(
-            lrs, args, http=False, kind="loader-only", uint8=False, collate=False
+        planned[f"lrs1-single-uint8-threads{threads}"] = reader_case(
+            lrs, args, http=False, workers=0, decode_threads=threads
         )
-        planned["loader-only-uint8-collate"] = reader_case(lrs, args, http=False, kind="loader-only")
-        if not args.no_hevc:
-            hevc = build_hevc(args.workdir, v3)
-            planned["lrs1-hevc"] = reader_case(hevc, args, http=False)
-            planned["decode-only-hevc"] = reader_case(hevc, args, http=False, kind="decode-only")
-        if args.only:
-            names = args.only.split(",")
-            unknown = sorted(set(names) - set(planned))
-            if unknown:
-                raise SystemExit(
-                    f"Invalid --only ({', '.join(unknown)}). Expected some of: {', '.join(planned)}."
-                )
-            cases, rounds = run_cases({n: planned[n] for n in names}, args.repeat)
-            first = cases[names[0]]["samples_per_s"]
-            results = {
-                "busy_processes": args.busy,
-                "rounds": rounds,
-                "transports": {n: c.get("transport") for n, c in cases.items()},
-                "cases": cases,
-                f"vs_{names[0]}": {n: c["samples_per_s"] / first for n, c in cases.items()},
-                **comparisons(cases),
-            }
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(results, indent=2))
-            print(json.dumps({**summary(results), f"vs_{names[0]}": results[f"vs_{names[0]}"]}, indent=2))
-            return
-        cases, rounds = run_cases(planned, args.repeat)
+        planned[f"lrs1-single-uint8-1worker-threads{threads}"] = reader_case(
+            lrs, args, http=False, workers=1, decode_threads=threads
+        )
+    # The same episodes as a mixture of two sources (each half of the dataset): what mixing costs.
+    half = args.episodes // 2
+    planned["lrs1-mixture-halves"] = reader_case(
+        [lrs, lrs],
+        args,
+        http=False,
+        uint8=False,
+        collate=False,
+        episodes=[list(range(half)), list(range(half, args.episodes))],
+    )
+    planned["lrs1-http"] = reader_case(lrs, args, http=True)
+    planned["v3-local"] = reader_case(v3, args, http=False)
+    planned["decode-only"] = reader_case(lrs, args, http=False, kind="decode-only")
+    # The floor of the cases without workers: one consumer's order (not two workers'), in 2 processes.
+    planned["decode-only-1consumer"] = reader_case(
+        lrs, args, http=False, kind="decode-only", workers=0, decode_threads=2
+    )
+    planned["loader-only"] = reader_case(
+        lrs, args, http=False, kind="loader-only", uint8=False, collate=False
+    )
+    planned["loader-only-uint8-collate"] = reader_case(lrs, args, http=False, kind="loader-only")
+    if not args.no_hevc:
+        hevc = build_hevc(args.workdir, v3)
+        planned["lrs1-hevc"] = reader_case(hevc, args, http=False)
+        planned["decode-only-hevc"] = reader_case(hevc, args, http=False, kind="decode-only")
+    if args.only:
+        names = args.only.split(",")
+        unknown = sorted(set(names) - set(planned))
+        if unknown:
+            raise SystemExit(
+                f"Invalid --only ({', '.join(unknown)}). Expected some of: {', '.join(planned)}."
+            )
+        cases, rounds = run_cases({n: planned[n] for n in names}, args.repeat)
+        first = cases[names[0]]["samples_per_s"]
+        results: dict[str, Any] = {
+            "busy_processes": args.busy,
+            "rounds": rounds,
+            "transports": {n: c.get("transport") for n, c in cases.items()},
+            "cases": cases,
+            f"vs_{names[0]}": {n: c["samples_per_s"] / first for n, c in cases.items()},
+            **comparisons(cases),
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2))
+        print(json.dumps({**summary(results), f"vs_{names[0]}": results[f"vs_{names[0]}"]}, indent=2))
+        return
+    cases, rounds = run_cases(planned, args.repeat)
     decode = cases["decode-only"]["samples_per_s"]
 
     def floor(name: str) -> float:
@@ -1062,7 +985,7 @@ def run(args: argparse.Namespace) -> None:
         return 1 / (1 / decode + 1 / cases[loader]["samples_per_s"])
 
     readers = {n: c for n, c in cases.items() if n.startswith(("lrs1", "v3"))}
-    results: dict[str, Any] = {
+    results = {
         "settings": {
             "episodes": args.episodes,
             "frames": cases["lrs1-single"]["samples"],

@@ -2,10 +2,10 @@
 
 `lrs sample` writes v3 the way lerobot's recorder does; this writes it with the recorder itself
 (`LeRobotDataset.create`, `add_frame`, `save_episode`, `finalize`, lerobot's default AV1 encoder), so
-`scripts/lerobot_train_compare.py` also measures both loaders on files lrs had no hand in. Run with the
-Python of lerobot's environment (`scripts/lerobot_env.sh`):
+`scripts/lerobot/train_compare.py` also measures both loaders on files lrs had no hand in. Run with the
+Python of lerobot's environment (`scripts/lerobot/env.sh`):
 
-    python scripts/lerobot_write_dataset.py OUT [--episodes 24] [--length 40] [--height 96] [--width 128]
+    python scripts/lerobot/write_dataset.py OUT [--episodes 24] [--length 40] [--height 96] [--width 128]
 
 Two cameras and a 6-dimensional state and action. The state follows a smooth per-episode trajectory, the
 action is the next state, and each camera shows a square whose position follows the state over a
@@ -24,8 +24,16 @@ DIM = 6
 
 
 def features(height: int, width: int) -> dict[str, dict[str, object]]:
-    vector = {"dtype": "float32", "shape": (DIM,), "names": [f"joint_{i}" for i in range(DIM)]}
-    camera = {"dtype": "video", "shape": (height, width, 3), "names": ["height", "width", "channels"]}
+    vector: dict[str, object] = {
+        "dtype": "float32",
+        "shape": (DIM,),
+        "names": [f"joint_{i}" for i in range(DIM)],
+    }
+    camera: dict[str, object] = {
+        "dtype": "video",
+        "shape": (height, width, 3),
+        "names": ["height", "width", "channels"],
+    }
     return {"observation.state": vector, "action": vector, **{key: camera for key in CAMERAS}}
 
 

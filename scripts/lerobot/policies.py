@@ -3,7 +3,7 @@
 lerobot 0.6.1 needs Python 3.12 and torch < 2.12, so run this file with that environment's Python and
 this repository on `PYTHONPATH` (or lrs installed there, see the README):
 
-    HF_HUB_OFFLINE=1 PYTHONPATH=. /path/to/lerobot-venv/bin/python scripts/lerobot_policies.py DATASET \
+    HF_HUB_OFFLINE=1 PYTHONPATH=. /path/to/lerobot-venv/bin/python scripts/lerobot/policies.py DATASET \
         [--policies act diffusion] [--steps 20] [--batch-size 8] [--num-workers 2]
 
 For each policy it does what `lerobot-train` does, with lrs in place of `LeRobotDataset`:

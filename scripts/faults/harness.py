@@ -1,4 +1,4 @@
-"""What every case of `scripts/fault_suite.py` stands on: the shared datasets, running `lrs` in a child
+"""What every case of `scripts/faults/suite.py` stands on: the shared datasets, running `lrs` in a child
 process, counting tracebacks, and finding files left behind.
 
 A case is a function `fn(ctx, case) -> Verdict` registered with `@register(name, group, quick=...)`. It
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 LRS = "from reshard.cli import main; main()"
-PROBES = str(REPO / "scripts" / "fault_probes.py")
+PROBES = str(Path(__file__).resolve().with_name("probes.py"))
 TRACEBACK = "Traceback (most recent call last)"
 
 

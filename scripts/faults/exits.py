@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
-from fault_harness import (
+from harness import (
     LRS,
     PYTHON,
     Case,

@@ -1,6 +1,6 @@
-"""Reader-side probes of `scripts/fault_suite.py`, each run in a process of its own.
+"""Reader-side probes of `scripts/faults/suite.py`, each run in a process of its own.
 
-`python scripts/fault_probes.py NAME JSON_ARGS` prints one JSON line (the last line of stdout) and exits
+`python scripts/faults/probes.py NAME JSON_ARGS` prints one JSON line (the last line of stdout) and exits
 0, or 3 after a deliberate lrs error (`LrsError`: its class and first line are in the JSON). Any other
 exception is left to Python, so its traceback reaches stderr, where the suite counts it.
 

@@ -1,5 +1,5 @@
 """How every benchmark ends: its report as JSON on stdout, and in `--out FILE` when given (what `make bench`
-passes each `scripts/bench_*.py`)."""
+passes each benchmark of `scripts/bench/`)."""
 
 from __future__ import annotations
 

@@ -14,12 +14,13 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
-from fault_harness import LRS, PYTHON, Case, Ctx, Proc, Verdict, both, error_verdict, register
+from harness import LRS, PYTHON, Case, Ctx, Proc, Verdict, both, error_verdict, register
 
 from reshard.demo.sample import write_sample
 
-GROW = {"episodes": 5, "cameras": 1, "episodes_per_data_file": 2}
+GROW: dict[str, Any] = {"episodes": 5, "cameras": 1, "episodes_per_data_file": 2}
 CHANGED = r"Invalid source \(.*\): changed since .*\(episodes: 5 -> 6, frames: \d+ -> \d+; "
 
 

@@ -4,7 +4,7 @@ lerobot 0.6.1 needs Python 3.12 and an older torch, so it cannot live in the pro
 file with the Python of a lerobot 0.6.1 environment (`python3.12 -m venv V && V/bin/pip install
 lerobot==0.6.1`):
 
-    HF_HUB_OFFLINE=1 /tmp/lerobot-venv/bin/python scripts/lerobot_parity.py SRC OUT [--psnr-floor 30]
+    HF_HUB_OFFLINE=1 /tmp/lerobot-venv/bin/python scripts/lerobot/parity.py SRC OUT [--psnr-floor 30]
 
 Every index of both datasets is read with a delta window on `action` and on the first camera; keys,
 shapes, dtypes, tabular values and `_is_pad` masks must be equal, frames identical for copied videos
@@ -32,6 +32,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def main() -> int:
@@ -126,7 +127,9 @@ def kept_rows(source: Path, output: Path) -> tuple[list[int], dict[int, int]]:
         if dropped_json.exists()
         else set()
     )
-    rows, start, renumbered = [], 0, {}
+    rows: list[int] = []
+    renumbered: dict[int, int] = {}
+    start = 0
     for episode, length in sorted(lengths.items()):
         if episode not in gone:
             renumbered[episode] = len(renumbered)
@@ -229,7 +232,7 @@ def compare_meta(want, got) -> str | None:  # noqa: ANN001 - lerobot's and lrs's
         return f"stats {got.stats is None and 'missing' or 'present'}, expected the opposite"
 
     def leaves(d: dict, prefix: str = "") -> dict:
-        out = {}
+        out: dict[str, Any] = {}
         for k, v in d.items():
             out.update(leaves(v, f"{prefix}{k}/") if isinstance(v, dict) else {f"{prefix}{k}": v})
         return out

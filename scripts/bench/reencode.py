@@ -9,7 +9,7 @@ Generates an AV1 sample dataset (lerobot's layout, 240x320, 2 cameras, 20 episod
 2. runs the same re-encodes through a `ProcessPoolExecutor` with 1 and with 2 workers (speed-up);
 3. reports output bytes against the source's, PSNR against the source, and the lossless copy's speed.
 
-Usage: `.venv/bin/python scripts/bench_reencode.py [--out FILE] [--episodes 20] [--height 240] ...`.
+Usage: `.venv/bin/python scripts/bench/reencode.py [--out FILE] [--episodes 20] [--height 240] ...`.
 The JSON goes to stdout (or FILE). The two x265 builds differ (PyAV's wheel vs Debian's), so the ratio
 measures the library version too; both versions are in the report.
 """

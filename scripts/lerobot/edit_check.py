@@ -1,9 +1,9 @@
 """Check lrs on datasets edited by lerobot's own `lerobot-edit-dataset` after their reshard.
 
-Run with the Python of an environment holding lerobot 0.6.1 and lrs (`scripts/lerobot_env.sh` builds
+Run with the Python of an environment holding lerobot 0.6.1 and lrs (`scripts/lerobot/env.sh` builds
 one):
 
-    python scripts/lerobot_edit_check.py [--workdir DIR]
+    python scripts/lerobot/edit_check.py [--workdir DIR]
 
 An `lrs sample` (4 episodes of 8-12 frames, 64x48 AV1 cameras) resharded to lrs/1 is the base. Copies
 of it are edited by `lerobot-edit-dataset` (its console script's entry point with the command line users

@@ -5,7 +5,7 @@
 # `stale_pointers`). Each lerobot lives in its own venv under /tmp (pip, Python 3.12 from pyenv; about
 # 5 GB and a few minutes the first time); nothing is installed into the project's venv.
 #
-#   scripts/lerobot_v21_conversion.sh OUT_DIR [EPISODES] [FRAMES]
+#   scripts/lerobot/v21_conversion.sh OUT_DIR [EPISODES] [FRAMES]
 #
 # Writes OUT_DIR/local/v21 (v3.0 after the conversion; the v2.1 original is kept as local/v21_old).
 # Each episode's parquet is about 0.6 MB of incompressible floats and the converter's data file size is
@@ -18,7 +18,7 @@ set -euo pipefail
 OUT=${1:?usage: $0 OUT_DIR [EPISODES] [FRAMES]}
 EPISODES=${2:-4}
 FRAMES=${3:-300}
-log() { echo "[lerobot_v21_conversion] $*" >&2; }
+log() { echo "[lerobot/v21_conversion.sh] $*" >&2; }
 
 venv() {  # venv DIR VERSION [PIN...]: a venv with lerobot==VERSION and the pins, made once
   local dir=$1 version=$2

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # lerobot's own environment for `lrs train` checks: Python 3.12, lerobot[training]==0.6.1 (torch < 2.12,
 # accelerate), and this checkout installed the way the README tells users (`pip install /path/to/lrs`).
-# diffusers (lerobot's `diffusion` extra) is there for the diffusion policy of lerobot_train_compare.py.
+# diffusers (lerobot's `diffusion` extra) is there for the diffusion policy of train_compare.py.
 # It never goes in the project's .venv. Cached between runs under ~/.cache/lrs, keyed by the lerobot pin,
 # the Python version and this script; lrs itself is reinstalled from the checkout when its files changed.
 # Logs go to stderr and to the venv's setup.log; stdout is only the python path:
-#   PY=$(scripts/lerobot_env.sh) && "$PY" scripts/lerobot_train_check.py
+#   PY=$(scripts/lerobot/env.sh) && "$PY" scripts/lerobot/train_check.py
 # Env: LRS_PYTHON312 (a Python 3.12; default python3.12 on PATH, else pyenv's), LRS_LEROBOT_VENV (the venv).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 LEROBOT_PIN='lerobot[training,diffusion]==0.6.1'
-log() { echo "[lerobot_env] $*" >&2; }
+log() { echo "[lerobot/env.sh] $*" >&2; }
 
 is312() { [ -n "$1" ] && "$1" -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1; }
 PY312=""

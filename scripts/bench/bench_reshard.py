@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
-from json_report import emit  # this folder
+from _json_report import emit  # this folder
 
 from reshard.demo.sample import write_sample
 from reshard.job.run import reshard

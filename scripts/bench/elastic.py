@@ -1,6 +1,6 @@
 """What an elastic resume costs and how its rest of the epoch mixes, from the schedule alone (no I/O).
 
-    python scripts/bench_elastic.py --out bench/elastic.json
+    python scripts/bench/elastic.py --out bench/elastic.json
 
 A job of 8 ranks x 8 workers (batch 32) is stopped halfway through an epoch and resumed as 16 ranks x
 4 workers (batch 32). Reported, at several dataset sizes:
@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(1, str(ROOT))  # this checkout's lrs, after this folder (see scripts/README.md)
 
 from reader.loader_math import batches_per_epoch, loader_resume  # noqa: E402
 from reader.schedule import Schedule  # noqa: E402

@@ -18,7 +18,7 @@ Every case runs in a fresh process; the cases are interleaved (rep x N x tree x 
 runs each case a second time against another checkout (e.g. the main branch before the change), with
 the same script and data, so that before and after come from one run on one machine.
 
-    PYTHONPATH=. python scripts/bench_cache_budget.py --baseline /work/main > bench/cache_budget.json
+    PYTHONPATH=. python scripts/bench/cache_budget.py --baseline /work/main > bench/cache_budget.json
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from json_report import emit  # this folder
+from _json_report import emit  # this folder
 
 FINGERPRINT = "bench"
 BIG_BUDGET = 100 * 2**30
@@ -212,7 +212,7 @@ def main() -> None:
         return
 
     counts = [int(x) for x in args.files.split(",")]
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = str(Path(__file__).resolve().parents[2])  # this checkout
     trees = {"after": here, **({"before": os.path.abspath(args.baseline)} if args.baseline else {})}
     work = tempfile.mkdtemp(prefix="lrs-bench-cache-", dir=args.work)
     try:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from fault_harness import (
+from harness import (
     Case,
     Ctx,
     Verdict,
@@ -53,7 +53,10 @@ def drop_info(*keys: str) -> Callable[[Path], None]:
 
 
 def write_bytes(rel: str, data: bytes) -> Callable[[Path], None]:
-    return lambda root: (root / rel).write_bytes(data)
+    def mutate(root: Path) -> None:
+        (root / rel).write_bytes(data)
+
+    return mutate
 
 
 def truncate(rel: str, keep: float = 0.5) -> Callable[[Path], None]:
@@ -64,13 +67,14 @@ def truncate(rel: str, keep: float = 0.5) -> Callable[[Path], None]:
     return mutate
 
 
-def remove(rel: str) -> Callable[[Path], None]:
+def remove(*rels: str) -> Callable[[Path], None]:
     def mutate(root: Path) -> None:
-        path = root / rel
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
+        for rel in rels:
+            path = root / rel
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
 
     return mutate
 
@@ -171,12 +175,9 @@ SOURCE_CASES: dict[str, tuple[Callable[[Path], None], str | None]] = {
     "data-truncated": (truncate(DATA1), rf"{DATA1}.*not a readable parquet file"),
     "video-empty": (write_bytes(CAM1_FILE1, b""), rf"{CAM1_FILE1}"),
     "video-missing": (remove(CAM1_FILE1), rf"{CAM1_FILE1}.*missing file"),
-    "video-garbage": (
-        lambda root: (root / CAM1_FILE1).write_bytes(bytes(range(256)) * 64),
-        rf"{CAM1_FILE1}",
-    ),
+    "video-garbage": (write_bytes(CAM1_FILE1, bytes(range(256)) * 64), rf"{CAM1_FILE1}"),
     "video-short": (shorten_video(CAM0_FILE2), rf"{CAM0_FILE2}"),
-    "not-a-dataset": (lambda root: [remove(r)(root) for r in ("meta", "data", "videos")], r"meta/info\.json"),
+    "not-a-dataset": (remove("meta", "data", "videos"), r"meta/info\.json"),
 }
 
 

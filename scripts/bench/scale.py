@@ -1,7 +1,7 @@
 """How each command's cost grows with the episode count (issue 31): sample, reshard, verify, and an
 `EpisodeStream` read through a DataLoader, at several dataset sizes; prints JSON.
 
-    python scripts/bench_scale.py --sizes 500,2000,8000 [--work DIR] [--batches 40] [--workers 2] [--out FILE]
+    python scripts/bench/scale.py --sizes 500,2000,8000 [--work DIR] [--batches 40] [--workers 2] [--out FILE]
         [--steps reshard,verify,stream] [--tool-workers 1]
 
 Each size gets a synthetic dataset (`lrs sample`: 1 camera, 48x64 H.264, 4-8 frames per episode, 500
@@ -29,10 +29,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LRS = [sys.executable, "-c", "import sys; from reshard.cli import main; sys.argv[0] = 'lrs'; main()"]
 SAMPLE_ARGS = [
     *("--min-length", "4", "--max-length", "8", "--cameras", "1", "--height", "48", "--width", "64"),
@@ -78,7 +79,7 @@ def stream_step(root: str, batches: int, workers: int) -> dict[str, Any]:
         def __init__(self, stream: EpisodeStream) -> None:
             self.stream = stream
 
-        def __iter__(self):  # type: ignore[no-untyped-def]
+        def __iter__(self) -> Iterator[Any]:
             info = get_worker_info()
             worker = info.id if info is not None else -1
             for item in self.stream:

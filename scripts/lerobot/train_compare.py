@@ -1,15 +1,15 @@
 """lerobot-train and `lrs train` side by side in lerobot's environment: step time, data wait, loss.
 
 The README's reader benchmarks time loaders alone; a lerobot user's question is what changes inside
-lerobot's own training loop. Run with the Python of lerobot's environment (`scripts/lerobot_env.sh`,
+lerobot's own training loop. Run with the Python of lerobot's environment (`scripts/lerobot/env.sh`,
 which includes lerobot's `diffusion` extra):
 
-    python scripts/lerobot_train_compare.py [--workdir DIR] [--steps 60] [--repeat 2]
+    python scripts/lerobot/train_compare.py [--workdir DIR] [--steps 60] [--repeat 2]
         [--datasets sample recorded] [--policies act diffusion]
 
 Datasets: `sample`, an `lrs sample` (v3 the way lerobot's recorder writes it, as
-`lerobot_train_check.py` makes it), and `recorded`, written by lerobot's recorder itself
-(`scripts/lerobot_write_dataset.py`: 24 episodes of 40 frames, 2 cameras at 96x128, AV1). lerobot-train
+`train_check.py` makes it), and `recorded`, written by lerobot's recorder itself
+(`scripts/lerobot/write_dataset.py`: 24 episodes of 40 frames, 2 cameras at 96x128, AV1). lerobot-train
 reads the v3 source (`LeRobotDataset`, `return_uint8=True`), `lrs train` its `lrs reshard` (an
 `EpisodeStream`, uint8): both move uint8 frames through the workers. Policies: a small ACT and a small
 diffusion policy, random backbones (no download). Same flags on both sides: batch 8, 2 DataLoader
@@ -42,8 +42,7 @@ from pathlib import Path
 from statistics import fmean, median
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lerobot_train_check import ACT, BATCH, TRAIN, WORKERS, make_dataset, resharded, run, tool  # noqa: E402
+from train_runs import ACT, BATCH, TRAIN, WORKERS, make_dataset, resharded, run, tool  # this folder
 
 # A small diffusion policy: horizon 16 (drop_n_last_frames = horizon - n_action_steps - n_obs_steps + 1),
 # a 2-level U-Net, and a 10-step warm-up instead of 500 so that the loss moves within a short run.
@@ -136,7 +135,7 @@ def case_summary(lerobot: list[dict[str, Any]], lrs: list[dict[str, Any]]) -> di
 
 def make_recorded(work: Path, lrs: str) -> tuple[Path, Path]:
     """The dataset lerobot's recorder writes (in its own process), and its reshard."""
-    writer = Path(__file__).resolve().with_name("lerobot_write_dataset.py")
+    writer = Path(__file__).resolve().with_name("write_dataset.py")
     return resharded(work, lrs, ("recorded", "recorded-lrs"), [sys.executable, str(writer)])
 
 

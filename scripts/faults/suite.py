@@ -1,13 +1,13 @@
 """Run every fault and bad-input case against lrs and report: a table on stdout, JSON with --out.
 
-    python scripts/fault_suite.py [--out FILE] [--only NAME,...] [--quick] [--keep DIR]
+    python scripts/faults/suite.py [--out FILE] [--only NAME,...] [--quick] [--keep DIR]
 
 For each case: the outcome (a clear error, with its exit code and the first line of its message, or a
 correct result), whether a Python traceback appeared in any child's stdout or stderr, and the files
 left behind (partial outputs, work directories, temp files), found by listing directories before and
-after. The cases live in `scripts/fault_input.py` (malformed metadata, bad videos, corrupt indexes),
-`scripts/fault_runtime.py` (node-cache corruption, a full disk, SIGKILL then rerun, a shared cache
-under a small budget, epochs under 5xx faults, planted secrets) and `scripts/fault_trust.py` (a source
+after. The cases live in `scripts/faults/inputs.py` (malformed metadata, bad videos, corrupt indexes),
+`scripts/faults/runtime.py` (node-cache corruption, a full disk, SIGKILL then rerun, a shared cache
+under a small budget, epochs under 5xx faults, planted secrets) and `scripts/faults/trust.py` (a source
 changed under a reshard, two reshards into one output, URLs as local directories, the demo's
 directory). Exit status: 0 when every case behaved, 1 otherwise.
 """
@@ -24,15 +24,15 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(1, str(ROOT))  # this checkout's lrs, after this folder (see scripts/README.md)
 
-import fault_exits  # noqa: E402, F401 - registers its cases
-import fault_hostile  # noqa: E402, F401 - registers its cases
-import fault_input  # noqa: E402, F401 - registers its cases
-import fault_runtime  # noqa: E402, F401 - registers its cases
-import fault_trust  # noqa: E402, F401 - registers its cases
-from fault_harness import REGISTRY, Case, Ctx, Registered, Verdict  # noqa: E402
+import exits  # noqa: E402, F401 - registers its cases
+import hostile  # noqa: E402, F401 - registers its cases
+import inputs  # noqa: E402, F401 - registers its cases
+import runtime  # noqa: E402, F401 - registers its cases
+import trust  # noqa: E402, F401 - registers its cases
+from harness import REGISTRY, Case, Ctx, Registered, Verdict  # noqa: E402
 
 
 def run_case(ctx: Ctx, entry: Registered) -> dict[str, Any]:
@@ -132,7 +132,7 @@ def main() -> None:
                 flush=True,
             )
     finally:
-        fault_runtime.cleanup()
+        runtime.cleanup()
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)
     report = {"summary": summary(results), "cases": results}

@@ -16,7 +16,7 @@ alternated over `--rounds`:
 The stage does nothing (`none`: the framework alone) or sleeps 200 µs per sample (`sleep`: work that
 releases the GIL, as a decode does). Reported: wall and CPU µs per sample.
 
-    python scripts/bench_spdl.py [--items 20000] [--rounds 2]
+    python scripts/bench/bench_spdl.py [--items 20000] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from json_report import emit  # this folder
+from _json_report import emit  # this folder
 from spdl.pipeline import PipelineBuilder
 
 BATCH = 32
@@ -48,7 +48,7 @@ def sleep(item: int) -> int:
 
 def spdl_samples(stage: Callable[[int], int], items: int) -> Iterator[int]:
     pipeline = (
-        PipelineBuilder()
+        PipelineBuilder[int, int]()
         .add_source(range(items))
         .pipe(stage, concurrency=LANES)
         .add_sink(64)
@@ -63,13 +63,13 @@ def per_batch(stage: Callable[[int], int]) -> Callable[[list[int]], list[int]]:
 
 
 def spdl_batched(stage: Callable[[int], int], items: int) -> Iterator[int]:
-    builder = PipelineBuilder().add_source(range(items)).aggregate(BATCH)
+    builder = PipelineBuilder[int, list[int]]().add_source(range(items)).aggregate(BATCH)
     yield from _spdl_batches(builder, stage)
 
 
 def spdl_batch_source(stage: Callable[[int], int], items: int) -> Iterator[int]:
     batches = [list(range(start, min(items, start + BATCH))) for start in range(0, items, BATCH)]
-    yield from _spdl_batches(PipelineBuilder().add_source(batches), stage)
+    yield from _spdl_batches(PipelineBuilder[list[int], list[int]]().add_source(batches), stage)
 
 
 def _spdl_batches(builder: Any, stage: Callable[[int], int]) -> Iterator[int]:

@@ -1,6 +1,6 @@
 """Compare the decode designs considered for `EpisodeStream`, on the same files and the same pool order.
 
-    python scripts/bench_decode_designs.py --out bench/decode_designs.json
+    python scripts/bench/decode_designs.py --out bench/decode_designs.json
 
 One process, one FFmpeg thread per decoder, a pool of 16 per-episode videos x 2 cameras visited in the
 reader's cyclic round order, at 240x320 and 480x640 (AV1, GOP 2, as lerobot writes). Designs:
@@ -32,8 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(1, str(ROOT))  # this checkout's lrs, after this folder (see scripts/README.md)
 
 RUN = 8
 POOL = 16

@@ -15,9 +15,9 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from fault_harness import (
+from harness import (
     LRS,
     PROBES,
     PYTHON,
@@ -147,7 +147,7 @@ for _damage, _quick in [
 
 # -- a full disk -----------------------------------------------------------------------------------------
 
-FULL_DISK = {"method": None}
+FULL_DISK: dict[str, str | None] = {"method": None}
 
 
 @contextlib.contextmanager
@@ -396,7 +396,7 @@ def shared_cache(ctx: Ctx, case: Case) -> Verdict:
         results = []
         for proc in procs:
             out, err = proc.communicate(timeout=300)
-            case.procs.append(Proc(tuple(proc.args), proc.returncode, out, err, 0.0))
+            case.procs.append(Proc(tuple(cast("list[str]", proc.args)), proc.returncode, out, err, 0.0))
             results.append(case.procs[-1])
     verdicts = [epoch_verdict(ctx, results[seed], seed=seed, what=f"reader {seed}") for seed in range(3)]
     check = case.probe("verify_cache", {"cache_dir": str(cache_dir), "dataset": str(ctx.resharded)}).json()
@@ -545,7 +545,7 @@ def tokens_skip(ctx: Ctx, case: Case) -> Verdict:
 def tokens_errors(ctx: Ctx, case: Case) -> Verdict:
     """Failures whose messages carry the URL: a dead server with user:password@, a ?token= query, a
     missing file; reshard, prewarm, doctor, push to an unreachable S3 endpoint."""
-    from fault_harness import error_verdict as clear
+    from harness import error_verdict as clear
 
     dead = _userinfo(f"http://127.0.0.1:{_free_port()}/ds")
     runs = [

@@ -1,10 +1,10 @@
 """Check `lrs train` in lerobot's own environment: it trains, resumes exactly, and splits ranks right.
 
 Run with the Python of an environment holding lerobot 0.6.1 (`lerobot[training]`) and lrs (installed
-there with `pip install /path/to/lrs`, or this repository on `PYTHONPATH`); `scripts/lerobot_env.sh`
+there with `pip install /path/to/lrs`, or this repository on `PYTHONPATH`); `scripts/lerobot/env.sh`
 builds one:
 
-    python scripts/lerobot_train_check.py [--workdir DIR] [--steps 20] [--compare]
+    python scripts/lerobot/train_check.py [--workdir DIR] [--steps 20] [--compare]
 
 On an `lrs sample` dataset resharded to lrs/1, with a small ACT (random backbone, no download), batch 8,
 2 DataLoader workers, each run recording the `index` of every batch its trainer received
@@ -24,7 +24,7 @@ On an `lrs sample` dataset resharded to lrs/1, with a small ACT (random backbone
    and 10, and the record holds the 10 training batches only, all from the training episodes;
 5. with `--compare`, lerobot's own `lerobot-train` on the source v3 dataset and `lrs train` on its
    reshard, same flags and seed: seconds per step, lerobot's `data_s` per step, the loss and the ratios
-   (one round of `scripts/lerobot_train_compare.py`'s ACT case on this dataset; that script measures
+   (one round of `scripts/lerobot/train_compare.py`'s ACT case on this dataset; that script measures
    more datasets, policies and rounds).
 
 Prints one JSON object; exits 1 if a check fails. Every run's log is kept in the work directory.
@@ -34,95 +34,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
-import resource
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-BATCH = 8
-WORKERS = 2
-# lerobot-train's flags every run here shares: batch, DataLoader workers, a log line per step.
-TRAIN = ["--wandb.enable=false", f"--batch_size={BATCH}", f"--num_workers={WORKERS}", "--log_freq=1"]
-# A small ACT so that a CPU step takes about a second: the data path is what is checked.
-ACT = [
-    "--policy.type=act",
-    "--policy.device=cpu",
-    "--policy.push_to_hub=false",
-    "--policy.pretrained_backbone_weights=null",
-    "--policy.chunk_size=10",
-    "--policy.n_action_steps=10",
-    "--policy.dim_model=64",
-    "--policy.n_heads=2",
-    "--policy.dim_feedforward=128",
-    "--policy.n_encoder_layers=1",
-    "--policy.n_decoder_layers=1",
-    *TRAIN,
-]
-TIMEOUT_S = 1800  # a run that hangs (at exit, say) fails the check instead of blocking it
+from train_runs import ACT, BATCH, WORKERS, make_dataset, run, tool  # this folder
+
 RANKS_TIMEOUT_S = 600  # an epoch on 2 ranks takes about a minute on 2 cores
-LOG = re.compile(r"step:(\d+)\S* .*?loss:([\d.]+).*?updt_s:([\d.]+) data_s:([\d.]+)")
-EVAL_LOG = re.compile(r"step (\d+): eval_loss=([\d.]+)")
-
-
-def tool(name: str) -> str:
-    """A console script of this environment (`lrs`, `accelerate`, `lerobot-train`)."""
-    path = Path(sys.executable).with_name(name)
-    if not path.exists():
-        raise SystemExit(
-            f"Error: no {name} beside {sys.executable}. Expected lerobot[training] and lrs installed."
-        )
-    return str(path)
-
-
-def run(
-    name: str, cmd: list[str], work: Path, record: Path | None = None, timeout_s: float = TIMEOUT_S
-) -> dict[str, Any]:
-    """Run `cmd`, its output in `work/<name>.log`; the steps lerobot logged (loss, updt_s, data_s), its wall
-    seconds and the CPU seconds of its process tree (every process it started and waited for, DataLoader
-    workers included)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env.pop("LRS_TRAIN_RECORD", None)
-    if record is not None:
-        record.mkdir(parents=True, exist_ok=True)
-        env["LRS_TRAIN_RECORD"] = str(record)
-    log = work / f"{name}.log"
-    start, cpu = time.perf_counter(), _children_cpu_s()
-    with open(log, "w") as out:
-        # Its own process group: a launcher that times out is stopped with every rank it started.
-        process = subprocess.Popen(
-            cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            returncode = process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            raise SystemExit(f"Error: {name} ran past {timeout_s} s (log {log}).") from None
-    seconds, cpu = time.perf_counter() - start, _children_cpu_s() - cpu
-    if returncode != 0:
-        tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
-        raise SystemExit(f"Error: {name} exited {returncode} (log {log}):\n{tail}")
-    text = log.read_text()
-    evals = [(int(m[1]), float(m[2])) for m in EVAL_LOG.finditer(text)]
-    return {"seconds": round(seconds, 1), "cpu_s": round(cpu, 1), "steps": parse_steps(text), "evals": evals}
-
-
-def _children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def parse_steps(log: str) -> list[tuple[float, ...]]:
-    """(step, loss, updt_s, data_s) of each line lerobot's trainer logged."""
-    return [tuple(float(x) for x in m.groups()) for m in LOG.finditer(log)]
 
 
 def batches(record: Path, rank: int = 0) -> list[dict[str, Any]]:
@@ -140,26 +61,6 @@ def summary(steps: list[tuple[float, ...]]) -> dict[str, Any]:
         "update_s": round(sum(s[2] for s in rest) / max(1, len(rest)), 3),
         "data_s": round(sum(s[3] for s in rest) / max(1, len(rest)), 3),
     }
-
-
-def resharded(work: Path, lrs: str, names: tuple[str, str], write: list[str]) -> tuple[Path, Path]:
-    """A v3 dataset written at `work/<names[0]>` by the command `write` (the directory appended) and its
-    lrs reshard at `work/<names[1]>`, both made again unless that reshard is there."""
-    source, out = work / names[0], work / names[1]
-    if not (out / "meta" / "lrs").is_dir():
-        shutil.rmtree(source, ignore_errors=True)
-        shutil.rmtree(out, ignore_errors=True)
-        for cmd in ([*write, str(source)], [lrs, "-q", "reshard", str(source), "--out", str(out)]):
-            done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            if done.returncode != 0:
-                raise SystemExit(f"Error: {' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-3000:]}")
-    return source, out
-
-
-def make_dataset(work: Path, lrs: str) -> tuple[Path, Path]:
-    """An `lrs sample` (6 episodes of 12-24 frames) and its reshard."""
-    sample = [lrs, "-q", "sample", "--num-episodes", "6", "--min-length", "12", "--max-length", "24"]
-    return resharded(work, lrs, ("v3", "lrs1"), sample)
 
 
 def frames_of(dataset: Path) -> int:
@@ -310,8 +211,8 @@ def main() -> int:
     report["two_ranks"] = check_ranks(work, lrs, dataset, "torchrun")
     report["two_ranks_accelerate"] = check_ranks(work, lrs, dataset, "accelerate")
     report["eval_split"] = check_eval_split(work, lrs, dataset)
-    if args.compare:  # the short form of lerobot_train_compare.py: this dataset, ACT, one round
-        from lerobot_train_compare import measure
+    if args.compare:  # the short form of train_compare.py: this dataset, ACT, one round
+        from train_compare import measure
 
         report["compare"] = measure(
             work, lrs, ["sample"], ["act"], steps=args.steps, repeat=1, seed=1, warmup=5

@@ -1,7 +1,7 @@
 """What the stream's order costs torchcodec's decode, against reading each file front to back: prints JSON.
 
 The README's decode-only floor decodes the frames one consumer emits, in the order it emits them
-(`scripts/bench_reader.py`). That order mixes episodes: each piece is read in runs of `RUN_FRAMES`
+(`scripts/bench/bench_reader.py`). That order mixes episodes: each piece is read in runs of `RUN_FRAMES`
 frames in a pseudo-random order, and once the pool can no longer be refilled and holds fewer pieces
 than a batch, the remaining frames come one at a time in random order (`reader.schedule.emission`), so
 that the last batches of an epoch are not runs of neighbouring frames. A frame after a jump costs a seek:
@@ -22,7 +22,7 @@ the thread CPU its lanes spend in torchcodec's decode, in building the rest of e
 copying samples into the batch, and the process's CPU outside the lanes, per sample. It times private
 methods of `reader.pool` and `reader.decode` by wrapping them: a measurement, not an API.
 
-    python scripts/bench_decode_order.py DATASET [--rounds 2] [--seed 0] [--epoch 0] [--batch-size 32]
+    python scripts/bench/decode_order.py DATASET [--rounds 2] [--seed 0] [--epoch 0] [--batch-size 32]
         [--lanes]
 """
 
@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _json_report import emit
 from bench_reader import consumer_frames, cpu_seconds, decode_loop  # this folder: the floor's own pieces
-from json_report import emit
 
 Job = list[tuple[str, int]]  # (dataset-relative video path, frame index) per decoded frame, in order
 

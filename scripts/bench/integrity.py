@@ -3,7 +3,7 @@ bench's lrs/1 sample read in place, with the per-process sha256 check (`cache.st
 default) and without it (the check patched out in this process), rounds interleaved; and the sha256 of
 every video file alone, per MB and per sample.
 
-    python scripts/bench_integrity.py --out bench/integrity.json [--height 480 --width 640 --cameras 3]
+    python scripts/bench/integrity.py --out bench/integrity.json [--height 480 --width 640 --cameras 3]
 
 Prints one JSON object: per round, samples/s of both cases and their ratio; the hash's ms per MB and
 microseconds per sample (every video hashed once per epoch, the most a consumer does); the load average.
@@ -19,9 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(1, str(ROOT))  # this checkout's lrs, after this folder (see scripts/README.md)
 
 
 def epoch(lrs: Path, *, check: bool) -> dict[str, float]:
@@ -29,15 +28,15 @@ def epoch(lrs: Path, *, check: bool) -> dict[str, float]:
     from cache import store
     from reader import EpisodeStream
 
-    original = store.Verified.check
+    original = store.Verified.mismatch
     if not check:
-        store.Verified.check = lambda self, fd, sha256: None  # type: ignore[method-assign]
+        store.Verified.mismatch = lambda self, fd, sha256: None  # type: ignore[method-assign]
     try:
         started = time.perf_counter()
         samples = sum(1 for _ in EpisodeStream(str(lrs), return_uint8=True, seed=0))
         return {"samples": samples, "seconds": time.perf_counter() - started}
     finally:
-        store.Verified.check = original  # type: ignore[method-assign]
+        store.Verified.mismatch = original  # type: ignore[method-assign]
 
 
 def hash_all(lrs: Path) -> dict[str, float]:
@@ -68,8 +67,8 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=320)
     parser.add_argument("--repeat", type=int, default=3, help="Interleaved rounds.")
     args = parser.parse_args()
+    from _json_report import emit
     from bench_reader import build_dataset
-    from json_report import emit
 
     _v3, lrs = build_dataset(args.workdir / f"{args.cameras}x{args.height}x{args.width}", args)
     epoch(lrs, check=True)  # warm the page cache and imports

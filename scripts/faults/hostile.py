@@ -11,7 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-from fault_harness import Case, Ctx, Verdict, both, error_verdict, probe_error_verdict, register
+from harness import Case, Ctx, Verdict, both, error_verdict, probe_error_verdict, register
 
 OTHER_UID = 4321
 
