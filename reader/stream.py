@@ -1,8 +1,8 @@
 """`EpisodeStream`: the training-time IterableDataset over an lrs/1 (or plain v3) dataset.
 
-The class only wires things together: `reader.format.catalog` reads the metadata, `reader.sources` sets up
-how each dataset is read, `reader.schedule` decides the order, `reader.state` the resume arithmetic, and
-`reader.pool` reads, fetches and decodes. Everything a process needs at run time (`reader.runtime`: cache
+The class only wires things together: `reader.format.catalog` reads the metadata, `reader.runtime.sources` sets up
+how each dataset is read, `reader.schedule` decides the order, `reader.plan.resume.state` the resume arithmetic, and
+`reader.runtime.pool` reads, fetches and decodes. Everything a process needs at run time (`reader.runtime.process`: cache
 threads, open decoders, parquet footers) is created lazily in the process that iterates, so the stream
 pickles and forks cleanly into DataLoader workers.
 """
@@ -29,31 +29,31 @@ from cache.cache_stats import CacheStats
 from cache.counter_files import discard_counter_files
 from cache.exits import cleanup_on_sigterm
 from cache.process import ProcessLocal
-from reader.decode import Decoders, check_device
-from reader.depth import DepthUnit
+from reader.decode.video import Decoders, check_device
 from reader.errors import StateError
 from reader.format.catalog import Catalog, EpisodeRef
 from reader.metadata import DatasetMeta
-from reader.pool import Consumer, Options, Part
-from reader.published import published_file, read_published
-from reader.read_plan import ReadPlan
-from reader.read_spec import (
+from reader.plan.read_plan import ReadPlan
+from reader.plan.resume.state import Resume, parse_state, resumed_schedule
+from reader.plan.spec import (
     DEFAULT_DECODE_AHEAD,
     DEFAULT_DECODE_THREADS,
     DEFAULT_PREFETCH_EPISODES,
+    DepthUnit,
     ReadSpec,
     SeekMode,
     default_pool_size,
     resolve_topology,
 )
-from reader.rows import RowGroupReader
-from reader.runtime import IterationCursor, ReaderProcessState, publishing
+from reader.runtime.pool import Consumer, Options, Part
+from reader.runtime.process import IterationCursor, ReaderProcessState, publishing
+from reader.runtime.published import published_file, read_published
+from reader.runtime.rows import RowGroupReader
+from reader.runtime.sources import StreamSource, data_file_size, open_sources
+from reader.runtime.windows import Windows
 from reader.schedule import EpochPlan, Schedule
 from reader.schedule.rest import RestSchedule, RunSegment, consumed_counts, rest_after
-from reader.sources import StreamSource, data_file_size, open_sources
-from reader.state import Resume, parse_state, resumed_schedule
 from reader.stats import ReaderStats
-from reader.windows import Windows
 
 # The defaults of the keywords a `ReadSpec` holds (`EpisodeStream(spec)` takes none of them).
 _KEYWORD_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(ReadSpec) if f.name != "sources"}
@@ -69,7 +69,7 @@ class EpisodeStream(IterableDataset):
     the next `decode_ahead` samples while the current one is handed out.
 
     Args:
-        source: a `reader.read_spec.ReadSpec`, which holds every argument below but `rank`,
+        source: a `reader.plan.spec.ReadSpec`, which holds every argument below but `rank`,
             `image_transforms` and `storage_options` (leave those others at their defaults); or, as sugar
             that builds one (`stream.spec`), the dataset (a path or URL, see `cache.remote.resolve`),
             lrs/1 or plain v3; or a list of
@@ -92,7 +92,7 @@ class EpisodeStream(IterableDataset):
         shuffle: shuffle episodes and frames; False reads sequentially.
         seed: the run's seed; the order is a pure function of it, the epoch and the topology.
         rank, world_size: default from torch.distributed when initialized, else the RANK and WORLD_SIZE
-            environment variables, else 0 and 1 (`reader.read_spec.resolve_topology`).
+            environment variables, else 0 and 1 (`reader.plan.spec.resolve_topology`).
         num_workers: the DataLoader's workers per rank, when known: recorded in `stream.spec`, for
             `lrs prewarm --spec` to plan for (the stream reads whatever DataLoader drives it).
         cache_dir: the node cache directory (shared by every process on the node). None: local sources

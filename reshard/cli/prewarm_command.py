@@ -22,8 +22,8 @@ from reshard.cli.base import F, dry_run_option, handle_errors, quiet_option, qui
 from reshard.cli.types import ByteSize, IndexList, LocalDir, Weights
 
 if TYPE_CHECKING:
-    from reader.fetch_plan import FetchPlan
-    from reader.read_spec import ReadSpec
+    from reader.plan.fetch import FetchPlan
+    from reader.plan.spec import ReadSpec
 
 _SHOWN_FILES = 10
 
@@ -60,7 +60,7 @@ def node_ranks(
             )
         world_size = nnodes * nproc_per_node
     if world_size is None:
-        from reader.read_spec import resolve_topology
+        from reader.plan.spec import resolve_topology
 
         world_size = resolve_topology(0, None)[1]
     if ranks is not None:
@@ -348,7 +348,7 @@ def _spec_from_file(path: Path, options: dict[str, Any]) -> ReadSpec:
             command line does not give it again.
         click.BadParameter: the file is not a read spec.
     """
-    from reader.read_spec import ReadSpec, default_pool_size
+    from reader.plan.spec import ReadSpec, default_pool_size
 
     try:
         spec = ReadSpec.from_json(path.read_bytes())
@@ -415,7 +415,7 @@ def _spec_from_options(given: dict[str, Any], recorded_pool: int | None) -> Read
     Raises:
         click.UsageError: no URL, no cache directory, or options that need another number of URLs.
     """
-    from reader.read_spec import ReadSpec
+    from reader.plan.spec import ReadSpec
 
     urls, pool, batch = given["urls"], given["pool_size"], given["batch_size"]
     if not urls:

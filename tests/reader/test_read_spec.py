@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from reader.read_spec import SPEC_VERSION, ReadSpec, SourceSpec, default_pool_size
+from reader.plan.spec import SPEC_VERSION, ReadSpec, SourceSpec, default_pool_size
 from reader.stream import EpisodeStream
 
 EVERY_FIELD = ReadSpec(

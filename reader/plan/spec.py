@@ -27,7 +27,6 @@ from typing import Any, Literal
 from cache import Remote
 from cache.arguments import check_int
 from cache.redaction import is_redacted, redact
-from reader.depth import DepthUnit, check_unit
 from reader.schedule import check_weights
 from reader.schedule.keys import MAX_SEED
 
@@ -38,6 +37,16 @@ DEFAULT_DECODE_THREADS = 2
 DEFAULT_DECODE_AHEAD = 8
 
 SeekMode = Literal["exact", "approximate"]
+DepthUnit = Literal["mm", "m"]
+
+
+def check_unit(unit: str) -> DepthUnit:
+    """Validate `depth_output_unit`."""
+    if unit == "mm":
+        return "mm"
+    if unit == "m":
+        return "m"
+    raise ValueError(f"Invalid depth_output_unit ({unit!r}). Expected 'mm' or 'm'.")
 
 
 def default_pool_size(batch_size: int | None) -> int:
@@ -73,7 +82,7 @@ def resolve_topology(rank: int | None, world_size: int | None) -> tuple[int, int
 
 
 def check_device_name(device: object) -> str:
-    """`decode_device` as written: "cpu" or "cuda[:n]" (whether CUDA is there is `reader.decode`'s check)."""
+    """`decode_device` as written: "cpu" or "cuda[:n]" (whether CUDA is there is `reader.decode.video`'s check)."""
     if device != "cpu" and not (isinstance(device, str) and (device == "cuda" or device.startswith("cuda:"))):
         raise ValueError(f"Invalid decode_device ({device!r}). Expected 'cpu' or 'cuda[:<index>]'.")
     return device
@@ -387,7 +396,7 @@ def _episodes(episodes: Any) -> tuple[int, ...]:
 
 def _windows(windows: Any) -> tuple[tuple[str, tuple[float, ...]], ...]:
     """delta_timestamps as (key, seconds) pairs, in the order given (whether each key exists and each
-    offset falls on a frame is `reader.windows`' to say)."""
+    offset falls on a frame is `reader.runtime.windows`' to say)."""
     items = list(windows.items() if isinstance(windows, Mapping) else windows)
     pairs = []
     for item in items:

@@ -21,9 +21,9 @@ from cache import LrsError, Remote
 from cache.redaction import redact
 from reader.errors import DatasetError
 from reader.format.catalog import Catalog, EpisodeRef
-from reader.read_spec import ReadSpec, resolve_topology
+from reader.plan.resume.state import Identity, selection_digest
+from reader.plan.spec import ReadSpec, resolve_topology
 from reader.schedule import EpochPlan, Schedule
-from reader.state import Identity, selection_digest
 
 _log = logging.getLogger("lrs.reader")
 

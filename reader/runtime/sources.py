@@ -8,13 +8,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from cache import NodeCache
-from reader.depth import Quantizer, is_depth
+from reader.decode.depth import Quantizer, is_depth
 from reader.errors import DatasetError
 from reader.format.catalog import Catalog
 from reader.format.v3 import INFO_PATH
-from reader.pool import Options
-from reader.read_plan import FETCH_THREADS, ReadPlan
-from reader.windows import Windows, delta_indices
+from reader.plan.read_plan import FETCH_THREADS, ReadPlan
+from reader.runtime.pool import Options
+from reader.runtime.windows import Windows, delta_indices
 
 
 @dataclass(frozen=True)

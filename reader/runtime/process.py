@@ -9,8 +9,8 @@ from typing import Any
 
 from cache.cache_stats import CacheStats
 from cache.counter_files import CounterFile
-from reader.decode import Decoders
-from reader.pool import Consumer, Part
+from reader.decode.video import Decoders
+from reader.runtime.pool import Consumer, Part
 from reader.schedule.rest import RunSegment
 from reader.stats import ReaderCounters, ReaderStats
 

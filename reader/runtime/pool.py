@@ -6,7 +6,7 @@ starts loading rows (one ranged read) and fetching videos (`NodeCache.prefetch`)
 pieces ahead, and on admission waits for them; a video is pinned in the cache while its decoder opens.
 `Consumer` walks the plan from a start step (a resume skips by arithmetic: nothing before it is read,
 fetched or decoded) and builds each item: rows and delta windows from memory, frames from each piece's
-decoders read forward (`reader.decode.DecodeCursor`). The plan is known ahead, so `decode_threads` threads
+decoders read forward (`reader.decode.video.DecodeCursor`). The plan is known ahead, so `decode_threads` threads
 build the next `decode_ahead` items while the current one is handed out; torchcodec and torch release
 the GIL, so the threads use the cores of a process without more processes or copies between them.
 """
@@ -27,16 +27,17 @@ from typing import Any
 import torch
 
 from cache import FetchError, IntegrityError, LrsError, NodeCache
-from reader.batch import collate, plain_cpu_tensor
-from reader.decode import Decoders, VideoWhere, decode_frames, to_unit_float
-from reader.depth import DepthUnit, Quantizer
+from reader.batch.fill import BatchFill, BatchJob, Lanes, LaneTotals
+from reader.decode.depth import Quantizer
+from reader.decode.images import decode_image
+from reader.decode.video import Decoders, VideoWhere, decode_frames
 from reader.errors import DecodeError
 from reader.format.catalog import Catalog, EpisodeRef, VideoRef, changed_since
-from reader.images import decode_image
-from reader.rows import EpisodeRows, RowGroupReader, read_episode
+from reader.plan.spec import DepthUnit
+from reader.runtime.rows import EpisodeRows, RowGroupReader, read_episode
+from reader.runtime.windows import Windows
 from reader.schedule import EmissionPlan, Step
 from reader.stats import ReaderCounters
-from reader.windows import Windows
 
 # What a decode thread returns: the item (before transforms), frames decoded, seconds spent decoding.
 _Built = tuple[dict[str, Any], int, float]
@@ -294,11 +295,11 @@ class Consumer:
         `channels_last` come in (..., H, W, C) memory order (the same shapes and values).
         """
         pool = self._pool()
-        lanes_ = _Lanes(
+        lanes_ = Lanes(
             [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"lrs-lane{i}") for i in range(lanes)],
             channels_last,
         )
-        pending: deque[_BatchJob] = deque()
+        pending: deque[BatchJob] = deque()
         try:
             steps = self.emission.steps(self.start)
             while chunk := list(itertools.islice(steps, batch_size)):
@@ -322,7 +323,7 @@ class Consumer:
             self._refs, needed, prefetch_episodes=self._options.prefetch_episodes, counters=self._counters
         )
 
-    def _submit_batch(self, pool: EpisodePool, steps: list[Step], lanes: _Lanes) -> _BatchJob:
+    def _submit_batch(self, pool: EpisodePool, steps: list[Step], lanes: Lanes) -> BatchJob:
         """Admit the batch's pieces (in emission order, on this thread) and start building its samples."""
         by_lane: list[list[tuple[int, Step, _Slot]]] = [[] for _ in lanes.executors]
         for row, step in enumerate(steps):
@@ -332,23 +333,23 @@ class Consumer:
             by_lane[step.piece % len(lanes.executors)].append((row, step, slot))
             if step.last:
                 pool.release(step.piece)  # the lane's job holds the slot until it has built the sample
-        fill = _BatchFill(len(steps), lanes.channels_last)
+        fill = BatchFill(len(steps), lanes.channels_last)
         futures = [
             executor.submit(self._fill, pool, fill, samples, lanes.transform_lock)
             for executor, samples in zip(lanes.executors, by_lane, strict=True)
             if samples
         ]
-        return _BatchJob(steps[-1].step, fill, futures)
+        return BatchJob(steps[-1].step, fill, futures)
 
     def _fill(
         self,
         pool: EpisodePool,
-        fill: _BatchFill,
+        fill: BatchFill,
         samples: list[tuple[int, Step, _Slot]],
         transform_lock: threading.Lock,
-    ) -> _LaneTotals:
+    ) -> LaneTotals:
         """Build `samples` (on a lane thread) into their rows of `fill`."""
-        totals = _LaneTotals()
+        totals = LaneTotals()
         transform = self._options.image_transforms
         # float32 frames: decoded as uint8 and converted as they are copied into the batch (one pass, no
         # float32 frame of their own), unless a transform must see them as floats first.
@@ -364,7 +365,7 @@ class Consumer:
             totals.add(slot.local, decoded, seconds)
         return totals
 
-    def _finish_batch(self, job: _BatchJob) -> dict[str, Any]:
+    def _finish_batch(self, job: BatchJob) -> dict[str, Any]:
         """Wait for a batch's lanes; count its samples; hand it out."""
         totals = [future.result() for future in job.lanes]
         self._counters.add(
@@ -494,109 +495,6 @@ class Consumer:
         if quantizer is not None:
             frames = quantizer.dequantize(frames, self._options.depth_unit)
         return frames.squeeze(0)
-
-
-class _BatchFill:
-    """One batch being built by the lane threads: each stackable tensor of a sample is copied straight
-    into its row of the key's buffer (allocated when the first sample with that key arrives); every
-    other value (strings, Python lists, a tensor whose shape or dtype differs between samples) is kept
-    per row and collated at the end by `reader.batch.collate`, so the batch equals collate's."""
-
-    def __init__(self, size: int, channels_last: frozenset[str] = frozenset()) -> None:
-        self.size = size
-        self.keys: list[str] | None = None
-        self.buffers: dict[str, torch.Tensor] = {}
-        # key -> the shape and dtype its samples come with, and whether they are late (see `put`)
-        self.kinds: dict[str, tuple[torch.Size, torch.dtype, bool]] = {}
-        self.loose: dict[str, list[Any]] = {}
-        self.channels_last = channels_last
-        self._lock = threading.Lock()
-
-    def put(self, row: int, item: dict[str, Any], late: frozenset[str] = frozenset()) -> None:
-        """Copy `item` into row `row`; its keys in `late` are uint8 frames the batch holds as float32
-        (`to_unit_float`, written straight into the row)."""
-        if row == 0:
-            self.keys = list(item)
-        for key, value in item.items():
-            buffer = self.buffers.get(key)
-            if buffer is None and key not in self.loose:
-                buffer = self._allocate(key, value, key in late)
-            if (
-                buffer is not None
-                and isinstance(value, torch.Tensor)
-                and (value.shape, value.dtype, key in late) == self.kinds[key]
-            ):
-                if key in late:
-                    to_unit_float(value, out=buffer[row])
-                else:
-                    buffer[row].copy_(value)
-            else:
-                self._loosen(key, row, to_unit_float(value) if key in late else value)
-
-    def batch(self) -> dict[str, Any]:
-        assert self.keys is not None
-        rows = [{key: values[row] for key, values in self.loose.items()} for row in range(self.size)]
-        rest = collate(rows) if self.loose else {}
-        return {key: rest[key] if key in rest else self.buffers[key] for key in self.keys}
-
-    def _allocate(self, key: str, value: Any, late: bool) -> torch.Tensor | None:
-        with self._lock:
-            if key in self.buffers or key in self.loose:
-                return self.buffers.get(key)
-            if not plain_cpu_tensor(value):
-                self.loose[key] = [None] * self.size
-                return None
-            dtype = torch.float32 if late else value.dtype
-            if key in self.channels_last and value.dim() >= 3:
-                # (..., C, H, W) kept as (..., H, W, C) in memory: a decoded frame is laid out so (torchcodec
-                # permutes its HWC frames), and copying it in is then a plain copy, not a transposition.
-                shape = (self.size, *value.shape[:-3], *value.shape[-2:], value.shape[-3])
-                buffer = torch.empty(shape, dtype=dtype).movedim(-1, -3)
-            else:
-                buffer = torch.empty((self.size, *value.shape), dtype=dtype)
-            self.buffers[key], self.kinds[key] = buffer, (value.shape, value.dtype, late)
-            return buffer
-
-    def _loosen(self, key: str, row: int, value: Any) -> None:
-        """Keep `value` per row (and, the first time, every row already copied into the key's buffer)."""
-        with self._lock:
-            if key not in self.loose:
-                buffer = self.buffers.pop(key)
-                self.loose[key] = [buffer[r] for r in range(self.size)]  # rows not yet filled are overwritten
-            self.loose[key][row] = value
-
-
-@dataclass
-class _LaneTotals:
-    """What one lane counted while building its share of a batch."""
-
-    local: int = 0
-    decoded: int = 0
-    seconds: float = 0.0
-
-    def add(self, local: bool, decoded: int, seconds: float) -> None:
-        self.local += 1 if local else 0
-        self.decoded += decoded
-        self.seconds += seconds
-
-
-@dataclass(frozen=True)
-class _Lanes:
-    """The lane threads of one `Consumer.batches` iteration: a single-thread executor per lane, the keys
-    laid out channels-last, and the lock that keeps the user's transforms to one at a time."""
-
-    executors: list[ThreadPoolExecutor]
-    channels_last: frozenset[str]
-    transform_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
-
-
-@dataclass(frozen=True)
-class _BatchJob:
-    """A batch submitted to the lanes: its last step, its buffers and one future per lane used."""
-
-    last_step: int
-    fill: _BatchFill
-    lanes: list[Future[_LaneTotals]]
 
 
 def _read_rows(reader: RowGroupReader, ref: EpisodeRef, catalog: Catalog, *, file: str) -> EpisodeRows:
