@@ -1,7 +1,7 @@
 """`EpisodeStream`: the training-time IterableDataset over an lrs/1 (or plain v3) dataset.
 
-The class only wires things together: `reader.format.catalog` reads the metadata, `reader.runtime.sources` sets up
-how each dataset is read, `reader.schedule` decides the order, `reader.plan.resume.state` the resume arithmetic, and
+The class only wires things together: `reader.plan.read_plan` opens each dataset once (`reader.plan.source`:
+its catalog, selection, windows, quantizers and node cache), `reader.schedule` decides the order, `reader.plan.resume.state` the resume arithmetic, and
 `reader.runtime.pool` reads, fetches and decodes. Everything a process needs at run time (`reader.runtime.process`: cache
 threads, open decoders, parquet footers) is created lazily in the process that iterates, so the stream
 pickles and forks cleanly into DataLoader workers.
@@ -9,7 +9,6 @@ pickles and forks cleanly into DataLoader workers.
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import tempfile
@@ -35,6 +34,7 @@ from reader.format.catalog import Catalog, EpisodeRef
 from reader.metadata import DatasetMeta
 from reader.plan.read_plan import ReadPlan
 from reader.plan.resume.state import Resume, parse_state, resumed_schedule
+from reader.plan.source import OpenedSource
 from reader.plan.spec import (
     DEFAULT_DECODE_AHEAD,
     DEFAULT_DECODE_THREADS,
@@ -45,12 +45,10 @@ from reader.plan.spec import (
     default_pool_size,
     resolve_topology,
 )
-from reader.runtime.pool import Consumer, Options, Part
+from reader.runtime.pool import Consumer, Options
 from reader.runtime.process import IterationCursor, ReaderProcessState, publishing
 from reader.runtime.published import published_file, read_published
 from reader.runtime.rows import RowGroupReader
-from reader.runtime.sources import StreamSource, data_file_size, open_sources
-from reader.runtime.windows import Windows
 from reader.schedule import EpochPlan, Schedule
 from reader.schedule.rest import RestSchedule, RunSegment, consumed_counts, rest_after
 from reader.stats import ReaderStats
@@ -208,7 +206,11 @@ class EpisodeStream(IterableDataset):
         self._cleanup: weakref.finalize | None = None
         self.rank, self.world_size = resolve_topology(rank, spec.world_size)
         self._spec = replace(spec, world_size=self.world_size)
-        self.plan = ReadPlan.open(self._spec, storage_options=storage_options, remotes=remotes)
+        cache_dir = spec.cache_dir if spec.cache_dir is not None else self._temporary_cache_dir()
+        self.plan = ReadPlan.open(
+            self._spec, storage_options=storage_options, remotes=remotes, cache_dir=cache_dir
+        )
+        self.sources: tuple[OpenedSource, ...] = self.plan.sources
         self.seed, self.epoch = spec.seed, 0
         self.delta_timestamps = spec.windows or None  # what lerobot's trainer reads on a dataset
         base = self.schedule(0)
@@ -218,9 +220,7 @@ class EpisodeStream(IterableDataset):
                 "epoch: every rank yields the same number of samples (so DDP never hangs), which with more "
                 "ranks than frames is none."
             )
-        cache_dir = spec.cache_dir if spec.cache_dir is not None else self._temporary_cache_dir()
-        shared = Options(
-            windows=Windows({}),
+        self._options = Options(
             tolerance_s=spec.tolerance_s,
             return_uint8=spec.return_uint8,
             image_transforms=image_transforms,
@@ -228,9 +228,6 @@ class EpisodeStream(IterableDataset):
             decode_threads=spec.decode_threads,
             decode_ahead=spec.decode_ahead if spec.decode_threads else 0,
             depth_unit=spec.depth_output_unit,
-        )
-        self.sources: tuple[StreamSource, ...] = open_sources(
-            self.plan, shared, spec.windows, cache_dir=cache_dir, cache_max_bytes=spec.cache_max_bytes
         )
         self._decoding = (
             _decoder_capacity(
@@ -292,7 +289,7 @@ class EpisodeStream(IterableDataset):
     @property
     def cache(self) -> NodeCache:
         """The dataset's node cache (a mixture's sources share its directory: `sources[i].cache`)."""
-        return self.sources[0].cache
+        return self.sources[0].node_cache
 
     @property
     def episodes(self) -> list[int]:
@@ -301,10 +298,11 @@ class EpisodeStream(IterableDataset):
 
     @property
     def options(self) -> Options:
-        """How the stream reads (a mixture's sources differ only in windows and depth: `sources[i].options`)."""
-        return self.sources[0].options
+        """How the stream reads (a mixture's sources differ only in windows and depth: `sources[i].windows`,
+        `sources[i].depth`)."""
+        return self._options
 
-    def _only(self, what: str) -> StreamSource:
+    def _only(self, what: str) -> OpenedSource:
         if self.mixture:
             raise AttributeError(f"A mixture has one {what} per source. Expected stream.sources[i].{what}.")
         return self.sources[0]
@@ -372,10 +370,9 @@ class EpisodeStream(IterableDataset):
         """The order of this run for a DataLoader with `num_workers` workers (0: the main process)."""
         return self.plan.schedule(self.seed, num_workers)
 
-    def entry_refs(self, epoch: int, parts: Sequence[Part] | None = None) -> Sequence[tuple[Any, EpisodeRef]]:
-        """The source and episode of each entry of `epoch` (`Piece.episode` indexes it): with `parts`,
-        each source's `Part`, else the source's index."""
-        return self.plan.entry_refs(self.seed, epoch, parts)
+    def entry_refs(self, epoch: int) -> Sequence[tuple[OpenedSource, EpisodeRef]]:
+        """The source and episode of each entry of `epoch` (`Piece.episode` indexes it)."""
+        return self.plan.entry_refs(self.seed, epoch, self.sources)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration streams (a new order per epoch). Call it in the main process
@@ -459,8 +456,9 @@ class EpisodeStream(IterableDataset):
             return None, process
         consumer = Consumer(
             schedule.emission(self.epoch, self.rank, logical),
-            self.plan.entry_refs(self.seed, self.epoch, process.parts, schedule),
+            self.plan.entry_refs(self.seed, self.epoch, self.sources, schedule),
             start=start,
+            rows=process.rows,
             decoders=process.decoders,
             options=self.options,
             counters=process.counters,
@@ -596,7 +594,7 @@ class EpisodeStream(IterableDataset):
 
     def _own_cache_stats(self) -> CacheStats:
         """This process's counters of this stream's cache objects."""
-        return sum((s.cache.stats() for s in self.sources), CacheStats())
+        return sum((s.node_cache.stats() for s in self.sources), CacheStats())
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -622,23 +620,11 @@ class EpisodeStream(IterableDataset):
 
     def _make_runtime(self) -> ReaderProcessState:
         capacity, device, seek_mode = self._decoding
-        parts = tuple(
-            Part(
-                s.catalog,
-                s.cache,
-                RowGroupReader(
-                    s.cache,
-                    functools.partial(data_file_size, s),
-                    s.catalog.remote.display,
-                    row_groups=s.catalog.row_group_ranges,
-                ),
-                s.options,
-                index=i if self.mixture else None,
-                drop=s.drop,
-            )
-            for i, s in enumerate(self.sources)
+        rows = tuple(
+            RowGroupReader(s.node_cache, s.data_file_size, s.display, row_groups=s.catalog.row_group_ranges)
+            for s in self.sources
         )
-        process = ReaderProcessState(parts, Decoders(capacity, device=device, seek_mode=seek_mode))
+        process = ReaderProcessState(rows, Decoders(capacity, device=device, seek_mode=seek_mode))
         process.published = published_file(
             self.cache.cache_dir, self._run, lambda: process.snapshot(self._own_cache_stats())
         )

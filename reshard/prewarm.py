@@ -28,8 +28,9 @@ from reader.format.catalog import Catalog
 from reader.format.index import FILES_INDEX, files_from_table
 from reader.format.parquet import parse_parquet
 from reader.plan.fetch import FetchPlan, Needs, check_ranks, plan_needs, plan_prewarm
-from reader.plan.read_plan import FETCH_THREADS, ReadPlan
+from reader.plan.read_plan import ReadPlan
 from reader.plan.resume.state import parse_state
+from reader.plan.source import FETCH_THREADS
 from reader.plan.spec import ReadSpec, resolve_topology
 
 __all__ = ["PrewarmSummary", "prewarm"]

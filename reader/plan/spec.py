@@ -396,7 +396,7 @@ def _episodes(episodes: Any) -> tuple[int, ...]:
 
 def _windows(windows: Any) -> tuple[tuple[str, tuple[float, ...]], ...]:
     """delta_timestamps as (key, seconds) pairs, in the order given (whether each key exists and each
-    offset falls on a frame is `reader.runtime.windows`' to say)."""
+    offset falls on a frame is `reader.plan.windows`' to say)."""
     items = list(windows.items() if isinstance(windows, Mapping) else windows)
     pairs = []
     for item in items:

@@ -14,28 +14,26 @@ the GIL, so the threads use the cores of a process without more processes or cop
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from cache import FetchError, IntegrityError, LrsError, NodeCache
+from cache import FetchError, IntegrityError, LrsError
 from reader.batch.fill import BatchFill, BatchJob, Lanes, LaneTotals
-from reader.decode.depth import Quantizer
 from reader.decode.images import decode_image
 from reader.decode.video import Decoders, VideoWhere, decode_frames
 from reader.errors import DecodeError
 from reader.format.catalog import Catalog, EpisodeRef, VideoRef, changed_since
+from reader.plan.source import OpenedSource
 from reader.plan.spec import DepthUnit
 from reader.runtime.rows import EpisodeRows, RowGroupReader, read_episode
-from reader.runtime.windows import Windows
 from reader.schedule import EmissionPlan, Step
 from reader.stats import ReaderCounters
 
@@ -48,48 +46,23 @@ ROW_THREADS = 4
 
 @dataclass(frozen=True)
 class Options:
-    """How a consumer reads (fixed for a stream)."""
+    """How a consumer reads, the same for every source of a stream (what differs per source, windows and
+    depth quantizers, is the `OpenedSource`'s)."""
 
-    windows: Windows
     tolerance_s: float
     return_uint8: bool
     image_transforms: Callable[[torch.Tensor], torch.Tensor] | None
     prefetch_episodes: int
     decode_threads: int = 0
     decode_ahead: int = 0
-    keep: Mapping[str, int] = dataclasses.field(default_factory=dict)  # camera -> frames a window rereads
-    depth: Mapping[str, Quantizer] = dataclasses.field(default_factory=dict)  # depth camera -> quantizer
     depth_unit: DepthUnit = "mm"
-
-
-@dataclass(frozen=True)
-class Part:
-    """One source of a stream as a consumer reads it (a mixture has several).
-
-    Attributes:
-        catalog, cache, rows, options: the source's dataset, its node cache, row reader and options
-            (windows follow each source's fps).
-        index: the `dataset_index` a mixture's samples carry (None: one dataset, no such key).
-        drop: keys left out of its samples (a mixture keeps the features common to every source).
-    """
-
-    catalog: Catalog
-    cache: NodeCache
-    rows: RowGroupReader
-    options: Options
-    index: int | None = None
-    drop: frozenset[str] = frozenset()
-
-    @property
-    def display(self) -> Callable[[str], str]:
-        return self.catalog.remote.display
 
 
 @dataclass(frozen=True)
 class _Slot:
     """A piece in the pool: its rows in memory, its videos in the local cache."""
 
-    part: Part
+    source: OpenedSource
     ref: EpisodeRef
     rows: EpisodeRows
     local: bool
@@ -106,19 +79,21 @@ class EpisodePool:
     Args:
         refs: the source and episode of each piece, in admission (piece) order.
         needed: whether each piece is emitted at all from the start step on (a resume skips the rest).
+        rows: the row group reader of each source (`OpenedSource.position` indexes it).
         prefetch_episodes: pieces whose rows and videos are asked for ahead of admission.
         counters: where admissions are counted.
     """
 
     def __init__(
         self,
-        refs: Sequence[tuple[Part, EpisodeRef]],
+        refs: Sequence[tuple[OpenedSource, EpisodeRef]],
         needed: Sequence[bool],
+        rows: Sequence[RowGroupReader],
         *,
         prefetch_episodes: int,
         counters: ReaderCounters,
     ) -> None:
-        self._refs, self._needed = refs, needed
+        self._refs, self._needed, self._rows = refs, needed, rows
         self._prefetch_episodes, self._counters = prefetch_episodes, counters
         self._executor = ThreadPoolExecutor(max_workers=ROW_THREADS, thread_name_prefix="lrs-rows")
         self._ahead: dict[int, tuple[Future[EpisodeRows], list[Future[str]]]] = {}
@@ -133,12 +108,12 @@ class EpisodePool:
         self._prefetch_through(piece + self._prefetch_episodes)
         rows, videos = self._ahead.pop(piece)
         local = all(f.done() and f.exception() is None for f in videos)
-        part, ref = self._refs[piece]
+        source, ref = self._refs[piece]
         for video, fetched in zip(ref.videos, videos, strict=True):
-            with _video_errors(part, ref, video):
+            with _video_errors(source, ref, video):
                 fetched.result()
-        where = tuple(VideoWhere(ref.episode_index, v.key, part.display(v.path)) for v in ref.videos)
-        self._slots[piece] = _Slot(part, ref, rows.result(), local, where)
+        where = tuple(VideoWhere(ref.episode_index, v.key, source.display(v.path)) for v in ref.videos)
+        self._slots[piece] = _Slot(source, ref, rows.result(), local, where)
         self._counters.add(episodes_admitted=1, admissions_waited=0 if local else 1)
 
     def release(self, piece: int) -> None:
@@ -146,9 +121,12 @@ class EpisodePool:
         del self._slots[piece]
 
     @contextlib.contextmanager
-    def pinned(self, part: Part, ref: EpisodeRef, video: VideoRef) -> Iterator[str]:
+    def pinned(self, source: OpenedSource, ref: EpisodeRef, video: VideoRef) -> Iterator[str]:
         """The local path of a video, pinned against eviction for the block (fetched again if evicted)."""
-        with _video_errors(part, ref, video), part.cache.hold(video.path, **_expect(part, video)) as path:
+        with (
+            _video_errors(source, ref, video),
+            source.node_cache.hold(video.path, **_expect(source, video)) as path,
+        ):
             yield path
 
     def close(self) -> None:
@@ -164,30 +142,32 @@ class EpisodePool:
             piece, self._next = self._next, self._next + 1
             if not self._needed[piece]:
                 continue
-            part, ref = self._refs[piece]
-            file = part.display(ref.data_path)
-            rows = self._executor.submit(_read_rows, part.rows, ref, part.catalog, file=file)
-            self._ahead[piece] = (rows, [_prefetch(part, v) for v in ref.videos])
+            source, ref = self._refs[piece]
+            file = source.display(ref.data_path)
+            rows = self._executor.submit(
+                _read_rows, self._rows[source.position], ref, source.catalog, file=file
+            )
+            self._ahead[piece] = (rows, [_prefetch(source, v) for v in ref.videos])
 
 
-def _prefetch(part: Part, video: VideoRef) -> Future[str]:
+def _prefetch(source: OpenedSource, video: VideoRef) -> Future[str]:
     try:
-        return part.cache.prefetch(video.path, **_expect(part, video))
+        return source.node_cache.prefetch(video.path, **_expect(source, video))
     except LrsError as exc:  # a local source fails at once; report it on admission, like a download
         failed: Future[str] = Future()
         failed.set_exception(exc)
         return failed
 
 
-def _expect(part: Part, video: VideoRef) -> dict[str, Any]:
+def _expect(source: OpenedSource, video: VideoRef) -> dict[str, Any]:
     # Checked at every open, read in place or cached: the first time each process opens the file.
     return {"size": video.bytes, "sha256": video.sha256}
 
 
 @contextlib.contextmanager
-def _video_errors(part: Part, ref: EpisodeRef, video: VideoRef) -> Iterator[None]:
+def _video_errors(source: OpenedSource, ref: EpisodeRef, video: VideoRef) -> Iterator[None]:
     """Turn a missing or corrupt video into a DecodeError naming the episode, camera and file."""
-    where = VideoWhere(ref.episode_index, video.key, part.display(video.path))
+    where = VideoWhere(ref.episode_index, video.key, source.display(video.path))
     try:
         yield
     except IntegrityError as exc:
@@ -195,18 +175,18 @@ def _video_errors(part: Part, ref: EpisodeRef, video: VideoRef) -> Iterator[None
             f"Invalid video {where}: corrupt ({exc}). Expected the file the index lists."
         ) from exc
     except FetchError as exc:
-        if part.catalog.remote.exists(video.path):
+        if source.catalog.remote.exists(video.path):
             raise
         raise DecodeError(
             f"Invalid video {where}: missing. Expected the file meta/episodes points at."
         ) from exc
 
 
-class _PieceRefs(Sequence[tuple[Part, EpisodeRef]]):
+class _PieceRefs(Sequence[tuple[OpenedSource, EpisodeRef]]):
     """The source and episode of each piece of one consumer, looked up when asked for (no list of the
     consumer's episodes is made: its refs come from the columnar index one at a time)."""
 
-    def __init__(self, refs: Sequence[tuple[Part, EpisodeRef]], pieces: Sequence[Any]) -> None:
+    def __init__(self, refs: Sequence[tuple[OpenedSource, EpisodeRef]], pieces: Sequence[Any]) -> None:
         self._refs, self._pieces = refs, pieces
 
     def __len__(self) -> int:
@@ -225,6 +205,7 @@ class Consumer:
         emission: the consumer's plan for this epoch.
         refs: the source and episode of each entry of the epoch (`Piece.episode` indexes it).
         start: samples to skip (a resume); they are neither read nor decoded.
+        rows: the process's row group reader of each source (`OpenedSource.position` indexes it).
         decoders, counters: the process's decoders and counters.
         options: the stream's options (what does not differ between sources is read from these).
     """
@@ -232,14 +213,16 @@ class Consumer:
     def __init__(
         self,
         emission: EmissionPlan,
-        refs: Sequence[tuple[Part, EpisodeRef]],
+        refs: Sequence[tuple[OpenedSource, EpisodeRef]],
         *,
         start: int,
+        rows: Sequence[RowGroupReader],
         decoders: Decoders,
         options: Options,
         counters: ReaderCounters,
     ) -> None:
         self.emission, self.start = emission, start
+        self._rows = rows
         self.position = start
         self._refs = _PieceRefs(refs, emission.pieces)
         self._decoders = decoders
@@ -320,7 +303,11 @@ class Consumer:
         """The pool of this iteration: only the pieces still emitted from `start` on are loaded."""
         needed = (self.emission.departure_steps >= self.start).tolist()
         return EpisodePool(
-            self._refs, needed, prefetch_episodes=self._options.prefetch_episodes, counters=self._counters
+            self._refs,
+            needed,
+            self._rows,
+            prefetch_episodes=self._options.prefetch_episodes,
+            counters=self._counters,
         )
 
     def _submit_batch(self, pool: EpisodePool, steps: list[Step], lanes: Lanes) -> BatchJob:
@@ -402,15 +389,15 @@ class Consumer:
         slot: _Slot, item: dict[str, Any], transform: Callable[[torch.Tensor], torch.Tensor]
     ) -> None:
         """Apply the user's image transform to each camera of `item`, in place."""
-        info, depth = slot.part.catalog.info, slot.part.options.depth
+        info, depth = slot.source.catalog.info, slot.source.depth
         for key in (*info.video_keys, *info.image_keys):
             if key not in depth and key in item:  # lerobot does not transform depth maps either
                 item[key] = transform(item[key])
 
     def _late_keys(self, slot: _Slot) -> frozenset[str]:
         """The cameras of `slot` that `_build(..., uint8_frames=True)` leaves as uint8."""
-        part = slot.part
-        return frozenset(part.catalog.info.video_keys) - part.options.depth.keys() - part.drop
+        source = slot.source
+        return frozenset(source.catalog.info.video_keys) - source.depth.keys() - source.drop
 
     def _build(
         self,
@@ -431,18 +418,18 @@ class Consumer:
         """
         if after is not None:
             after.exception()  # waits; its error, if any, is raised where its own item is handed out
-        part = slot.part
-        info = part.catalog.info
-        tabular, queries = slot.rows.sample(frame, part.options.windows, info.video_keys)
+        source = slot.source
+        info = source.catalog.info
+        tabular, queries = slot.rows.sample(frame, source.windows, info.video_keys)
         began = time.perf_counter()
         frames = {
             video.key: self._decode(pool, slot, video, where, queries[video.key], uint8_frames)
             for video, where in zip(slot.ref.videos, slot.where, strict=True)
-            if video.key not in part.drop
+            if video.key not in source.drop
         }
         images = 0
         for key in info.image_keys:
-            if key in part.drop:
+            if key in source.drop:
                 continue
             where = f"{key} of episode {slot.ref.episode_index} in {slot.ref.data_path}"
             value = tabular[key]
@@ -454,11 +441,11 @@ class Consumer:
                 images += 1
         seconds = time.perf_counter() - began
         item: dict[str, Any] = {**frames, **tabular}
-        item["task"] = part.catalog.tasks[int(slot.rows.columns["task_index"][frame])]
-        for key in part.drop:
+        item["task"] = source.catalog.tasks[int(slot.rows.columns["task_index"][frame])]
+        for key in source.drop:
             item.pop(key, None)
-        if part.index is not None:
-            item["dataset_index"] = torch.tensor(part.index)  # as lerobot's MultiLeRobotDataset
+        if source.dataset_index is not None:
+            item["dataset_index"] = torch.tensor(source.dataset_index)  # as lerobot's MultiLeRobotDataset
         decoded = sum(len(queries[key]) for key in frames)
         return item, decoded + images, seconds
 
@@ -474,14 +461,14 @@ class Consumer:
         timestamps: list[float],
         uint8: bool = False,
     ) -> torch.Tensor:
-        part = slot.part
-        quantizer = part.options.depth.get(video.key)
+        source = slot.source
+        quantizer = source.depth.get(video.key)
         cursor = self._decoders.get(
-            # One decoder per piece and camera: pieces of a packed v3 file each read their own part.
-            f"{part.index or 0}:{video.path}#{slot.ref.episode_index}",
+            # One decoder per piece and camera: pieces of a packed v3 file each read their own source.
+            f"{source.position}:{video.path}#{slot.ref.episode_index}",
             where,
-            locate=lambda: pool.pinned(part, slot.ref, video),
-            keep=part.options.keep.get(video.key, 0),
+            locate=lambda: pool.pinned(source, slot.ref, video),
+            keep=source.keep.get(video.key, 0),
             depth_pix_fmt=None if quantizer is None else quantizer.pix_fmt,
         )
         with cursor.lock:

@@ -10,7 +10,8 @@ from typing import Any
 from cache.cache_stats import CacheStats
 from cache.counter_files import CounterFile
 from reader.decode.video import Decoders
-from reader.runtime.pool import Consumer, Part
+from reader.runtime.pool import Consumer
+from reader.runtime.rows import RowGroupReader
 from reader.schedule.rest import RunSegment
 from reader.stats import ReaderCounters, ReaderStats
 
@@ -29,9 +30,10 @@ class IterationCursor:
 
 @dataclass
 class ReaderProcessState:
-    """What one process owns while reading: footers, decoders, counters, the running iteration."""
+    """What one process owns while reading: each source's row group reader (its footers; indexed by
+    `OpenedSource.position`), decoders, counters, the running iteration."""
 
-    parts: tuple[Part, ...]
+    rows: tuple[RowGroupReader, ...]
     decoders: Decoders
     counters: ReaderCounters = field(default_factory=ReaderCounters)
     cursor: IterationCursor | None = None
@@ -41,8 +43,8 @@ class ReaderProcessState:
         return replace(
             self.counters.values,
             decoders_opened=self.decoders.opened,
-            row_reads=sum(p.rows.range_reads for p in self.parts),
-            row_bytes=sum(p.rows.bytes_read for p in self.parts),
+            row_reads=sum(r.range_reads for r in self.rows),
+            row_bytes=sum(r.bytes_read for r in self.rows),
             cache=cache,
         )
 
