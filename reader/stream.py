@@ -15,7 +15,7 @@ import tempfile
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,9 @@ from reader.plan.spec import (
     DepthUnit,
     ReadSpec,
     SeekMode,
+    check_spec_alone,
     default_pool_size,
+    keyword_defaults,
     resolve_topology,
 )
 from reader.runtime.pool import Consumer, Options
@@ -53,9 +55,9 @@ from reader.schedule import EpochPlan, Schedule
 from reader.schedule.rest import RestSchedule, RunSegment, consumed_counts, rest_after
 from reader.stats import ReaderStats
 
-# The defaults of the keywords a `ReadSpec` holds (`EpisodeStream(spec)` takes none of them).
-_KEYWORD_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(ReadSpec) if f.name != "sources"}
-_KEYWORD_DEFAULTS.update(weights=None, episodes=None)
+# The keywords of `__init__` that a `ReadSpec` holds (its fields are their one statement; a test checks that
+# the signature and the docstring agree with them).
+_SPEC_KEYWORDS = frozenset(keyword_defaults())
 
 
 class EpisodeStream(IterableDataset):
@@ -151,43 +153,12 @@ class EpisodeStream(IterableDataset):
         depth_output_unit: DepthUnit = "mm",
     ) -> None:
         super().__init__()
-        options = {
-            "samples_per_epoch": samples_per_epoch,
-            "episode_pool_size": episode_pool_size,
-            "batch_size": batch_size,
-            "seed": seed,
-            "world_size": world_size,
-            "num_workers": num_workers,
-            "cache_dir": cache_dir,
-            "cache_max_bytes": cache_max_bytes,
-            "prefetch_episodes": prefetch_episodes,
-            "decode_device": decode_device,
-            "tolerance_s": tolerance_s,
-            "decoder_cache_size": decoder_cache_size,
-            "seek_mode": seek_mode,
-            "decode_threads": decode_threads,
-            "decode_ahead": decode_ahead,
-            "depth_output_unit": depth_output_unit,
-        }
+        given = {name: value for name, value in locals().items() if name in _SPEC_KEYWORDS}
         if isinstance(source, ReadSpec):
-            given: dict[str, Any] = {
-                "weights": weights,
-                "episodes": episodes,
-                "delta_timestamps": delta_timestamps,
-            }
-            given.update(options, shuffle=shuffle, return_uint8=return_uint8)
-            _check_spec_alone(given)
+            check_spec_alone(given)
             spec = source
         else:
-            spec = ReadSpec.of(
-                source,
-                weights=weights,
-                episodes=episodes,
-                shuffle=shuffle,
-                delta_timestamps=delta_timestamps,
-                return_uint8=return_uint8,
-                **options,
-            )
+            spec = ReadSpec.of(source, **given)
         if image_transforms is not None and not callable(image_transforms):
             raise ValueError(f"Invalid image_transforms ({image_transforms!r}). Expected a callable or None.")
         self._open(spec, rank, image_transforms, storage_options, _remotes(source))
@@ -645,17 +616,6 @@ def _decoder_capacity(given: int | None, pool_size: int, ahead: int, cameras: in
             "through decoders of its own."
         )
     return given
-
-
-def _check_spec_alone(given: Mapping[str, Any]) -> None:
-    """With a `ReadSpec`, the keywords it holds must be left at their defaults (the spec says them)."""
-    for name, value in given.items():
-        default = _KEYWORD_DEFAULTS.get(name)
-        if value is not default and value != default:
-            raise ValueError(
-                f"Invalid {name} ({value!r}) with a ReadSpec. Expected it in the spec: "
-                f"dataclasses.replace(spec, {name}=...)."
-            )
 
 
 def _remotes(source: Any) -> list[Remote | None] | None:

@@ -358,6 +358,31 @@ class ReadSpec:
         return cls(**values)
 
 
+def keyword_defaults() -> dict[str, Any]:
+    """The keywords of `EpisodeStream` (and `ReadSpec.of`) that a spec holds, with their defaults: the fields
+    of `ReadSpec` but `sources` and `mixture` (a list of sources says those), and `weights` and `episodes`,
+    one per source (`SourceSpec.weight` and `SourceSpec.episodes`)."""
+    per_source = {f.name: f.default for f in fields(SourceSpec)}
+    spec = {f.name: f.default for f in fields(ReadSpec) if f.name not in ("sources", "mixture")}
+    return {"weights": per_source["weight"], "episodes": per_source["episodes"], **spec}
+
+
+def check_spec_alone(given: Mapping[str, Any]) -> None:
+    """With a `ReadSpec`, the keywords it holds must be left at their defaults (the spec says them).
+
+    Raises:
+        ValueError: a keyword given another value (the message names it).
+    """
+    defaults = keyword_defaults()
+    for name, value in given.items():
+        default = defaults[name]
+        if value is not default and value != default:
+            raise ValueError(
+                f"Invalid {name} ({value!r}) with a ReadSpec. Expected it in the spec: "
+                f"dataclasses.replace(spec, {name}=...)."
+            )
+
+
 def _source_from_json(data: Any) -> SourceSpec:
     if not isinstance(data, dict) or "url" not in data or set(data) - {"url", "weight", "episodes"}:
         raise ValueError(
