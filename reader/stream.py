@@ -1,10 +1,11 @@
 """`EpisodeStream`: the training-time IterableDataset over an lrs/1 (or plain v3) dataset.
 
-The class only wires things together: `reader.plan.read_plan` opens each dataset once (`reader.plan.source`:
-its catalog, selection, windows, quantizers and node cache), `reader.schedule` decides the order, `reader.plan.resume.state` the resume arithmetic, and
-`reader.runtime.pool` reads, fetches and decodes. Everything a process needs at run time (`reader.runtime.process`: cache
-threads, open decoders, parquet footers) is created lazily in the process that iterates, so the stream
-pickles and forks cleanly into DataLoader workers.
+The class only wires things together: `reader.plan.read_plan` opens each dataset once
+(`reader.plan.source`: its catalog, selection, windows, quantizers and node cache), `reader.schedule`
+decides the order, `reader.plan.resume` resumes (`Resumption`, its one entry point), and
+`reader.runtime.pool` reads, fetches and decodes. Everything a process needs at run time
+(`reader.runtime.process`: cache threads, open decoders, parquet footers) is created lazily in the process
+that iterates, so the stream pickles and forks cleanly into DataLoader workers.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from reader.errors import StateError
 from reader.format.catalog import Catalog, EpisodeRef
 from reader.metadata import DatasetMeta
 from reader.plan.read_plan import ReadPlan
-from reader.plan.resume.state import Resume, parse_state, resumed_schedule
+from reader.plan.resume.resumption import IterationCursor, Resumption
 from reader.plan.source import OpenedSource
 from reader.plan.spec import (
     DEFAULT_DECODE_AHEAD,
@@ -43,16 +44,14 @@ from reader.plan.spec import (
     ReadSpec,
     SeekMode,
     check_spec_alone,
-    default_pool_size,
     keyword_defaults,
     resolve_topology,
 )
 from reader.runtime.pool import Consumer, Options
-from reader.runtime.process import IterationCursor, ReaderProcessState, publishing
+from reader.runtime.process import ReaderProcessState, publishing
 from reader.runtime.published import published_file, read_published
 from reader.runtime.rows import RowGroupReader
-from reader.schedule import EpochPlan, Schedule
-from reader.schedule.rest import RestSchedule, RunSegment, consumed_counts, rest_after
+from reader.schedule import Schedule
 from reader.stats import ReaderStats
 
 # The keywords of `__init__` that a `ReadSpec` holds (its fields are their one statement; a test checks that
@@ -172,8 +171,6 @@ class EpisodeStream(IterableDataset):
         remotes: Sequence[Remote | None] | None,
     ) -> None:
         """Open the spec's sources on this process's topology (the rest of `__init__`)."""
-        # How a trainer's resume dict without a pool size is read: the pool its run had (`load_state_dict`).
-        self._default_pool = None if spec.episode_pool_size is not None else spec.batch_size is not None
         self._cleanup: weakref.finalize | None = None
         self.rank, self.world_size = resolve_topology(rank, spec.world_size)
         self._spec = replace(spec, world_size=self.world_size)
@@ -211,7 +208,9 @@ class EpisodeStream(IterableDataset):
             spec.seek_mode,
         )
         self.identity = self.plan.identity
-        self._resume: Resume | None = None
+        # How a trainer's resume dict without a pool size is read: the pool its run had (`load_state_dict`).
+        default_pool = None if spec.episode_pool_size is not None else spec.batch_size is not None
+        self._resumption = Resumption(self.identity, default_pool)
         self._process = ProcessLocal(self._make_runtime)
         self._meta: DatasetMeta | None = None
         self._run = uuid.uuid4().hex[:12]  # names this stream's published counters (see `stats`)
@@ -352,8 +351,7 @@ class EpisodeStream(IterableDataset):
         A loaded resume state stays pending until the epoch moves away from the one it names.
         """
         self.epoch = check_int("epoch", epoch, 0)
-        if self._resume is not None and self._resume.epoch != self.epoch:
-            self._resume = None
+        self._resumption.set_epoch(self.epoch)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
@@ -413,51 +411,22 @@ class EpisodeStream(IterableDataset):
                 "`lrs prewarm --spec` plans the order that count gives (BatchLoader and num_workers=0 "
                 "read one consumer per rank)."
             )
-        schedule, history = self._resumed_schedule(num_workers)
-        logical: int | None = physical
-        start = 0
-        resume = self._pending()
-        if resume is not None and (resume.consumer is not None or self._continues(resume, num_workers)):
-            logical, start = resume.start(
-                schedule.worker_samples(), num_workers=num_workers, physical=physical
-            )
+        start = self._resumption.start(self.schedule(num_workers), self.epoch, physical=physical)
         process = self._runtime()
-        if logical is None:
+        if start.logical is None:
             process.cursor = None
             return None, process
         consumer = Consumer(
-            schedule.emission(self.epoch, self.rank, logical),
-            self.plan.entry_refs(self.seed, self.epoch, self.sources, schedule),
-            start=start,
+            start.schedule.emission(self.epoch, self.rank, start.logical),
+            self.plan.entry_refs(self.seed, self.epoch, self.sources, start.schedule),
+            start=start.samples,
             rows=process.rows,
             decoders=process.decoders,
             options=self.options,
             counters=process.counters,
         )
-        process.cursor = IterationCursor(consumer, self.epoch, logical, num_workers, history)
+        process.cursor = IterationCursor(consumer, self.epoch, start.logical, num_workers, start.history)
         return consumer, process
-
-    def _pending(self) -> Resume | None:
-        """The loaded state, when it is for the current epoch."""
-        return self._resume if self._resume is not None and self._resume.epoch == self.epoch else None
-
-    def _continues(self, resume: Resume, num_workers: int) -> bool:
-        return resume.continues(
-            world_size=self.world_size, num_workers=num_workers, pool_size=self.episode_pool_size
-        )
-
-    def _history(self, num_workers: int) -> tuple[RunSegment, ...]:
-        """The runs of the current epoch before this one (an elastic resume's), for `num_workers`."""
-        resume = self._pending()
-        if resume is None:
-            return ()
-        return resume.history(
-            world_size=self.world_size, num_workers=num_workers, pool_size=self.episode_pool_size
-        )
-
-    def _resumed_schedule(self, num_workers: int) -> tuple[Schedule | RestSchedule, tuple[RunSegment, ...]]:
-        """The order this run streams the current epoch in, and the epoch's earlier runs (`resumed_schedule`)."""
-        return resumed_schedule(self.schedule(num_workers), self.epoch, self._pending())
 
     def state_dict(
         self,
@@ -477,13 +446,13 @@ class EpisodeStream(IterableDataset):
         """
         given = [v is not None for v in (batches_consumed, batch_size, num_workers)]
         if batches_consumed is not None and batch_size is not None and num_workers is not None:
-            state = self.identity.header(seed=self.seed, epoch=self.epoch)
-            state.update(batches_consumed=batches_consumed, batch_size=batch_size, num_workers=num_workers)
-            history = self._history(num_workers)
-            if history:
-                state["before"] = [s.to_json() for s in history]
-            parse_state(state, self.identity, epoch=self.epoch)
-            return state
+            return self._resumption.loader_state(
+                seed=self.seed,
+                epoch=self.epoch,
+                batches_consumed=batches_consumed,
+                batch_size=batch_size,
+                num_workers=num_workers,
+            )
         if any(given):
             raise ValueError(
                 "Invalid state_dict arguments. Expected batches_consumed, batch_size and num_workers together."
@@ -495,11 +464,7 @@ class EpisodeStream(IterableDataset):
                 "Invalid state_dict() call: no iteration runs in this process. Expected "
                 "state_dict(batches_consumed=k, batch_size=B, num_workers=W) from the trainer (see ResumableLoader)."
             )
-        state = self.identity.header(seed=self.seed, epoch=cursor.epoch)
-        state.update(worker=cursor.logical, num_workers=cursor.num_workers, samples=cursor.consumer.position)
-        if cursor.history:
-            state["before"] = [s.to_json() for s in cursor.history]
-        return state
+        return self._resumption.cursor_state(cursor, seed=self.seed)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume at the exact next sample when the stream next iterates the state's epoch.
@@ -511,39 +476,15 @@ class EpisodeStream(IterableDataset):
             StateError: the state is malformed or was made for another dataset, episode selection, pool
                 size, world size or shuffle (another num_workers is refused when iterating).
         """
-        default_pool = None
-        if self._default_pool is not None:
-            given = self._default_pool
-            default_pool = lambda batch_size: default_pool_size(batch_size if given else None)  # noqa: E731
-        resume, seed = parse_state(state, self.identity, epoch=self.epoch, default_pool=default_pool)
-        if seed is not None:
-            Schedule(tuple(self.lengths), seed=seed)  # validates it
-            self.seed = seed
-        if resume.before or resume.segment is not None:
-            # The runs it names, checked now by arithmetic, each within what its epoch had left (the
-            # samples the earlier runs consumed are computed only where there are earlier runs).
-            base = self.schedule(0)
-            try:
-                run: EpochPlan = base
-                if resume.before:
-                    run = RestSchedule(base, resume.epoch, rest_after(base, resume.epoch, resume.before))
-                if resume.segment is not None:
-                    consumed_counts(run, resume.segment)
-            except ValueError as exc:
-                raise StateError(f"{exc} (resume state of epoch {resume.epoch})") from None
-        self.epoch = resume.epoch
-        self._resume = resume
+        self.epoch, self.seed = self._resumption.load(
+            state, seed=self.seed, epoch=self.epoch, schedule=lambda seed: self.plan.schedule(seed, 0)
+        )
 
     def pending_batches(self, num_workers: int | None = None) -> int:
         """Batches a pending trainer state says were consumed in the current epoch by the run that a
         DataLoader with `num_workers` continues (0 if none, or where that DataLoader streams the rest of
         the epoch on a new topology: it counts its own batches from 0)."""
-        resume = self._pending()
-        if resume is None or resume.batches is None:
-            return 0
-        if num_workers is not None and not self._continues(resume, num_workers):
-            return 0
-        return resume.batches[0]
+        return self._resumption.pending_batches(self.epoch, num_workers)
 
     def stats(self, all_processes: bool = False) -> ReaderStats:
         """The reader's counters: this process's, or with `all_processes` the sum over every process that

@@ -10,22 +10,9 @@ from typing import Any
 from cache.cache_stats import CacheStats
 from cache.counter_files import CounterFile
 from reader.decode.video import Decoders
-from reader.runtime.pool import Consumer
+from reader.plan.resume.resumption import IterationCursor
 from reader.runtime.rows import RowGroupReader
-from reader.schedule.rest import RunSegment
 from reader.stats import ReaderCounters, ReaderStats
-
-
-@dataclass
-class IterationCursor:
-    """Where a process's running iteration is: its consumer, epoch, logical worker and worker count, and
-    the runs of the epoch before it (an elastic resume's, `reader.schedule.rest`)."""
-
-    consumer: Consumer
-    epoch: int
-    logical: int
-    num_workers: int
-    history: tuple[RunSegment, ...] = ()
 
 
 @dataclass
