@@ -1,6 +1,6 @@
 """Fetch an ordered list of files into a node cache: the runner behind `lrs prewarm`.
 
-The caller decides what and in which order (`reader.fetch_plan` plans it from the reader's schedule); this
+The caller decides what and in which order (`reader.plan.fetch` plans it from the reader's schedule); this
 module only fetches. Downloads run on the cache's own threads (`NodeCache.prefetch`, which starts them in
 submission order); submissions follow the list with at most `ahead` files submitted and unfinished, so
 downloads start in need order and the files needed first tend to land first. A slow file does not hold

@@ -23,11 +23,11 @@ from cache.lazy_exports import lazy_exports
 from reader.errors import DatasetError, DecodeError, LayoutError, StateError
 
 if TYPE_CHECKING:
-    from reader.batch import collate
-    from reader.loader import BatchLoader, ResumableLoader
+    from reader.batch.collate import collate
+    from reader.batch.loaders import BatchLoader, ResumableLoader
     from reader.metadata import DatasetMeta
-    from reader.read_spec import ReadSpec, SourceSpec
-    from reader.state import loader_state_of
+    from reader.plan.resume.state import loader_state_of
+    from reader.plan.spec import ReadSpec, SourceSpec
     from reader.stats import ReaderStats
     from reader.stream import EpisodeStream
 
@@ -49,14 +49,14 @@ __all__ = [
 
 _LAZY = {
     "EpisodeStream": "reader.stream",
-    "ResumableLoader": "reader.loader",
-    "BatchLoader": "reader.loader",
+    "ResumableLoader": "reader.batch.loaders",
+    "BatchLoader": "reader.batch.loaders",
     "ReaderStats": "reader.stats",
-    "collate": "reader.batch",
+    "collate": "reader.batch.collate",
     "DatasetMeta": "reader.metadata",
-    "ReadSpec": "reader.read_spec",
-    "SourceSpec": "reader.read_spec",
-    "loader_state_of": "reader.state",
+    "ReadSpec": "reader.plan.spec",
+    "SourceSpec": "reader.plan.spec",
+    "loader_state_of": "reader.plan.resume.state",
 }
 
 

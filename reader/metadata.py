@@ -29,10 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from reader.depth import MM_PER_METRE, DepthUnit, check_unit, is_depth
+from reader.decode.depth import MM_PER_METRE, is_depth
 from reader.errors import DatasetError
 from reader.format.jsonfile import parse_json
 from reader.format.v3 import STATS_PATH, Info
+from reader.plan.spec import DepthUnit, check_unit
 
 # lerobot's `LANGUAGE_COLUMNS` (lerobot.datasets.language): the features its trainer collates as lists.
 LANGUAGE_COLUMNS = ("language_persistent", "language_events")

@@ -1,22 +1,22 @@
 """`EpisodeStream`: the training-time IterableDataset over an lrs/1 (or plain v3) dataset.
 
-The class only wires things together: `reader.format.catalog` reads the metadata, `reader.sources` sets up
-how each dataset is read, `reader.schedule` decides the order, `reader.state` the resume arithmetic, and
-`reader.pool` reads, fetches and decodes. Everything a process needs at run time (`reader.runtime`: cache
-threads, open decoders, parquet footers) is created lazily in the process that iterates, so the stream
-pickles and forks cleanly into DataLoader workers.
+The class only wires things together: `reader.plan.read_plan` opens each dataset once
+(`reader.plan.source`: its catalog, selection, windows, quantizers and node cache), `reader.schedule`
+decides the order, `reader.plan.resume` resumes (`Resumption`, its one entry point), and
+`reader.runtime.pool` reads, fetches and decodes. Everything a process needs at run time
+(`reader.runtime.process`: cache threads, open decoders, parquet footers) is created lazily in the process
+that iterates, so the stream pickles and forks cleanly into DataLoader workers.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import tempfile
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,35 +29,34 @@ from cache.cache_stats import CacheStats
 from cache.counter_files import discard_counter_files
 from cache.exits import cleanup_on_sigterm
 from cache.process import ProcessLocal
-from reader.decode import Decoders, check_device
-from reader.depth import DepthUnit
+from reader.decode.video import Decoders, check_device
 from reader.errors import StateError
 from reader.format.catalog import Catalog, EpisodeRef
 from reader.metadata import DatasetMeta
-from reader.pool import Consumer, Options, Part
-from reader.published import published_file, read_published
-from reader.read_plan import ReadPlan
-from reader.read_spec import (
+from reader.plan.read_plan import ReadPlan
+from reader.plan.resume.resumption import IterationCursor, Resumption
+from reader.plan.source import OpenedSource
+from reader.plan.spec import (
     DEFAULT_DECODE_AHEAD,
     DEFAULT_DECODE_THREADS,
     DEFAULT_PREFETCH_EPISODES,
+    DepthUnit,
     ReadSpec,
     SeekMode,
-    default_pool_size,
+    check_spec_alone,
+    keyword_defaults,
     resolve_topology,
 )
-from reader.rows import RowGroupReader
-from reader.runtime import IterationCursor, ReaderProcessState, publishing
-from reader.schedule import EpochPlan, Schedule
-from reader.schedule.rest import RestSchedule, RunSegment, consumed_counts, rest_after
-from reader.sources import StreamSource, data_file_size, open_sources
-from reader.state import Resume, parse_state, resumed_schedule
+from reader.runtime.pool import Consumer, Options
+from reader.runtime.process import ReaderProcessState, publishing
+from reader.runtime.published import published_file, read_published
+from reader.runtime.rows import RowGroupReader
+from reader.schedule import Schedule
 from reader.stats import ReaderStats
-from reader.windows import Windows
 
-# The defaults of the keywords a `ReadSpec` holds (`EpisodeStream(spec)` takes none of them).
-_KEYWORD_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(ReadSpec) if f.name != "sources"}
-_KEYWORD_DEFAULTS.update(weights=None, episodes=None)
+# The keywords of `__init__` that a `ReadSpec` holds (its fields are their one statement; a test checks that
+# the signature and the docstring agree with them).
+_SPEC_KEYWORDS = frozenset(keyword_defaults())
 
 
 class EpisodeStream(IterableDataset):
@@ -69,7 +68,7 @@ class EpisodeStream(IterableDataset):
     the next `decode_ahead` samples while the current one is handed out.
 
     Args:
-        source: a `reader.read_spec.ReadSpec`, which holds every argument below but `rank`,
+        source: a `reader.plan.spec.ReadSpec`, which holds every argument below but `rank`,
             `image_transforms` and `storage_options` (leave those others at their defaults); or, as sugar
             that builds one (`stream.spec`), the dataset (a path or URL, see `cache.remote.resolve`),
             lrs/1 or plain v3; or a list of
@@ -92,7 +91,7 @@ class EpisodeStream(IterableDataset):
         shuffle: shuffle episodes and frames; False reads sequentially.
         seed: the run's seed; the order is a pure function of it, the epoch and the topology.
         rank, world_size: default from torch.distributed when initialized, else the RANK and WORLD_SIZE
-            environment variables, else 0 and 1 (`reader.read_spec.resolve_topology`).
+            environment variables, else 0 and 1 (`reader.plan.spec.resolve_topology`).
         num_workers: the DataLoader's workers per rank, when known: recorded in `stream.spec`, for
             `lrs prewarm --spec` to plan for (the stream reads whatever DataLoader drives it).
         cache_dir: the node cache directory (shared by every process on the node). None: local sources
@@ -153,43 +152,12 @@ class EpisodeStream(IterableDataset):
         depth_output_unit: DepthUnit = "mm",
     ) -> None:
         super().__init__()
-        options = {
-            "samples_per_epoch": samples_per_epoch,
-            "episode_pool_size": episode_pool_size,
-            "batch_size": batch_size,
-            "seed": seed,
-            "world_size": world_size,
-            "num_workers": num_workers,
-            "cache_dir": cache_dir,
-            "cache_max_bytes": cache_max_bytes,
-            "prefetch_episodes": prefetch_episodes,
-            "decode_device": decode_device,
-            "tolerance_s": tolerance_s,
-            "decoder_cache_size": decoder_cache_size,
-            "seek_mode": seek_mode,
-            "decode_threads": decode_threads,
-            "decode_ahead": decode_ahead,
-            "depth_output_unit": depth_output_unit,
-        }
+        given = {name: value for name, value in locals().items() if name in _SPEC_KEYWORDS}
         if isinstance(source, ReadSpec):
-            given: dict[str, Any] = {
-                "weights": weights,
-                "episodes": episodes,
-                "delta_timestamps": delta_timestamps,
-            }
-            given.update(options, shuffle=shuffle, return_uint8=return_uint8)
-            _check_spec_alone(given)
+            check_spec_alone(given)
             spec = source
         else:
-            spec = ReadSpec.of(
-                source,
-                weights=weights,
-                episodes=episodes,
-                shuffle=shuffle,
-                delta_timestamps=delta_timestamps,
-                return_uint8=return_uint8,
-                **options,
-            )
+            spec = ReadSpec.of(source, **given)
         if image_transforms is not None and not callable(image_transforms):
             raise ValueError(f"Invalid image_transforms ({image_transforms!r}). Expected a callable or None.")
         self._open(spec, rank, image_transforms, storage_options, _remotes(source))
@@ -203,12 +171,14 @@ class EpisodeStream(IterableDataset):
         remotes: Sequence[Remote | None] | None,
     ) -> None:
         """Open the spec's sources on this process's topology (the rest of `__init__`)."""
-        # How a trainer's resume dict without a pool size is read: the pool its run had (`load_state_dict`).
-        self._default_pool = None if spec.episode_pool_size is not None else spec.batch_size is not None
         self._cleanup: weakref.finalize | None = None
         self.rank, self.world_size = resolve_topology(rank, spec.world_size)
         self._spec = replace(spec, world_size=self.world_size)
-        self.plan = ReadPlan.open(self._spec, storage_options=storage_options, remotes=remotes)
+        cache_dir = spec.cache_dir if spec.cache_dir is not None else self._temporary_cache_dir()
+        self.plan = ReadPlan.open(
+            self._spec, storage_options=storage_options, remotes=remotes, cache_dir=cache_dir
+        )
+        self.sources: tuple[OpenedSource, ...] = self.plan.sources
         self.seed, self.epoch = spec.seed, 0
         self.delta_timestamps = spec.windows or None  # what lerobot's trainer reads on a dataset
         base = self.schedule(0)
@@ -218,9 +188,7 @@ class EpisodeStream(IterableDataset):
                 "epoch: every rank yields the same number of samples (so DDP never hangs), which with more "
                 "ranks than frames is none."
             )
-        cache_dir = spec.cache_dir if spec.cache_dir is not None else self._temporary_cache_dir()
-        shared = Options(
-            windows=Windows({}),
+        self._options = Options(
             tolerance_s=spec.tolerance_s,
             return_uint8=spec.return_uint8,
             image_transforms=image_transforms,
@@ -228,9 +196,6 @@ class EpisodeStream(IterableDataset):
             decode_threads=spec.decode_threads,
             decode_ahead=spec.decode_ahead if spec.decode_threads else 0,
             depth_unit=spec.depth_output_unit,
-        )
-        self.sources: tuple[StreamSource, ...] = open_sources(
-            self.plan, shared, spec.windows, cache_dir=cache_dir, cache_max_bytes=spec.cache_max_bytes
         )
         self._decoding = (
             _decoder_capacity(
@@ -243,7 +208,9 @@ class EpisodeStream(IterableDataset):
             spec.seek_mode,
         )
         self.identity = self.plan.identity
-        self._resume: Resume | None = None
+        # How a trainer's resume dict without a pool size is read: the pool its run had (`load_state_dict`).
+        default_pool = None if spec.episode_pool_size is not None else spec.batch_size is not None
+        self._resumption = Resumption(self.identity, default_pool)
         self._process = ProcessLocal(self._make_runtime)
         self._meta: DatasetMeta | None = None
         self._run = uuid.uuid4().hex[:12]  # names this stream's published counters (see `stats`)
@@ -292,7 +259,7 @@ class EpisodeStream(IterableDataset):
     @property
     def cache(self) -> NodeCache:
         """The dataset's node cache (a mixture's sources share its directory: `sources[i].cache`)."""
-        return self.sources[0].cache
+        return self.sources[0].node_cache
 
     @property
     def episodes(self) -> list[int]:
@@ -301,10 +268,11 @@ class EpisodeStream(IterableDataset):
 
     @property
     def options(self) -> Options:
-        """How the stream reads (a mixture's sources differ only in windows and depth: `sources[i].options`)."""
-        return self.sources[0].options
+        """How the stream reads (a mixture's sources differ only in windows and depth: `sources[i].windows`,
+        `sources[i].depth`)."""
+        return self._options
 
-    def _only(self, what: str) -> StreamSource:
+    def _only(self, what: str) -> OpenedSource:
         if self.mixture:
             raise AttributeError(f"A mixture has one {what} per source. Expected stream.sources[i].{what}.")
         return self.sources[0]
@@ -372,10 +340,9 @@ class EpisodeStream(IterableDataset):
         """The order of this run for a DataLoader with `num_workers` workers (0: the main process)."""
         return self.plan.schedule(self.seed, num_workers)
 
-    def entry_refs(self, epoch: int, parts: Sequence[Part] | None = None) -> Sequence[tuple[Any, EpisodeRef]]:
-        """The source and episode of each entry of `epoch` (`Piece.episode` indexes it): with `parts`,
-        each source's `Part`, else the source's index."""
-        return self.plan.entry_refs(self.seed, epoch, parts)
+    def entry_refs(self, epoch: int) -> Sequence[tuple[OpenedSource, EpisodeRef]]:
+        """The source and episode of each entry of `epoch` (`Piece.episode` indexes it)."""
+        return self.plan.entry_refs(self.seed, epoch, self.sources)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration streams (a new order per epoch). Call it in the main process
@@ -384,8 +351,7 @@ class EpisodeStream(IterableDataset):
         A loaded resume state stays pending until the epoch moves away from the one it names.
         """
         self.epoch = check_int("epoch", epoch, 0)
-        if self._resume is not None and self._resume.epoch != self.epoch:
-            self._resume = None
+        self._resumption.set_epoch(self.epoch)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
@@ -445,50 +411,22 @@ class EpisodeStream(IterableDataset):
                 "`lrs prewarm --spec` plans the order that count gives (BatchLoader and num_workers=0 "
                 "read one consumer per rank)."
             )
-        schedule, history = self._resumed_schedule(num_workers)
-        logical: int | None = physical
-        start = 0
-        resume = self._pending()
-        if resume is not None and (resume.consumer is not None or self._continues(resume, num_workers)):
-            logical, start = resume.start(
-                schedule.worker_samples(), num_workers=num_workers, physical=physical
-            )
+        start = self._resumption.start(self.schedule(num_workers), self.epoch, physical=physical)
         process = self._runtime()
-        if logical is None:
+        if start.logical is None:
             process.cursor = None
             return None, process
         consumer = Consumer(
-            schedule.emission(self.epoch, self.rank, logical),
-            self.plan.entry_refs(self.seed, self.epoch, process.parts, schedule),
-            start=start,
+            start.schedule.emission(self.epoch, self.rank, start.logical),
+            self.plan.entry_refs(self.seed, self.epoch, self.sources, start.schedule),
+            start=start.samples,
+            rows=process.rows,
             decoders=process.decoders,
             options=self.options,
             counters=process.counters,
         )
-        process.cursor = IterationCursor(consumer, self.epoch, logical, num_workers, history)
+        process.cursor = IterationCursor(consumer, self.epoch, start.logical, num_workers, start.history)
         return consumer, process
-
-    def _pending(self) -> Resume | None:
-        """The loaded state, when it is for the current epoch."""
-        return self._resume if self._resume is not None and self._resume.epoch == self.epoch else None
-
-    def _continues(self, resume: Resume, num_workers: int) -> bool:
-        return resume.continues(
-            world_size=self.world_size, num_workers=num_workers, pool_size=self.episode_pool_size
-        )
-
-    def _history(self, num_workers: int) -> tuple[RunSegment, ...]:
-        """The runs of the current epoch before this one (an elastic resume's), for `num_workers`."""
-        resume = self._pending()
-        if resume is None:
-            return ()
-        return resume.history(
-            world_size=self.world_size, num_workers=num_workers, pool_size=self.episode_pool_size
-        )
-
-    def _resumed_schedule(self, num_workers: int) -> tuple[Schedule | RestSchedule, tuple[RunSegment, ...]]:
-        """The order this run streams the current epoch in, and the epoch's earlier runs (`resumed_schedule`)."""
-        return resumed_schedule(self.schedule(num_workers), self.epoch, self._pending())
 
     def state_dict(
         self,
@@ -508,13 +446,13 @@ class EpisodeStream(IterableDataset):
         """
         given = [v is not None for v in (batches_consumed, batch_size, num_workers)]
         if batches_consumed is not None and batch_size is not None and num_workers is not None:
-            state = self.identity.header(seed=self.seed, epoch=self.epoch)
-            state.update(batches_consumed=batches_consumed, batch_size=batch_size, num_workers=num_workers)
-            history = self._history(num_workers)
-            if history:
-                state["before"] = [s.to_json() for s in history]
-            parse_state(state, self.identity, epoch=self.epoch)
-            return state
+            return self._resumption.loader_state(
+                seed=self.seed,
+                epoch=self.epoch,
+                batches_consumed=batches_consumed,
+                batch_size=batch_size,
+                num_workers=num_workers,
+            )
         if any(given):
             raise ValueError(
                 "Invalid state_dict arguments. Expected batches_consumed, batch_size and num_workers together."
@@ -526,11 +464,7 @@ class EpisodeStream(IterableDataset):
                 "Invalid state_dict() call: no iteration runs in this process. Expected "
                 "state_dict(batches_consumed=k, batch_size=B, num_workers=W) from the trainer (see ResumableLoader)."
             )
-        state = self.identity.header(seed=self.seed, epoch=cursor.epoch)
-        state.update(worker=cursor.logical, num_workers=cursor.num_workers, samples=cursor.consumer.position)
-        if cursor.history:
-            state["before"] = [s.to_json() for s in cursor.history]
-        return state
+        return self._resumption.cursor_state(cursor, seed=self.seed)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume at the exact next sample when the stream next iterates the state's epoch.
@@ -542,39 +476,15 @@ class EpisodeStream(IterableDataset):
             StateError: the state is malformed or was made for another dataset, episode selection, pool
                 size, world size or shuffle (another num_workers is refused when iterating).
         """
-        default_pool = None
-        if self._default_pool is not None:
-            given = self._default_pool
-            default_pool = lambda batch_size: default_pool_size(batch_size if given else None)  # noqa: E731
-        resume, seed = parse_state(state, self.identity, epoch=self.epoch, default_pool=default_pool)
-        if seed is not None:
-            Schedule(tuple(self.lengths), seed=seed)  # validates it
-            self.seed = seed
-        if resume.before or resume.segment is not None:
-            # The runs it names, checked now by arithmetic, each within what its epoch had left (the
-            # samples the earlier runs consumed are computed only where there are earlier runs).
-            base = self.schedule(0)
-            try:
-                run: EpochPlan = base
-                if resume.before:
-                    run = RestSchedule(base, resume.epoch, rest_after(base, resume.epoch, resume.before))
-                if resume.segment is not None:
-                    consumed_counts(run, resume.segment)
-            except ValueError as exc:
-                raise StateError(f"{exc} (resume state of epoch {resume.epoch})") from None
-        self.epoch = resume.epoch
-        self._resume = resume
+        self.epoch, self.seed = self._resumption.load(
+            state, seed=self.seed, epoch=self.epoch, schedule=lambda seed: self.plan.schedule(seed, 0)
+        )
 
     def pending_batches(self, num_workers: int | None = None) -> int:
         """Batches a pending trainer state says were consumed in the current epoch by the run that a
         DataLoader with `num_workers` continues (0 if none, or where that DataLoader streams the rest of
         the epoch on a new topology: it counts its own batches from 0)."""
-        resume = self._pending()
-        if resume is None or resume.batches is None:
-            return 0
-        if num_workers is not None and not self._continues(resume, num_workers):
-            return 0
-        return resume.batches[0]
+        return self._resumption.pending_batches(self.epoch, num_workers)
 
     def stats(self, all_processes: bool = False) -> ReaderStats:
         """The reader's counters: this process's, or with `all_processes` the sum over every process that
@@ -596,7 +506,7 @@ class EpisodeStream(IterableDataset):
 
     def _own_cache_stats(self) -> CacheStats:
         """This process's counters of this stream's cache objects."""
-        return sum((s.cache.stats() for s in self.sources), CacheStats())
+        return sum((s.node_cache.stats() for s in self.sources), CacheStats())
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -622,23 +532,11 @@ class EpisodeStream(IterableDataset):
 
     def _make_runtime(self) -> ReaderProcessState:
         capacity, device, seek_mode = self._decoding
-        parts = tuple(
-            Part(
-                s.catalog,
-                s.cache,
-                RowGroupReader(
-                    s.cache,
-                    functools.partial(data_file_size, s),
-                    s.catalog.remote.display,
-                    row_groups=s.catalog.row_group_ranges,
-                ),
-                s.options,
-                index=i if self.mixture else None,
-                drop=s.drop,
-            )
-            for i, s in enumerate(self.sources)
+        rows = tuple(
+            RowGroupReader(s.node_cache, s.data_file_size, s.display, row_groups=s.catalog.row_group_ranges)
+            for s in self.sources
         )
-        process = ReaderProcessState(parts, Decoders(capacity, device=device, seek_mode=seek_mode))
+        process = ReaderProcessState(rows, Decoders(capacity, device=device, seek_mode=seek_mode))
         process.published = published_file(
             self.cache.cache_dir, self._run, lambda: process.snapshot(self._own_cache_stats())
         )
@@ -659,17 +557,6 @@ def _decoder_capacity(given: int | None, pool_size: int, ahead: int, cameras: in
             "through decoders of its own."
         )
     return given
-
-
-def _check_spec_alone(given: Mapping[str, Any]) -> None:
-    """With a `ReadSpec`, the keywords it holds must be left at their defaults (the spec says them)."""
-    for name, value in given.items():
-        default = _KEYWORD_DEFAULTS.get(name)
-        if value is not default and value != default:
-            raise ValueError(
-                f"Invalid {name} ({value!r}) with a ReadSpec. Expected it in the spec: "
-                f"dataclasses.replace(spec, {name}=...)."
-            )
 
 
 def _remotes(source: Any) -> list[Remote | None] | None:

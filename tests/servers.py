@@ -123,7 +123,7 @@ class RangeServer:
     def url(self) -> str:
         """The base URL, e.g. `http://127.0.0.1:40123` (no trailing slash)."""
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host if isinstance(host, str) else host.decode()}:{port}"
 
     def start(self) -> RangeServer:
         """Start serving in a background thread."""
@@ -219,7 +219,7 @@ class RangeServer:
         if method == "GET":
             for name in ("stall", "short", "corrupt"):
                 if nth_path <= getattr(self.faults, name).get(path, 0):
-                    return name  # type: ignore[return-value]
+                    return name
         roll = random.Random(f"{self.faults.seed}:{method}:{path}:{byte_range}:{nth_exact}").random()
         if roll < self.faults.fail_rate:
             return "fail"

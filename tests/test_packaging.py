@@ -59,8 +59,8 @@ def test_the_torch_free_modules_stay_torch_free() -> None:
 import sys
 import cache, cache.node, cache.ordered_fetch, cache.remote
 import reader.format.v3, reader.format.index, reader.format.layout, reader.format.catalog
-import reader.format.parquet, reader.read_plan, reader.schedule, reader.fetch_plan, reader.metadata
-import reader.state, reader.loader_math, reshard.cli
+import reader.format.parquet, reader.plan.read_plan, reader.schedule, reader.plan.fetch, reader.metadata
+import reader.plan.resume.state, reader.plan.resume.loader_math, reshard.cli
 assert 'torch' not in sys.modules, 'torch was imported'
 """)
     commands = Path(__file__).resolve().parent.parent / "reshard" / "cli"

@@ -13,7 +13,7 @@ directory walk; an unlisted file counts too). Storage (buckets, the Hub, plain H
 the hashes alone: there a data or video file of another size under unchanged metadata is more likely a
 publish in progress than an edit, and the cache refuses it when it is fetched (sizes and sha256 are
 checked), naming the file; it is never served. A same-size edit of a data file with the metadata unchanged is caught by the CRC-32 of each
-row group the index keeps (`reader.rows`), an error naming the fix.
+row group the index keeps (`reader.runtime.rows`), an error naming the fix.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ it overflow). lerobot's reader loads every data file and finds rows by their `in
 notices; lrs reads the rows where they are in the same way. Only the footers are read: a data file holds
 whole episodes in `index` order, so the `index` column's statistics (lowest, highest) and the row count
 tell which episodes a file holds. The rows themselves are checked later, where they are read
-(`reshard.source.checks`, `reader.rows.read_episode`), against `index` and `episode_index`.
+(`reshard.source.checks`, `reader.runtime.rows.read_episode`), against `index` and `episode_index`.
 
 Cost: one footer per data file (its size and one ranged read remotely, 8 files at a time; locally one at
 a time, as there is no latency to hide), about 6 KB per row group while parsed and freed at once

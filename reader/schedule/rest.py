@@ -2,7 +2,7 @@
 
 A job stopped after every rank consumed `batches_consumed` batches of `batch_size` with `num_workers`
 workers (a `RunSegment`) has consumed a set of frames that follows from the schedule alone: each logical
-worker's first `n_w` emitted samples (`reader.loader_math.loader_resume`). The rest of the epoch is every
+worker's first `n_w` emitted samples (`reader.plan.resume.loader_math.loader_resume`). The rest of the epoch is every
 other frame of the epoch's entries. `rest_after` computes it, for any number of segments run one after
 another (a job preempted twice in one epoch, each time on another topology).
 
@@ -25,7 +25,7 @@ from typing import Generic, TypeVar, cast
 import numpy as np
 
 from cache.arguments import check_int
-from reader.loader_math import loader_resume
+from reader.plan.resume.loader_math import loader_resume
 from reader.schedule.emission import Emission, Step
 from reader.schedule.epoch_schedule import EpochPlan, Schedule
 from reader.schedule.keys import TAG_REST

@@ -1,5 +1,5 @@
 """`lrs prewarm URL... --cache-dir DIR`: the click layer over `reshard.prewarm.prewarm`;
-`reader.topology.node_ranks` reads its topology options.
+`reader.plan.topology.node_ranks` reads its topology options.
 
 The library (and torch, which the reader needs) is imported when the command runs, so `lrs --help`
 stays quick.
@@ -24,7 +24,7 @@ from reshard.cli.types import ByteSize, IndexList, LocalDir, Weights
 
 if TYPE_CHECKING:
     from reader import ReadSpec
-    from reader.fetch_plan import FetchPlan
+    from reader.plan import FetchPlan
 
 _SHOWN_FILES = 10
 
@@ -220,7 +220,7 @@ def prewarm_command(
     Without --num-episodes or --max-bytes it fetches everything the node reads in one epoch, within the
     cache budget. Files already cached are skipped, so a rerun resumes an interrupted prewarm.
     """
-    from reader.topology import node_ranks
+    from reader.plan import node_ranks
     from reshard.prewarm import prewarm
 
     state = _read_state(resume_state)  # `given`: the URLs and every option in `_SPEC_OPTIONS`
@@ -277,7 +277,7 @@ def _spec_from_file(path: Path, options: dict[str, Any]) -> ReadSpec:
         click.BadParameter: the file is not a read spec.
     """
     from reader import ReadSpec
-    from reader.read_spec import default_pool_size
+    from reader.plan import default_pool_size
 
     try:
         spec = ReadSpec.from_json(path.read_bytes())

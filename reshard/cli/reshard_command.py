@@ -184,7 +184,7 @@ def reshard_cmd(
 
 def _depth_keys(out: Path) -> list[str]:
 
-    from reader.depth import is_depth
+    from reader.decode import is_depth
 
     features = json.loads((out / "meta/info.json").read_text()).get("features", {})
     return [k for k, f in features.items() if f.get("dtype") == "video" and is_depth(f)]

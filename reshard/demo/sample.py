@@ -9,7 +9,7 @@ many episodes (datasets converted from v2.1 look like that).
 Frames are identifiable from their pixels (`reshard.demo.frame_marks`): a band of large black/white blocks at
 the top encodes the episode index, the frame index and the camera index in binary, readable after lossy
 compression with `read_frame_id`. Depth cameras (`depth_cameras`) are written as lerobot 0.6.1 writes
-them: depth in metres (`depth_frame`, a known pattern) log-quantized to 12 bits (`reader.depth.Quantizer`)
+them: depth in metres (`depth_frame`, a known pattern) log-quantized to 12 bits (`reader.decode.depth.Quantizer`)
 and encoded as lossless HEVC `gray12le`, with the same `info` keys. Everything is deterministic for a
 seed. `schema`, `lerobot_stats` and `sample_video` write lerobot's columns, statistics and video files;
 `sample_spec` says what to write.
@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from reader.depth import Quantizer
+from reader.decode.depth import Quantizer
 from reader.format.v3 import (
     CODEBASE_VERSION,
     DEFAULT_DATA_PATH,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from reader.depth import Quantizer
+from reader.decode.depth import Quantizer
 
 if TYPE_CHECKING:
     from reshard.demo.sample_spec import SampleSpec

@@ -17,8 +17,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from cache import CacheStats
-from reader.batch import collate
-from reader.read_spec import ReadSpec
+from reader.batch.collate import collate
+from reader.plan.spec import ReadSpec
 from reader.stats import ReaderStats
 from reader.stream import EpisodeStream
 from reshard.demo.config import DemoCheckError, DemoConfig
@@ -105,7 +105,7 @@ def stream_epoch(url: str, cache_dir: Path, config: DemoConfig, *, start_batch: 
         _Reporting(stream, reports),
         batch_size=config.batch_size,
         num_workers=config.num_workers,
-        collate_fn=collate,  # one shared buffer per batch (reader.batch)
+        collate_fn=collate,  # one shared buffer per batch (reader.batch.collate)
     )
     batches: list[tuple[Sample, ...]] = []
     first_at, first_samples = 0.0, 0

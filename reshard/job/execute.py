@@ -24,7 +24,7 @@ from cache.arguments import format_index_list, parse_index_list
 from cache.progress import progress_bar
 from cache.remote import Remote
 from cache.store import atomic_write
-from reader.depth import is_depth
+from reader.decode.depth import is_depth
 from reshard.job.meta import (
     DataRecord,
     Record,

@@ -41,7 +41,7 @@ from cache.exits import Terminated
 from cache.redaction import redact
 from cache.store import atomic_write
 from cache.trust import owned_dir
-from reader.depth import is_depth
+from reader.decode.depth import is_depth
 from reader.errors import DatasetError
 from reader.format.index import EPISODES_INDEX, LAYOUT_JSON, parse_layout_json
 from reader.format.locate import read_footer

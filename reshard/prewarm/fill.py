@@ -1,8 +1,8 @@
 """`lrs prewarm`: fill a node's cache with what its ranks will read first, in the order they will read it.
 
-The plan comes from the training run's own read spec (`reader.read_spec.ReadSpec`: `stream.spec`, or the
+The plan comes from the training run's own read spec (`reader.plan.spec.ReadSpec`: `stream.spec`, or the
 file a training job writes with `stream.spec.to_json()`), planned as its `EpisodeStream` plans it
-(`reader.read_plan.ReadPlan`; `reader.fetch_plan` turns its schedule into files), without torch, and the
+(`reader.plan.read_plan.ReadPlan`; `reader.plan.fetch` turns its schedule into files), without torch, and the
 files land in the very cache the stream reads through (the spec's `cache_dir`: same directory, same
 dataset fingerprint, same size and sha256 expectations). A training run started afterwards with the
 same spec finds them there. Reruns skip what is cached, so an interrupted prewarm resumes.
@@ -24,13 +24,14 @@ from cache.ordered_fetch import FetchSummary, FileRequest, fetch_in_order
 from cache.progress import human_bytes
 from cache.trust import check_owned_dir
 from reader.errors import LayoutError
-from reader.fetch_plan import FetchPlan, Needs, check_ranks, plan_needs, plan_prewarm
 from reader.format.catalog import Catalog
 from reader.format.index import FILES_INDEX, files_from_table
 from reader.format.parquet import parse_parquet
-from reader.read_plan import FETCH_THREADS, ReadPlan
-from reader.read_spec import ReadSpec, resolve_topology
-from reader.state import parse_state
+from reader.plan.fetch import FetchPlan, Needs, check_ranks, plan_needs, plan_prewarm
+from reader.plan.read_plan import ReadPlan
+from reader.plan.resume.state import parse_state
+from reader.plan.source import FETCH_THREADS
+from reader.plan.spec import ReadSpec, resolve_topology
 
 __all__ = ["PrewarmSummary", "prewarm"]
 

@@ -37,8 +37,8 @@ import torch
 
 from reader.format.catalog import Catalog
 from reader.format.v3 import EPISODES_DIR, concat_episode_tables, read_episode_files
-from reader.loader_math import batches_per_epoch
 from reader.metadata import DatasetMeta
+from reader.plan.resume.loader_math import batches_per_epoch
 from reader.stream import EpisodeStream
 from reshard.errors import LrsError
 from reshard.train.loader import TrainLoader

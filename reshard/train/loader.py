@@ -35,8 +35,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from cache.arguments import check_int
-from reader.batch import collate
-from reader.loader_math import batches_per_epoch
+from reader.batch.collate import collate
+from reader.plan.resume.loader_math import batches_per_epoch
 from reader.stream import EpisodeStream
 
 RECORD_ENV = "LRS_TRAIN_RECORD"

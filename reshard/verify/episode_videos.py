@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import av
 
-from reader.depth import is_depth
+from reader.decode.depth import is_depth
 from reader.errors import DatasetError
 from reader.format.index import EpisodeEntry, VideoFile
 from reshard.verify.context import VerifyRun, VideoQuality

@@ -20,7 +20,7 @@ With `--lanes`, also where `BatchLoader`'s CPU goes over the same epoch (2 lanes
 on one thread as above):
 the thread CPU its lanes spend in torchcodec's decode, in building the rest of each sample and in
 copying samples into the batch, and the process's CPU outside the lanes, per sample. It times private
-methods of `reader.pool` and `reader.decode` by wrapping them: a measurement, not an API.
+methods of `reader.runtime.pool` and `reader.decode.video` by wrapping them: a measurement, not an API.
 
     python scripts/bench/decode_order.py DATASET [--rounds 2] [--seed 0] [--epoch 0] [--batch-size 32]
         [--lanes]
@@ -88,8 +88,9 @@ def instrument() -> dict[str, float]:
     """Wrap the lanes' methods once so that each adds its thread CPU seconds to the returned dict."""
     import threading
 
-    from reader.decode import DecodeCursor
-    from reader.pool import Consumer, _BatchFill
+    from reader.batch.fill import BatchFill
+    from reader.decode.video import DecodeCursor
+    from reader.runtime.pool import Consumer
 
     spent = {"decode": 0.0, "build": 0.0, "copy": 0.0, "lanes": 0.0}
     lock = threading.Lock()
@@ -109,7 +110,7 @@ def instrument() -> dict[str, float]:
 
     timed(DecodeCursor, "get_frames_at", "decode")
     timed(Consumer, "_build", "build")
-    timed(_BatchFill, "put", "copy")
+    timed(BatchFill, "put", "copy")
     timed(Consumer, "_fill", "lanes")
     return spent
 

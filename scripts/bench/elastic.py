@@ -29,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(1, str(ROOT))  # this checkout's lrs, after this folder (see scripts/README.md)
 
-from reader.loader_math import batches_per_epoch, loader_resume  # noqa: E402
+from reader.plan.resume.loader_math import batches_per_epoch, loader_resume  # noqa: E402
 from reader.schedule import Schedule  # noqa: E402
 from reader.schedule.rest import RestSchedule, RunSegment, rest_after  # noqa: E402
 

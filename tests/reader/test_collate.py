@@ -1,4 +1,4 @@
-"""`reader.collate` (reader/batch.py): the same batches as `default_collate`, each handed over as one shared buffer."""
+"""`reader.collate` (reader/batch/collate.py): the same batches as `default_collate`, each handed over as one shared buffer."""
 
 from __future__ import annotations
 

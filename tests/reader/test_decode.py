@@ -9,7 +9,7 @@ import pytest
 import torch
 from torchcodec.decoders import VideoDecoder
 
-from reader.decode import Decoders, VideoWhere, _closest, check_device, decode_frames
+from reader.decode.video import Decoders, VideoWhere, _closest, check_device, decode_frames
 from reader.errors import DecodeError
 from reshard.demo.frame_marks import read_frame_id
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from torch.utils.data import DataLoader
 
 from reader import BatchLoader, EpisodeStream, collate
-from reader.depth import DEPTH_QMAX, Quantizer, is_depth
+from reader.decode.depth import DEPTH_QMAX, Quantizer, is_depth
 from reader.errors import DatasetError, DecodeError
 from reshard.cli import cli
 from reshard.demo.frame_marks import depth_frame, read_frame_id

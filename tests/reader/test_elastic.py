@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 
 from reader import EpisodeStream, ResumableLoader, loader_state_of
 from reader.errors import StateError
-from reader.loader_math import batches_per_epoch, loader_resume
+from reader.plan.resume.loader_math import batches_per_epoch, loader_resume
 from reader.schedule import Schedule
 from reader.schedule.rest import RestSchedule, RunSegment, rest_after, segment_consumed
 from tests.reader.loader_job import job, torchrun

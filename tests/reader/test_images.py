@@ -19,8 +19,8 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 from reader import EpisodeStream
+from reader.decode.images import decode_image
 from reader.errors import DecodeError
-from reader.images import decode_image
 from reshard.cli import cli
 from tests.support.datasets import resharded, verified
 

@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-import reader.pool
+import reader.runtime.pool
 import reader.stream
 from cache import NodeCache
 from cache.ordered_fetch import FileRequest
-from reader.fetch_plan import consumer_needs, node_needs, plan_needs, plan_prewarm
 from reader.format.catalog import EpisodeRef, VideoRef
+from reader.plan.fetch import consumer_needs, node_needs, plan_needs, plan_prewarm
+from reader.plan.resume.state import parse_state
 from reader.schedule import Schedule
-from reader.state import parse_state
 from reader.stream import EpisodeStream
 
 # --- recorded runs ----------------------------------------------------------------------------------
@@ -72,7 +72,7 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
             return _original(self, rel, *args, **kwargs)
 
         monkeypatch.setattr(NodeCache, name, wrapper)
-    monkeypatch.setattr(reader.pool, "ThreadPoolExecutor", SyncExecutor)
+    monkeypatch.setattr(reader.runtime.pool, "ThreadPoolExecutor", SyncExecutor)
     monkeypatch.setattr(reader.stream, "get_worker_info", lambda: rec.worker)
     return rec
 

@@ -4,14 +4,16 @@ what the keyword form reads."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from reader.read_spec import SPEC_VERSION, ReadSpec, SourceSpec, default_pool_size
+from reader.plan.spec import SPEC_VERSION, ReadSpec, SourceSpec, default_pool_size, keyword_defaults
 from reader.stream import EpisodeStream
 
 EVERY_FIELD = ReadSpec(
@@ -201,3 +203,35 @@ def test_the_world_size_comes_from_the_environment_once(
     monkeypatch.setenv("RANK", "2")
     stream = EpisodeStream(ReadSpec.of(sample_resharded_ds))
     assert (stream.rank, stream.world_size, stream.spec.world_size, stream.plan.world_size) == (2, 3, 3, 3)
+
+
+# `EpisodeStream`'s keywords that are no field of a `ReadSpec`: the sources themselves, the process's rank,
+# and what does not serialize (a callable, the filesystem's options).
+NOT_IN_SPEC = ("self", "source", "rank", "image_transforms", "storage_options")
+
+
+def _documented(doc: str, section: str) -> list[str]:
+    """The names a Google-style docstring section documents (`a, b: ...` documents a and b)."""
+    lines = inspect.cleandoc(doc).splitlines()
+    start = lines.index(f"{section}:") + 1
+    names = []
+    for line in lines[start:]:
+        if line and not line.startswith(" "):
+            break
+        entry = re.match(r"^    ([a-z_0-9]+(?:, [a-z_0-9]+)*):", line)
+        if entry:
+            names += entry.group(1).split(", ")
+    return names
+
+
+def test_stream_keywords_are_the_spec_fields_with_their_defaults() -> None:
+    """The `ReadSpec` fields state the read options once: `EpisodeStream.__init__` spells them out (for IDEs
+    and docs), with the same names and defaults, keyword-only, and its docstring documents each."""
+    params = inspect.signature(EpisodeStream.__init__).parameters
+    stream = {name: p.default for name, p in params.items() if name not in NOT_IN_SPEC}
+    assert stream == keyword_defaults()
+    assert all(params[name].kind is inspect.Parameter.KEYWORD_ONLY for name in stream)
+    assert EpisodeStream.__doc__ is not None and ReadSpec.__doc__ is not None
+    assert _documented(EpisodeStream.__doc__, "Args") == [n for n in params if n != "self"]
+    fields = [f.name for f in dataclasses.fields(ReadSpec)]
+    assert sorted(_documented(ReadSpec.__doc__, "Attributes")) == sorted(fields)

@@ -32,7 +32,7 @@ from reader.format.index import (
     files_to_table,
 )
 from reader.format.parquet import row_group_span
-from reader.rows import RowGroupReader
+from reader.runtime.rows import RowGroupReader
 
 KEYS = ["observation.images.a", "observation.images.b"]
 

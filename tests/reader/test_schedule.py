@@ -1,4 +1,4 @@
-"""The epoch order (`reader.schedule`) and DataLoader resume arithmetic (`reader.loader_math`): pure, no I/O."""
+"""The epoch order (`reader.schedule`) and DataLoader resume arithmetic (`reader.plan.resume.loader_math`): pure, no I/O."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from reader.loader_math import LoaderResume, batches_per_epoch, batches_per_worker, loader_resume
+from reader.plan.resume.loader_math import LoaderResume, batches_per_epoch, batches_per_worker, loader_resume
 from reader.schedule import (
     RUN_FRAMES,
     Emission,

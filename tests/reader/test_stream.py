@@ -75,11 +75,11 @@ def test_the_default_pool_follows_the_batch_size(small: tuple[Path, Path]) -> No
 def test_each_piece_is_decoded_forward_in_runs(
     small: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import reader.decode
+    import reader.decode.video
 
     requests: dict[str, list[int]] = {}
 
-    class Recording(reader.decode.VideoDecoder):  # type: ignore[misc]
+    class Recording(reader.decode.video.VideoDecoder):  # type: ignore[misc]
         def __init__(self, path: str, **kwargs: object) -> None:
             super().__init__(path, **kwargs)
             self._asked = requests.setdefault(path, [])
@@ -88,7 +88,7 @@ def test_each_piece_is_decoded_forward_in_runs(
             self._asked.extend(indices)
             return super().get_frames_at(indices=indices)
 
-    monkeypatch.setattr(reader.decode, "VideoDecoder", Recording)
+    monkeypatch.setattr(reader.decode.video, "VideoDecoder", Recording)
     # A pool of 1: every piece but the last is emitted while the pool is refilled, so in runs (the last
     # rounds of a consumer emit what is left at random, see reader.schedule).
     stream = EpisodeStream(small[1], episode_pool_size=1, seed=7, decode_threads=2, return_uint8=True)
@@ -439,7 +439,7 @@ def test_published_stats_leave_out_a_damaged_file_and_say_so(tmp_path: Path) -> 
     """The reader's published counters follow the cache's policy (`cache.counter_files`): a file that is
     not ours is left out with a warning naming it, never skipped silently, never an error."""
     from cache.counter_files import CountersWarning
-    from reader.published import published_file, read_published
+    from reader.runtime.published import published_file, read_published
     from reader.stats import ReaderStats
 
     file = published_file(str(tmp_path), "run", lambda: ReaderStats(samples=5, decode_seconds=0.5))

@@ -1,11 +1,11 @@
-"""`reader.topology.node_ranks`: torchrun's topology options (or explicit ranks) to a world size and the
+"""`reader.plan.topology.node_ranks`: torchrun's topology options (or explicit ranks) to a world size and the
 ranks of one node, and the errors that name the contradicting options (`lrs prewarm` shows them)."""
 
 from __future__ import annotations
 
 import pytest
 
-from reader.topology import NodeRanks, node_ranks
+from reader.plan.topology import NodeRanks, node_ranks
 
 
 @pytest.mark.parametrize(

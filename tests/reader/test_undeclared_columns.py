@@ -41,10 +41,10 @@ def annotated(sample_ds: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
 def test_the_reader_leaves_an_undeclared_column_out_and_names_it(
     annotated: Path, sample_ds: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from reader import rows
+    from reader.runtime import rows
 
     rows._NOTED.clear()
-    with caplog.at_level(logging.WARNING, logger="reader.rows"):
+    with caplog.at_level(logging.WARNING, logger="reader.runtime.rows"):
         got = {int(s["index"]): s for s in EpisodeStream(annotated, seed=1)}
     want = {int(s["index"]): s for s in EpisodeStream(sample_ds, seed=1)}
     assert got.keys() == want.keys()

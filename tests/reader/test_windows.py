@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reader.windows import Windows, check_delta_timestamps, delta_indices
+from reader.plan.windows import Windows, check_delta_timestamps, delta_indices
 
 FPS = 30
 KEYS = ["action", "observation.state", "observation.images.cam0"]

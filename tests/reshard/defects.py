@@ -136,9 +136,12 @@ def cut_inside(path: Path, time_s: float) -> None:
     """Cut a video file (index first) in the middle of the packet of the frame at `time_s`."""
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
-        packets = [p for p in container.demux(stream) if p.pts is not None]
-        times = np.array([float(p.pts * stream.time_base) for p in packets])
-        packet = packets[int(np.argmin(np.abs(times - time_s)))]
+        base = stream.time_base
+        assert base is not None
+        timed = [(p, p.pts) for p in container.demux(stream) if p.pts is not None and p.pos is not None]
+        times = np.array([float(pts * base) for _, pts in timed])
+        packet = timed[int(np.argmin(np.abs(times - time_s)))][0]
+        assert packet.pos is not None
         cut = packet.pos + packet.size // 2
     with path.open("r+b") as handle:
         handle.truncate(cut)

@@ -18,8 +18,8 @@ from torch.utils.data import DataLoader
 import reshard.cli.prewarm_command  # noqa: F401 - registers `lrs prewarm`
 from cache import CacheStats, sum_cache_stats
 from cache.progress import human_bytes
-from reader.fetch_plan import piece_files
-from reader.read_spec import ReadSpec
+from reader.plan.fetch import piece_files
+from reader.plan.spec import ReadSpec
 from reader.stream import EpisodeStream
 from reshard.cli import cli
 from reshard.cli.types import ByteSize
@@ -404,7 +404,7 @@ def test_cli_prewarms_a_mixture(sample_ds: Path, sample_resharded_ds: Path, tmp_
 
 
 def test_a_dry_run_plans_without_torch(sample_resharded_ds: Path, tmp_path: Path) -> None:
-    """The plan is the reader's own (`reader.read_plan.ReadPlan`), built without importing torch."""
+    """The plan is the reader's own (`reader.plan.read_plan.ReadPlan`), built without importing torch."""
     code = (
         "import sys\n"
         "from reshard.cli import main\n"

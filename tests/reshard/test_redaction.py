@@ -21,7 +21,7 @@ from cache.errors import FetchError
 from cache.redaction import redact
 from cache.remote import resolve
 from reader.errors import DatasetError
-from reader.read_spec import ReadSpec
+from reader.plan.spec import ReadSpec
 from reader.stream import EpisodeStream
 from reshard.cli import cli
 from reshard.preview.episode_view import read_episode_view

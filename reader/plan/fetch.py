@@ -1,7 +1,7 @@
 """What a node's ranks will read first, in the order they will need it: the plan `lrs prewarm` fetches.
 
 A consumer (rank x DataLoader worker) admits its pieces in `Emission.pieces` order, and for each piece
-`reader.pool.EpisodePool` asks the cache for its data file (the row group is a ranged read, served from
+`reader.runtime.pool.EpisodePool` asks the cache for its data file (the row group is a ranged read, served from
 the cached copy of the file once it is there), then for each camera's video in `info.json` order. A
 consumer's files, each at its first need, in that order, are therefore exactly what its reader asks the
 cache for, in the order it asks. (The pool asks `prefetch_episodes` pieces before it admits them: that
@@ -16,7 +16,7 @@ Limits cut the merged list: the first N admissions of each consumer, then a byte
 the first file that would exceed it. The cache's own budget is such a limit: a plan larger than the
 cache would evict its first files to make room for its last ones.
 
-Everything here is pure: the schedule and the catalog (a `reader.read_plan.ReadPlan` holds both) in, a
+Everything here is pure: the schedule and the catalog (a `reader.plan.read_plan.ReadPlan` holds both) in, a
 plan out; no torch. `reshard.prewarm` does the I/O.
 """
 
@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from cache.arguments import check_int
 from cache.ordered_fetch import FileRequest
 from reader.format.catalog import EpisodeRef
+from reader.plan.resume.state import Resume, consumer_starts, resumed_schedule
 from reader.schedule import EmissionPlan, EpochPlan
-from reader.state import Resume, consumer_starts, resumed_schedule
 
 if TYPE_CHECKING:
-    from reader.read_plan import ReadPlan
+    from reader.plan.read_plan import ReadPlan
 
 FileKind = Literal["data", "video"]
 LimitName = Literal["max_bytes", "cache_max_bytes"]
@@ -191,9 +191,9 @@ def node_needs(
 
     Args:
         schedule: the training run's schedule (`EpisodeStream.schedule(num_workers)`), or after a resume
-            on a new topology the rest of the epoch (`reader.state.resumed_schedule`).
+            on a new topology the rest of the epoch (`reader.plan.resume.state.resumed_schedule`).
         starts: the samples each logical worker of a rank has consumed already (a resumed run's,
-            `reader.state.consumer_starts`): the pieces they finished are not needed (default: none).
+            `reader.plan.resume.state.consumer_starts`): the pieces they finished are not needed (default: none).
         refs: the selected episodes, in selection order (a mixture's sources one after another, as
             `schedule.sources` says).
         epoch: the epoch the run starts with.
@@ -242,7 +242,7 @@ def plan_needs(
     """`node_needs` of a training run that reads `plan` with this seed, from `epoch`, through
     DataLoaders of `num_workers` workers: the schedule and the episode refs are the plan's own, as the
     run's `EpisodeStream` builds them, so the two cannot disagree. With `resume` (a loaded state,
-    `reader.state.parse_state`), the rest of its epoch as the resumed run streams it.
+    `reader.plan.resume.state.parse_state`), the rest of its epoch as the resumed run streams it.
 
     Args:
         plan: the run's read plan (`EpisodeStream.plan`, or `ReadPlan.open` with the run's arguments).

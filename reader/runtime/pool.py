@@ -6,7 +6,7 @@ starts loading rows (one ranged read) and fetching videos (`NodeCache.prefetch`)
 pieces ahead, and on admission waits for them; a video is pinned in the cache while its decoder opens.
 `Consumer` walks the plan from a start step (a resume skips by arithmetic: nothing before it is read,
 fetched or decoded) and builds each item: rows and delta windows from memory, frames from each piece's
-decoders read forward (`reader.decode.DecodeCursor`). The plan is known ahead, so `decode_threads` threads
+decoders read forward (`reader.decode.video.DecodeCursor`). The plan is known ahead, so `decode_threads` threads
 build the next `decode_ahead` items while the current one is handed out; torchcodec and torch release
 the GIL, so the threads use the cores of a process without more processes or copies between them.
 """
@@ -14,29 +14,28 @@ the GIL, so the threads use the cores of a process without more processes or cop
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from cache import FetchError, IntegrityError, LrsError, NodeCache
-from reader.batch import collate, plain_cpu_tensor
-from reader.decode import Decoders, VideoWhere, decode_frames, to_unit_float
-from reader.depth import DepthUnit, Quantizer
+from cache import FetchError, IntegrityError, LrsError
+from reader.batch.fill import BatchFill, BatchJob, Lanes, LaneTotals
+from reader.decode.images import decode_image
+from reader.decode.video import Decoders, VideoWhere, decode_frames
 from reader.errors import DecodeError
 from reader.format.catalog import Catalog, EpisodeRef, VideoRef, changed_since
-from reader.images import decode_image
-from reader.rows import EpisodeRows, RowGroupReader, read_episode
+from reader.plan.source import OpenedSource
+from reader.plan.spec import DepthUnit
+from reader.runtime.rows import EpisodeRows, RowGroupReader, read_episode
 from reader.schedule import EmissionPlan, Step
 from reader.stats import ReaderCounters
-from reader.windows import Windows
 
 # What a decode thread returns: the item (before transforms), frames decoded, seconds spent decoding.
 _Built = tuple[dict[str, Any], int, float]
@@ -47,48 +46,23 @@ ROW_THREADS = 4
 
 @dataclass(frozen=True)
 class Options:
-    """How a consumer reads (fixed for a stream)."""
+    """How a consumer reads, the same for every source of a stream (what differs per source, windows and
+    depth quantizers, is the `OpenedSource`'s)."""
 
-    windows: Windows
     tolerance_s: float
     return_uint8: bool
     image_transforms: Callable[[torch.Tensor], torch.Tensor] | None
     prefetch_episodes: int
     decode_threads: int = 0
     decode_ahead: int = 0
-    keep: Mapping[str, int] = dataclasses.field(default_factory=dict)  # camera -> frames a window rereads
-    depth: Mapping[str, Quantizer] = dataclasses.field(default_factory=dict)  # depth camera -> quantizer
     depth_unit: DepthUnit = "mm"
-
-
-@dataclass(frozen=True)
-class Part:
-    """One source of a stream as a consumer reads it (a mixture has several).
-
-    Attributes:
-        catalog, cache, rows, options: the source's dataset, its node cache, row reader and options
-            (windows follow each source's fps).
-        index: the `dataset_index` a mixture's samples carry (None: one dataset, no such key).
-        drop: keys left out of its samples (a mixture keeps the features common to every source).
-    """
-
-    catalog: Catalog
-    cache: NodeCache
-    rows: RowGroupReader
-    options: Options
-    index: int | None = None
-    drop: frozenset[str] = frozenset()
-
-    @property
-    def display(self) -> Callable[[str], str]:
-        return self.catalog.remote.display
 
 
 @dataclass(frozen=True)
 class _Slot:
     """A piece in the pool: its rows in memory, its videos in the local cache."""
 
-    part: Part
+    source: OpenedSource
     ref: EpisodeRef
     rows: EpisodeRows
     local: bool
@@ -105,19 +79,21 @@ class EpisodePool:
     Args:
         refs: the source and episode of each piece, in admission (piece) order.
         needed: whether each piece is emitted at all from the start step on (a resume skips the rest).
+        rows: the row group reader of each source (`OpenedSource.position` indexes it).
         prefetch_episodes: pieces whose rows and videos are asked for ahead of admission.
         counters: where admissions are counted.
     """
 
     def __init__(
         self,
-        refs: Sequence[tuple[Part, EpisodeRef]],
+        refs: Sequence[tuple[OpenedSource, EpisodeRef]],
         needed: Sequence[bool],
+        rows: Sequence[RowGroupReader],
         *,
         prefetch_episodes: int,
         counters: ReaderCounters,
     ) -> None:
-        self._refs, self._needed = refs, needed
+        self._refs, self._needed, self._rows = refs, needed, rows
         self._prefetch_episodes, self._counters = prefetch_episodes, counters
         self._executor = ThreadPoolExecutor(max_workers=ROW_THREADS, thread_name_prefix="lrs-rows")
         self._ahead: dict[int, tuple[Future[EpisodeRows], list[Future[str]]]] = {}
@@ -132,12 +108,12 @@ class EpisodePool:
         self._prefetch_through(piece + self._prefetch_episodes)
         rows, videos = self._ahead.pop(piece)
         local = all(f.done() and f.exception() is None for f in videos)
-        part, ref = self._refs[piece]
+        source, ref = self._refs[piece]
         for video, fetched in zip(ref.videos, videos, strict=True):
-            with _video_errors(part, ref, video):
+            with _video_errors(source, ref, video):
                 fetched.result()
-        where = tuple(VideoWhere(ref.episode_index, v.key, part.display(v.path)) for v in ref.videos)
-        self._slots[piece] = _Slot(part, ref, rows.result(), local, where)
+        where = tuple(VideoWhere(ref.episode_index, v.key, source.display(v.path)) for v in ref.videos)
+        self._slots[piece] = _Slot(source, ref, rows.result(), local, where)
         self._counters.add(episodes_admitted=1, admissions_waited=0 if local else 1)
 
     def release(self, piece: int) -> None:
@@ -145,9 +121,12 @@ class EpisodePool:
         del self._slots[piece]
 
     @contextlib.contextmanager
-    def pinned(self, part: Part, ref: EpisodeRef, video: VideoRef) -> Iterator[str]:
+    def pinned(self, source: OpenedSource, ref: EpisodeRef, video: VideoRef) -> Iterator[str]:
         """The local path of a video, pinned against eviction for the block (fetched again if evicted)."""
-        with _video_errors(part, ref, video), part.cache.hold(video.path, **_expect(part, video)) as path:
+        with (
+            _video_errors(source, ref, video),
+            source.node_cache.hold(video.path, **_expect(source, video)) as path,
+        ):
             yield path
 
     def close(self) -> None:
@@ -163,30 +142,32 @@ class EpisodePool:
             piece, self._next = self._next, self._next + 1
             if not self._needed[piece]:
                 continue
-            part, ref = self._refs[piece]
-            file = part.display(ref.data_path)
-            rows = self._executor.submit(_read_rows, part.rows, ref, part.catalog, file=file)
-            self._ahead[piece] = (rows, [_prefetch(part, v) for v in ref.videos])
+            source, ref = self._refs[piece]
+            file = source.display(ref.data_path)
+            rows = self._executor.submit(
+                _read_rows, self._rows[source.position], ref, source.catalog, file=file
+            )
+            self._ahead[piece] = (rows, [_prefetch(source, v) for v in ref.videos])
 
 
-def _prefetch(part: Part, video: VideoRef) -> Future[str]:
+def _prefetch(source: OpenedSource, video: VideoRef) -> Future[str]:
     try:
-        return part.cache.prefetch(video.path, **_expect(part, video))
+        return source.node_cache.prefetch(video.path, **_expect(source, video))
     except LrsError as exc:  # a local source fails at once; report it on admission, like a download
         failed: Future[str] = Future()
         failed.set_exception(exc)
         return failed
 
 
-def _expect(part: Part, video: VideoRef) -> dict[str, Any]:
+def _expect(source: OpenedSource, video: VideoRef) -> dict[str, Any]:
     # Checked at every open, read in place or cached: the first time each process opens the file.
     return {"size": video.bytes, "sha256": video.sha256}
 
 
 @contextlib.contextmanager
-def _video_errors(part: Part, ref: EpisodeRef, video: VideoRef) -> Iterator[None]:
+def _video_errors(source: OpenedSource, ref: EpisodeRef, video: VideoRef) -> Iterator[None]:
     """Turn a missing or corrupt video into a DecodeError naming the episode, camera and file."""
-    where = VideoWhere(ref.episode_index, video.key, part.display(video.path))
+    where = VideoWhere(ref.episode_index, video.key, source.display(video.path))
     try:
         yield
     except IntegrityError as exc:
@@ -194,18 +175,18 @@ def _video_errors(part: Part, ref: EpisodeRef, video: VideoRef) -> Iterator[None
             f"Invalid video {where}: corrupt ({exc}). Expected the file the index lists."
         ) from exc
     except FetchError as exc:
-        if part.catalog.remote.exists(video.path):
+        if source.catalog.remote.exists(video.path):
             raise
         raise DecodeError(
             f"Invalid video {where}: missing. Expected the file meta/episodes points at."
         ) from exc
 
 
-class _PieceRefs(Sequence[tuple[Part, EpisodeRef]]):
+class _PieceRefs(Sequence[tuple[OpenedSource, EpisodeRef]]):
     """The source and episode of each piece of one consumer, looked up when asked for (no list of the
     consumer's episodes is made: its refs come from the columnar index one at a time)."""
 
-    def __init__(self, refs: Sequence[tuple[Part, EpisodeRef]], pieces: Sequence[Any]) -> None:
+    def __init__(self, refs: Sequence[tuple[OpenedSource, EpisodeRef]], pieces: Sequence[Any]) -> None:
         self._refs, self._pieces = refs, pieces
 
     def __len__(self) -> int:
@@ -224,6 +205,7 @@ class Consumer:
         emission: the consumer's plan for this epoch.
         refs: the source and episode of each entry of the epoch (`Piece.episode` indexes it).
         start: samples to skip (a resume); they are neither read nor decoded.
+        rows: the process's row group reader of each source (`OpenedSource.position` indexes it).
         decoders, counters: the process's decoders and counters.
         options: the stream's options (what does not differ between sources is read from these).
     """
@@ -231,14 +213,16 @@ class Consumer:
     def __init__(
         self,
         emission: EmissionPlan,
-        refs: Sequence[tuple[Part, EpisodeRef]],
+        refs: Sequence[tuple[OpenedSource, EpisodeRef]],
         *,
         start: int,
+        rows: Sequence[RowGroupReader],
         decoders: Decoders,
         options: Options,
         counters: ReaderCounters,
     ) -> None:
         self.emission, self.start = emission, start
+        self._rows = rows
         self.position = start
         self._refs = _PieceRefs(refs, emission.pieces)
         self._decoders = decoders
@@ -294,11 +278,11 @@ class Consumer:
         `channels_last` come in (..., H, W, C) memory order (the same shapes and values).
         """
         pool = self._pool()
-        lanes_ = _Lanes(
+        lanes_ = Lanes(
             [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"lrs-lane{i}") for i in range(lanes)],
             channels_last,
         )
-        pending: deque[_BatchJob] = deque()
+        pending: deque[BatchJob] = deque()
         try:
             steps = self.emission.steps(self.start)
             while chunk := list(itertools.islice(steps, batch_size)):
@@ -319,10 +303,14 @@ class Consumer:
         """The pool of this iteration: only the pieces still emitted from `start` on are loaded."""
         needed = (self.emission.departure_steps >= self.start).tolist()
         return EpisodePool(
-            self._refs, needed, prefetch_episodes=self._options.prefetch_episodes, counters=self._counters
+            self._refs,
+            needed,
+            self._rows,
+            prefetch_episodes=self._options.prefetch_episodes,
+            counters=self._counters,
         )
 
-    def _submit_batch(self, pool: EpisodePool, steps: list[Step], lanes: _Lanes) -> _BatchJob:
+    def _submit_batch(self, pool: EpisodePool, steps: list[Step], lanes: Lanes) -> BatchJob:
         """Admit the batch's pieces (in emission order, on this thread) and start building its samples."""
         by_lane: list[list[tuple[int, Step, _Slot]]] = [[] for _ in lanes.executors]
         for row, step in enumerate(steps):
@@ -332,23 +320,23 @@ class Consumer:
             by_lane[step.piece % len(lanes.executors)].append((row, step, slot))
             if step.last:
                 pool.release(step.piece)  # the lane's job holds the slot until it has built the sample
-        fill = _BatchFill(len(steps), lanes.channels_last)
+        fill = BatchFill(len(steps), lanes.channels_last)
         futures = [
             executor.submit(self._fill, pool, fill, samples, lanes.transform_lock)
             for executor, samples in zip(lanes.executors, by_lane, strict=True)
             if samples
         ]
-        return _BatchJob(steps[-1].step, fill, futures)
+        return BatchJob(steps[-1].step, fill, futures)
 
     def _fill(
         self,
         pool: EpisodePool,
-        fill: _BatchFill,
+        fill: BatchFill,
         samples: list[tuple[int, Step, _Slot]],
         transform_lock: threading.Lock,
-    ) -> _LaneTotals:
+    ) -> LaneTotals:
         """Build `samples` (on a lane thread) into their rows of `fill`."""
-        totals = _LaneTotals()
+        totals = LaneTotals()
         transform = self._options.image_transforms
         # float32 frames: decoded as uint8 and converted as they are copied into the batch (one pass, no
         # float32 frame of their own), unless a transform must see them as floats first.
@@ -364,7 +352,7 @@ class Consumer:
             totals.add(slot.local, decoded, seconds)
         return totals
 
-    def _finish_batch(self, job: _BatchJob) -> dict[str, Any]:
+    def _finish_batch(self, job: BatchJob) -> dict[str, Any]:
         """Wait for a batch's lanes; count its samples; hand it out."""
         totals = [future.result() for future in job.lanes]
         self._counters.add(
@@ -401,15 +389,15 @@ class Consumer:
         slot: _Slot, item: dict[str, Any], transform: Callable[[torch.Tensor], torch.Tensor]
     ) -> None:
         """Apply the user's image transform to each camera of `item`, in place."""
-        info, depth = slot.part.catalog.info, slot.part.options.depth
+        info, depth = slot.source.catalog.info, slot.source.depth
         for key in (*info.video_keys, *info.image_keys):
             if key not in depth and key in item:  # lerobot does not transform depth maps either
                 item[key] = transform(item[key])
 
     def _late_keys(self, slot: _Slot) -> frozenset[str]:
         """The cameras of `slot` that `_build(..., uint8_frames=True)` leaves as uint8."""
-        part = slot.part
-        return frozenset(part.catalog.info.video_keys) - part.options.depth.keys() - part.drop
+        source = slot.source
+        return frozenset(source.catalog.info.video_keys) - source.depth.keys() - source.drop
 
     def _build(
         self,
@@ -430,18 +418,18 @@ class Consumer:
         """
         if after is not None:
             after.exception()  # waits; its error, if any, is raised where its own item is handed out
-        part = slot.part
-        info = part.catalog.info
-        tabular, queries = slot.rows.sample(frame, part.options.windows, info.video_keys)
+        source = slot.source
+        info = source.catalog.info
+        tabular, queries = slot.rows.sample(frame, source.windows, info.video_keys)
         began = time.perf_counter()
         frames = {
             video.key: self._decode(pool, slot, video, where, queries[video.key], uint8_frames)
             for video, where in zip(slot.ref.videos, slot.where, strict=True)
-            if video.key not in part.drop
+            if video.key not in source.drop
         }
         images = 0
         for key in info.image_keys:
-            if key in part.drop:
+            if key in source.drop:
                 continue
             where = f"{key} of episode {slot.ref.episode_index} in {slot.ref.data_path}"
             value = tabular[key]
@@ -453,11 +441,11 @@ class Consumer:
                 images += 1
         seconds = time.perf_counter() - began
         item: dict[str, Any] = {**frames, **tabular}
-        item["task"] = part.catalog.tasks[int(slot.rows.columns["task_index"][frame])]
-        for key in part.drop:
+        item["task"] = source.catalog.tasks[int(slot.rows.columns["task_index"][frame])]
+        for key in source.drop:
             item.pop(key, None)
-        if part.index is not None:
-            item["dataset_index"] = torch.tensor(part.index)  # as lerobot's MultiLeRobotDataset
+        if source.dataset_index is not None:
+            item["dataset_index"] = torch.tensor(source.dataset_index)  # as lerobot's MultiLeRobotDataset
         decoded = sum(len(queries[key]) for key in frames)
         return item, decoded + images, seconds
 
@@ -473,14 +461,14 @@ class Consumer:
         timestamps: list[float],
         uint8: bool = False,
     ) -> torch.Tensor:
-        part = slot.part
-        quantizer = part.options.depth.get(video.key)
+        source = slot.source
+        quantizer = source.depth.get(video.key)
         cursor = self._decoders.get(
-            # One decoder per piece and camera: pieces of a packed v3 file each read their own part.
-            f"{part.index or 0}:{video.path}#{slot.ref.episode_index}",
+            # One decoder per piece and camera: pieces of a packed v3 file each read their own source.
+            f"{source.position}:{video.path}#{slot.ref.episode_index}",
             where,
-            locate=lambda: pool.pinned(part, slot.ref, video),
-            keep=part.options.keep.get(video.key, 0),
+            locate=lambda: pool.pinned(source, slot.ref, video),
+            keep=source.keep.get(video.key, 0),
             depth_pix_fmt=None if quantizer is None else quantizer.pix_fmt,
         )
         with cursor.lock:
@@ -494,109 +482,6 @@ class Consumer:
         if quantizer is not None:
             frames = quantizer.dequantize(frames, self._options.depth_unit)
         return frames.squeeze(0)
-
-
-class _BatchFill:
-    """One batch being built by the lane threads: each stackable tensor of a sample is copied straight
-    into its row of the key's buffer (allocated when the first sample with that key arrives); every
-    other value (strings, Python lists, a tensor whose shape or dtype differs between samples) is kept
-    per row and collated at the end by `reader.batch.collate`, so the batch equals collate's."""
-
-    def __init__(self, size: int, channels_last: frozenset[str] = frozenset()) -> None:
-        self.size = size
-        self.keys: list[str] | None = None
-        self.buffers: dict[str, torch.Tensor] = {}
-        # key -> the shape and dtype its samples come with, and whether they are late (see `put`)
-        self.kinds: dict[str, tuple[torch.Size, torch.dtype, bool]] = {}
-        self.loose: dict[str, list[Any]] = {}
-        self.channels_last = channels_last
-        self._lock = threading.Lock()
-
-    def put(self, row: int, item: dict[str, Any], late: frozenset[str] = frozenset()) -> None:
-        """Copy `item` into row `row`; its keys in `late` are uint8 frames the batch holds as float32
-        (`to_unit_float`, written straight into the row)."""
-        if row == 0:
-            self.keys = list(item)
-        for key, value in item.items():
-            buffer = self.buffers.get(key)
-            if buffer is None and key not in self.loose:
-                buffer = self._allocate(key, value, key in late)
-            if (
-                buffer is not None
-                and isinstance(value, torch.Tensor)
-                and (value.shape, value.dtype, key in late) == self.kinds[key]
-            ):
-                if key in late:
-                    to_unit_float(value, out=buffer[row])
-                else:
-                    buffer[row].copy_(value)
-            else:
-                self._loosen(key, row, to_unit_float(value) if key in late else value)
-
-    def batch(self) -> dict[str, Any]:
-        assert self.keys is not None
-        rows = [{key: values[row] for key, values in self.loose.items()} for row in range(self.size)]
-        rest = collate(rows) if self.loose else {}
-        return {key: rest[key] if key in rest else self.buffers[key] for key in self.keys}
-
-    def _allocate(self, key: str, value: Any, late: bool) -> torch.Tensor | None:
-        with self._lock:
-            if key in self.buffers or key in self.loose:
-                return self.buffers.get(key)
-            if not plain_cpu_tensor(value):
-                self.loose[key] = [None] * self.size
-                return None
-            dtype = torch.float32 if late else value.dtype
-            if key in self.channels_last and value.dim() >= 3:
-                # (..., C, H, W) kept as (..., H, W, C) in memory: a decoded frame is laid out so (torchcodec
-                # permutes its HWC frames), and copying it in is then a plain copy, not a transposition.
-                shape = (self.size, *value.shape[:-3], *value.shape[-2:], value.shape[-3])
-                buffer = torch.empty(shape, dtype=dtype).movedim(-1, -3)
-            else:
-                buffer = torch.empty((self.size, *value.shape), dtype=dtype)
-            self.buffers[key], self.kinds[key] = buffer, (value.shape, value.dtype, late)
-            return buffer
-
-    def _loosen(self, key: str, row: int, value: Any) -> None:
-        """Keep `value` per row (and, the first time, every row already copied into the key's buffer)."""
-        with self._lock:
-            if key not in self.loose:
-                buffer = self.buffers.pop(key)
-                self.loose[key] = [buffer[r] for r in range(self.size)]  # rows not yet filled are overwritten
-            self.loose[key][row] = value
-
-
-@dataclass
-class _LaneTotals:
-    """What one lane counted while building its share of a batch."""
-
-    local: int = 0
-    decoded: int = 0
-    seconds: float = 0.0
-
-    def add(self, local: bool, decoded: int, seconds: float) -> None:
-        self.local += 1 if local else 0
-        self.decoded += decoded
-        self.seconds += seconds
-
-
-@dataclass(frozen=True)
-class _Lanes:
-    """The lane threads of one `Consumer.batches` iteration: a single-thread executor per lane, the keys
-    laid out channels-last, and the lock that keeps the user's transforms to one at a time."""
-
-    executors: list[ThreadPoolExecutor]
-    channels_last: frozenset[str]
-    transform_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
-
-
-@dataclass(frozen=True)
-class _BatchJob:
-    """A batch submitted to the lanes: its last step, its buffers and one future per lane used."""
-
-    last_step: int
-    fill: _BatchFill
-    lanes: list[Future[_LaneTotals]]
 
 
 def _read_rows(reader: RowGroupReader, ref: EpisodeRef, catalog: Catalog, *, file: str) -> EpisodeRows:

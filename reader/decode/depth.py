@@ -7,7 +7,7 @@ quantizer with `video.depth_min`, `video.depth_max`, `video.shift` (metres) and 
 dequantizes it into float32 (1, H, W) in millimetres (rounded) or metres; `Quantizer.dequantize` does
 exactly its arithmetic, and `Quantizer.quantize` its quantizer, so that `lrs sample` writes what
 lerobot writes. `DepthDecoder` is the PyAV decoder the reader uses for these streams, read forward like
-torchcodec's (`reader.decode.DecodeCursor`). Importing it loads neither torch nor PyAV (the `lrs` command
+torchcodec's (`reader.decode.video.DecodeCursor`). Importing it loads neither torch nor PyAV (the `lrs` command
 line uses `is_depth`).
 """
 
@@ -17,18 +17,18 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from reader.decode.frames import Frames
 from reader.errors import DecodeError
-from reader.frame_batch import Frames
+from reader.plan.spec import DepthUnit
 
 if TYPE_CHECKING:
     import torch
 
 
-DepthUnit = Literal["mm", "m"]
 DEPTH_QMAX = 4095  # 12-bit codes
 MM_PER_METRE = 1000.0
 _UINT16_MAX = 65535
@@ -46,15 +46,6 @@ def is_depth(feature: Mapping[str, Any]) -> bool:
     return bool(
         info.get("is_depth_map") or info.get("video.is_depth_map") or video_info.get("video.is_depth_map")
     )
-
-
-def check_unit(unit: str) -> DepthUnit:
-    """Validate `depth_output_unit`."""
-    if unit == "mm":
-        return "mm"
-    if unit == "m":
-        return "m"
-    raise ValueError(f"Invalid depth_output_unit ({unit!r}). Expected 'mm' or 'm'.")
 
 
 @dataclass(frozen=True)

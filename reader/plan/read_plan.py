@@ -1,6 +1,6 @@
 """The read plan: which datasets, which of their episodes, and the order a run reads them in.
 
-Everything of an `EpisodeStream` that is not torch: the sources opened (`reader.format.catalog`), the episode
+Everything of an `EpisodeStream` that is not torch: the sources opened (`reader.plan.source`), the episode
 selection, a mixture's common features and weights, and the `reader.schedule.Schedule` they give for a
 seed and a DataLoader's workers. `EpisodeStream` and `lrs prewarm` both build a `ReadPlan` from a `ReadSpec`, so the files
 prewarm fetches are those the stream will read, and `lrs prewarm --dry-run` starts without torch.
@@ -10,35 +10,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
 import numpy as np
 
-from cache import LrsError, Remote
-from cache.redaction import redact
-from reader.errors import DatasetError
+from cache import Remote
 from reader.format.catalog import Catalog, EpisodeRef
-from reader.read_spec import ReadSpec, resolve_topology
+from reader.plan.resume.state import Identity, selection_digest
+from reader.plan.source import OpenedSource, open_sources
+from reader.plan.spec import ReadSpec, resolve_topology
 from reader.schedule import EpochPlan, Schedule
-from reader.state import Identity, selection_digest
-
-_log = logging.getLogger("lrs.reader")
-
-# Downloads in flight per process (the stream's, prewarm's): the first batch needs the whole pool's videos.
-FETCH_THREADS = 8
-
-
-@dataclass(frozen=True)
-class PlannedSource:
-    """One dataset of a plan: its catalog, its selected episodes (ascending) and the keys its samples
-    leave out (a mixture keeps the features every source has)."""
-
-    catalog: Catalog
-    episodes: Sequence[int]
-    drop: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -49,7 +33,7 @@ class ReadPlan:
     `entry_refs(seed, epoch)` the source and episode behind each `Piece.episode` of that order.
     """
 
-    sources: tuple[PlannedSource, ...]
+    sources: tuple[OpenedSource, ...]
     mixture: bool
     episode_pool_size: int
     shuffle: bool = True
@@ -64,6 +48,7 @@ class ReadPlan:
         *,
         storage_options: dict[str, Any] | None = None,
         remotes: Sequence[Remote | None] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
     ) -> ReadPlan:
         """Open the sources' metadata and check the plan of `spec` (its world size, when None, is found by
         `resolve_topology`).
@@ -72,26 +57,18 @@ class ReadPlan:
             spec: the run's read spec.
             storage_options: passed to the fsspec filesystems.
             remotes: per source, an opened `cache.Remote` to read it through instead of its URL.
+            cache_dir: the node cache directory the sources are read through (None: planned only, no
+                cache opened, as `lrs prewarm` plans).
 
         Raises:
-            ValueError: an episode index beyond a dataset's episodes, or a mixture's quotas.
+            ValueError: an episode index beyond a dataset's episodes, a mixture's window key missing from a
+                source, or a mixture's quotas.
             DatasetError: a source's metadata is missing or malformed (a mixture's error names the source),
-                or a mixture's common features disagree.
+                a mixture's common features disagree, or a depth camera's quantizer parameters are invalid.
         """
         world_size = spec.world_size if spec.world_size is not None else resolve_topology(0, None)[1]
-        remotes = list(remotes) if remotes is not None else [None] * len(spec.sources)
-        catalogs = [
-            _open_source(r if r is not None else s.url, i, bool(spec.mixture), storage_options)
-            for i, (s, r) in enumerate(zip(spec.sources, remotes, strict=True))
-        ]
-        selections = [
-            _selection(s.episodes, len(c.episodes)) for s, c in zip(spec.sources, catalogs, strict=True)
-        ]
-        drops = _disabled_keys(catalogs) if spec.mixture else [frozenset()] * len(catalogs)
         plan = cls(
-            sources=tuple(
-                PlannedSource(c, s, d) for c, s, d in zip(catalogs, selections, drops, strict=True)
-            ),
+            sources=open_sources(spec, remotes=remotes, storage_options=storage_options, cache_dir=cache_dir),
             mixture=bool(spec.mixture),
             episode_pool_size=spec.pool_size,
             shuffle=spec.shuffle,
@@ -135,17 +112,17 @@ class ReadPlan:
         self,
         seed: int,
         epoch: int,
-        parts: Sequence[Any] | None = None,
+        owners: Sequence[Any] | None = None,
         schedule: EpochPlan | None = None,
     ) -> Sequence[tuple[Any, EpisodeRef]]:
-        """The source and episode of each entry of `epoch` (`Piece.episode` indexes it): with `parts`,
-        each source's `parts[i]`, else the source's index. `schedule`: one already built for `seed`
+        """The source and episode of each entry of `epoch` (`Piece.episode` indexes it): with `owners`,
+        each source's `owners[i]`, else the source's index. `schedule`: one already built for `seed`
         (its entries do not depend on the workers). Each pair is made when it is asked for."""
         positions = None
         if self.weights is not None:
             schedule = self.schedule(seed, 0) if schedule is None else schedule
             positions = schedule.entries(epoch).positions
-        owners = [i if parts is None else parts[i] for i in range(len(self.sources))]
+        owners = range(len(self.sources)) if owners is None else owners
         return EntryRefs(owners, [(s.catalog, s.episodes) for s in self.sources], positions)
 
     @property
@@ -174,7 +151,7 @@ class EntryRefs(Sequence[tuple[Any, EpisodeRef]]):
     consumer holds no object per episode of the dataset.
 
     Args:
-        owners: what each source's pairs carry first (its index, or its `Part`).
+        owners: what each source's pairs carry first (its index, or its `OpenedSource`).
         selected: per source, its catalog and selected episodes (ascending).
         positions: a weighted mixture's entries, as positions in the sources' selections laid end to end.
     """
@@ -207,68 +184,9 @@ class EntryRefs(Sequence[tuple[Any, EpisodeRef]]):
         return self._owners[source], catalog.episodes[episodes[position - int(self._starts[source])]]
 
 
-def _open_source(
-    source: str | Remote, index: int, mixture: bool, storage_options: dict[str, Any] | None
-) -> Catalog:
-    """The catalog of one source; in a mixture, an error names which source failed."""
-    try:
-        return Catalog.open(source, storage_options=storage_options)
-    except LrsError as exc:
-        if not mixture:
-            raise
-        url = source.shown if isinstance(source, Remote) else redact(source)
-        raise DatasetError(f"Invalid source {index} of the mixture ({url}): {exc}") from exc
-
-
-def _disabled_keys(catalogs: list[Catalog]) -> list[frozenset[str]]:
-    """Per source, the features a mixture leaves out: those not every source has (lerobot's
-    `MultiLeRobotDataset` rule).
-
-    Raises:
-        DatasetError: a common feature differs in dtype or shape between two sources, or none is common.
-    """
-    features = [c.info.features for c in catalogs]
-    common = set(features[0]).intersection(*features[1:])
-    if not common:
-        raise DatasetError("Invalid mixture: its sources have no feature in common. Expected at least one.")
-    for key in sorted(common):
-        for i in range(1, len(features)):
-            for name in ("dtype", "shape"):
-                a, b = _plain(features[0][key].get(name)), _plain(features[i][key].get(name))
-                if a != b:
-                    raise DatasetError(
-                        f"Invalid mixture: feature {key!r} has {name} {a!r} in source 0 "
-                        f"({catalogs[0].remote.shown}) and {b!r} in source {i} ({catalogs[i].remote.shown}). "
-                        "Expected the same dtype and shape wherever a key is common to every source."
-                    )
-    disabled = [frozenset(set(f) - common) for f in features]
-    for catalog, keys in zip(catalogs, disabled, strict=True):
-        if keys:
-            _log.warning(
-                "lrs: the mixture leaves out %s of %s: not every source has them.",
-                ", ".join(sorted(keys)),
-                catalog.remote.shown,
-            )
-    return disabled
-
-
-def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, (list, tuple)) else value
-
-
 def _mixture_fingerprint(
-    sources: Sequence[PlannedSource], weights: Sequence[float] | None, samples: int | None
+    sources: Sequence[OpenedSource], weights: Sequence[float] | None, samples: int | None
 ) -> str:
     """Names a mixture in resume states: its sources' fingerprints, in order, and how they are weighed."""
     text = json.dumps([[s.catalog.fingerprint for s in sources], weights, samples])
     return "mix-" + hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
-def _selection(episodes: Sequence[int] | None, total: int) -> Sequence[int]:
-    """The spec's selection (already ascending, each index once) within the dataset's `total` episodes."""
-    if episodes is None:
-        return range(total)  # every episode: pickles in a few bytes, whatever the dataset's size
-    for e in episodes:
-        if e >= total:
-            raise ValueError(f"Invalid episode index ({e}). Expected < {total}, the dataset's episodes.")
-    return list(episodes)

@@ -1,6 +1,6 @@
 """`Frames`: decoded frames and their presentation times, what every decoder of the reader returns.
 
-Below both decoders (`reader.decode`, torchcodec, and `reader.depth`, PyAV) so that neither imports the
+Below both decoders (`reader.decode.video`, torchcodec, and `reader.decode.depth`, PyAV) so that neither imports the
 other for it. Importing it loads no torch: the annotations stay strings.
 """
 

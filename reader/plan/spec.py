@@ -27,7 +27,6 @@ from typing import Any, Literal
 from cache import Remote
 from cache.arguments import check_int
 from cache.redaction import is_redacted, redact
-from reader.depth import DepthUnit, check_unit
 from reader.schedule import check_weights
 from reader.schedule.keys import MAX_SEED
 
@@ -38,13 +37,23 @@ DEFAULT_DECODE_THREADS = 2
 DEFAULT_DECODE_AHEAD = 8
 
 SeekMode = Literal["exact", "approximate"]
+DepthUnit = Literal["mm", "m"]
+
+
+def check_unit(unit: str) -> DepthUnit:
+    """Validate `depth_output_unit`."""
+    if unit == "mm":
+        return "mm"
+    if unit == "m":
+        return "m"
+    raise ValueError(f"Invalid depth_output_unit ({unit!r}). Expected 'mm' or 'm'.")
 
 
 def default_pool_size(batch_size: int | None) -> int:
     """The default `episode_pool_size`: max(16, ceil(1.25 x batch_size)).
 
     A batch then fits in one round of the pool with room for the pieces that come and go during it, so
-    it rarely holds one episode twice (measured: `scripts/bench_reader.py`, mixing).
+    it rarely holds one episode twice (measured: `scripts/bench/bench_reader.py`, mixing).
     """
     if batch_size is None:
         return DEFAULT_POOL_SIZE
@@ -73,7 +82,7 @@ def resolve_topology(rank: int | None, world_size: int | None) -> tuple[int, int
 
 
 def check_device_name(device: object) -> str:
-    """`decode_device` as written: "cpu" or "cuda[:n]" (whether CUDA is there is `reader.decode`'s check)."""
+    """`decode_device` as written: "cpu" or "cuda[:n]" (whether CUDA is there is `reader.decode.video`'s check)."""
     if device != "cpu" and not (isinstance(device, str) and (device == "cuda" or device.startswith("cuda:"))):
         raise ValueError(f"Invalid decode_device ({device!r}). Expected 'cpu' or 'cuda[:<index>]'.")
     return device
@@ -349,6 +358,31 @@ class ReadSpec:
         return cls(**values)
 
 
+def keyword_defaults() -> dict[str, Any]:
+    """The keywords of `EpisodeStream` (and `ReadSpec.of`) that a spec holds, with their defaults: the fields
+    of `ReadSpec` but `sources` and `mixture` (a list of sources says those), and `weights` and `episodes`,
+    one per source (`SourceSpec.weight` and `SourceSpec.episodes`)."""
+    per_source = {f.name: f.default for f in fields(SourceSpec)}
+    spec = {f.name: f.default for f in fields(ReadSpec) if f.name not in ("sources", "mixture")}
+    return {"weights": per_source["weight"], "episodes": per_source["episodes"], **spec}
+
+
+def check_spec_alone(given: Mapping[str, Any]) -> None:
+    """With a `ReadSpec`, the keywords it holds must be left at their defaults (the spec says them).
+
+    Raises:
+        ValueError: a keyword given another value (the message names it).
+    """
+    defaults = keyword_defaults()
+    for name, value in given.items():
+        default = defaults[name]
+        if value is not default and value != default:
+            raise ValueError(
+                f"Invalid {name} ({value!r}) with a ReadSpec. Expected it in the spec: "
+                f"dataclasses.replace(spec, {name}=...)."
+            )
+
+
 def _source_from_json(data: Any) -> SourceSpec:
     if not isinstance(data, dict) or "url" not in data or set(data) - {"url", "weight", "episodes"}:
         raise ValueError(
@@ -387,7 +421,7 @@ def _episodes(episodes: Any) -> tuple[int, ...]:
 
 def _windows(windows: Any) -> tuple[tuple[str, tuple[float, ...]], ...]:
     """delta_timestamps as (key, seconds) pairs, in the order given (whether each key exists and each
-    offset falls on a frame is `reader.windows`' to say)."""
+    offset falls on a frame is `reader.plan.windows`' to say)."""
     items = list(windows.items() if isinstance(windows, Mapping) else windows)
     pairs = []
     for item in items:

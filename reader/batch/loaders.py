@@ -1,5 +1,5 @@
 """`ResumableLoader`: a DataLoader over an `EpisodeStream` that counts the batches a trainer consumes,
-so that its `state_dict()` resumes at the exact next batch (the arithmetic is `reader.loader_math`);
+so that its `state_dict()` resumes at the exact next batch (the arithmetic is `reader.plan.resume.loader_math`);
 `BatchLoader`: the same batches built by threads in the trainer's process, with no DataLoader workers.
 Both count through `_CountedBatches`."""
 
@@ -11,7 +11,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from cache.arguments import check_int
-from reader.loader_math import batches_per_epoch
+from reader.plan.resume.loader_math import batches_per_epoch
 from reader.stream import EpisodeStream
 
 

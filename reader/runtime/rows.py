@@ -34,7 +34,7 @@ from reader.format.catalog import EpisodeRef
 from reader.format.footer import FooterCuts, cut_footer
 from reader.format.parquet import row_group_span
 from reader.format.v3 import INDEX_COLUMNS
-from reader.windows import Windows
+from reader.plan.windows import Windows
 
 T = TypeVar("T")
 

@@ -5,7 +5,7 @@ Two kinds, with one header (`version`, dataset `fingerprint`, `episodes` selecti
 
 - a *loader* state, `{"batches_consumed": k, "batch_size": B, "num_workers": W}`: what a trainer driving a
   standard DataLoader knows. The per-worker positions and the worker rotation of the resumed DataLoader
-  follow from the schedule by arithmetic (`reader.loader_math.loader_resume`). The header is optional
+  follow from the schedule by arithmetic (`reader.plan.resume.loader_math.loader_resume`). The header is optional
   here, so a trainer may build this dict by hand (plus `epoch`, `seed`).
 - a *consumer* state, `{"worker": w, "num_workers": W, "samples": n}`: the position of one consumer, what
   `state_dict()` returns inside a DataLoader worker (torchdata's `StatefulDataLoader` protocol) or in the
@@ -28,7 +28,7 @@ from typing import Any
 
 from cache.arguments import check_int
 from reader.errors import StateError
-from reader.loader_math import loader_resume
+from reader.plan.resume.loader_math import loader_resume
 from reader.schedule import Schedule
 from reader.schedule.rest import RestSchedule, RunSegment, rest_after
 

@@ -9,29 +9,18 @@ from typing import Any
 
 from cache.cache_stats import CacheStats
 from cache.counter_files import CounterFile
-from reader.decode import Decoders
-from reader.pool import Consumer, Part
-from reader.schedule.rest import RunSegment
+from reader.decode.video import Decoders
+from reader.plan.resume.resumption import IterationCursor
+from reader.runtime.rows import RowGroupReader
 from reader.stats import ReaderCounters, ReaderStats
 
 
 @dataclass
-class IterationCursor:
-    """Where a process's running iteration is: its consumer, epoch, logical worker and worker count, and
-    the runs of the epoch before it (an elastic resume's, `reader.schedule.rest`)."""
-
-    consumer: Consumer
-    epoch: int
-    logical: int
-    num_workers: int
-    history: tuple[RunSegment, ...] = ()
-
-
-@dataclass
 class ReaderProcessState:
-    """What one process owns while reading: footers, decoders, counters, the running iteration."""
+    """What one process owns while reading: each source's row group reader (its footers; indexed by
+    `OpenedSource.position`), decoders, counters, the running iteration."""
 
-    parts: tuple[Part, ...]
+    rows: tuple[RowGroupReader, ...]
     decoders: Decoders
     counters: ReaderCounters = field(default_factory=ReaderCounters)
     cursor: IterationCursor | None = None
@@ -41,8 +30,8 @@ class ReaderProcessState:
         return replace(
             self.counters.values,
             decoders_opened=self.decoders.opened,
-            row_reads=sum(p.rows.range_reads for p in self.parts),
-            row_bytes=sum(p.rows.bytes_read for p in self.parts),
+            row_reads=sum(r.range_reads for r in self.rows),
+            row_bytes=sum(r.bytes_read for r in self.rows),
             cache=cache,
         )
 

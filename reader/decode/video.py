@@ -27,10 +27,10 @@ import torch
 from torchcodec.decoders import VideoDecoder
 
 from cache.arguments import check_int
-from reader.depth import DepthDecoder, open_depth_decoder
+from reader.decode.depth import DepthDecoder, open_depth_decoder
+from reader.decode.frames import Frames
 from reader.errors import DecodeError
-from reader.frame_batch import Frames
-from reader.read_spec import SeekMode, check_device_name, check_seek_mode
+from reader.plan.spec import SeekMode, check_device_name, check_seek_mode
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ class Decoders:
             locate: yields the local path while the decoder opens it (default: `key` is that path).
             keep: frames the cursor keeps for delta windows (see `DecodeCursor`).
             depth_pix_fmt: for a depth stream, its feature's pixel format: the stream is decoded with
-                PyAV into its raw codes (`reader.depth.DepthDecoder`) instead of torchcodec's RGB.
+                PyAV into its raw codes (`reader.decode.depth.DepthDecoder`) instead of torchcodec's RGB.
 
         Raises:
             DecodeError: the file is missing or not a video torchcodec can open.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reader.read_spec import resolve_topology
+from reader.plan.spec import resolve_topology
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,118 @@
+"""The in-place batch fill of `Consumer.batches` (`reader.runtime.pool`): lane threads copy each sample
+straight into its row of the batch's buffers, and what each lane counted on the way."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from reader.batch.collate import collate, plain_cpu_tensor
+from reader.decode.video import to_unit_float
+
+
+class BatchFill:
+    """One batch being built by the lane threads: each stackable tensor of a sample is copied straight
+    into its row of the key's buffer (allocated when the first sample with that key arrives); every
+    other value (strings, Python lists, a tensor whose shape or dtype differs between samples) is kept
+    per row and collated at the end by `reader.batch.collate.collate`, so the batch equals collate's."""
+
+    def __init__(self, size: int, channels_last: frozenset[str] = frozenset()) -> None:
+        self.size = size
+        self.keys: list[str] | None = None
+        self.buffers: dict[str, torch.Tensor] = {}
+        # key -> the shape and dtype its samples come with, and whether they are late (see `put`)
+        self.kinds: dict[str, tuple[torch.Size, torch.dtype, bool]] = {}
+        self.loose: dict[str, list[Any]] = {}
+        self.channels_last = channels_last
+        self._lock = threading.Lock()
+
+    def put(self, row: int, item: dict[str, Any], late: frozenset[str] = frozenset()) -> None:
+        """Copy `item` into row `row`; its keys in `late` are uint8 frames the batch holds as float32
+        (`to_unit_float`, written straight into the row)."""
+        if row == 0:
+            self.keys = list(item)
+        for key, value in item.items():
+            buffer = self.buffers.get(key)
+            if buffer is None and key not in self.loose:
+                buffer = self._allocate(key, value, key in late)
+            if (
+                buffer is not None
+                and isinstance(value, torch.Tensor)
+                and (value.shape, value.dtype, key in late) == self.kinds[key]
+            ):
+                if key in late:
+                    to_unit_float(value, out=buffer[row])
+                else:
+                    buffer[row].copy_(value)
+            else:
+                self._loosen(key, row, to_unit_float(value) if key in late else value)
+
+    def batch(self) -> dict[str, Any]:
+        assert self.keys is not None
+        rows = [{key: values[row] for key, values in self.loose.items()} for row in range(self.size)]
+        rest = collate(rows) if self.loose else {}
+        return {key: rest[key] if key in rest else self.buffers[key] for key in self.keys}
+
+    def _allocate(self, key: str, value: Any, late: bool) -> torch.Tensor | None:
+        with self._lock:
+            if key in self.buffers or key in self.loose:
+                return self.buffers.get(key)
+            if not plain_cpu_tensor(value):
+                self.loose[key] = [None] * self.size
+                return None
+            dtype = torch.float32 if late else value.dtype
+            if key in self.channels_last and value.dim() >= 3:
+                # (..., C, H, W) kept as (..., H, W, C) in memory: a decoded frame is laid out so (torchcodec
+                # permutes its HWC frames), and copying it in is then a plain copy, not a transposition.
+                shape = (self.size, *value.shape[:-3], *value.shape[-2:], value.shape[-3])
+                buffer = torch.empty(shape, dtype=dtype).movedim(-1, -3)
+            else:
+                buffer = torch.empty((self.size, *value.shape), dtype=dtype)
+            self.buffers[key], self.kinds[key] = buffer, (value.shape, value.dtype, late)
+            return buffer
+
+    def _loosen(self, key: str, row: int, value: Any) -> None:
+        """Keep `value` per row (and, the first time, every row already copied into the key's buffer)."""
+        with self._lock:
+            if key not in self.loose:
+                buffer = self.buffers.pop(key)
+                self.loose[key] = [buffer[r] for r in range(self.size)]  # rows not yet filled are overwritten
+            self.loose[key][row] = value
+
+
+@dataclass
+class LaneTotals:
+    """What one lane counted while building its share of a batch."""
+
+    local: int = 0
+    decoded: int = 0
+    seconds: float = 0.0
+
+    def add(self, local: bool, decoded: int, seconds: float) -> None:
+        self.local += 1 if local else 0
+        self.decoded += decoded
+        self.seconds += seconds
+
+
+@dataclass(frozen=True)
+class Lanes:
+    """The lane threads of one `Consumer.batches` iteration: a single-thread executor per lane, the keys
+    laid out channels-last, and the lock that keeps the user's transforms to one at a time."""
+
+    executors: list[ThreadPoolExecutor]
+    channels_last: frozenset[str]
+    transform_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    """A batch submitted to the lanes: its last step, its buffers and one future per lane used."""
+
+    last_step: int
+    fill: BatchFill
+    lanes: list[Future[LaneTotals]]
