@@ -46,7 +46,7 @@ from reshard.demo.sample_video import add_audio, concat_remux, encode_depth, enc
 from reshard.demo.schema import episode_table, hf_metadata, info_features, tasks_table
 from reshard.job.plan import chunk_file
 
-# v3 datasets written by hand, the way third-party converters and recorders write them (issue 27), as
+# v3 datasets written by hand, the way third-party converters and recorders write them, as
 # `write_sample` overrides: `write_sample(root, **THIRD_PARTY["full-range-h264"])`. `scripts/third_party.py`
 # writes them all; the tests use them at a smaller size.
 THIRD_PARTY: dict[str, dict[str, Any]] = {

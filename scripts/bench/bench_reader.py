@@ -552,9 +552,9 @@ def reader_case(
 
 def lerobot_case(v3: Path, args: argparse.Namespace, *, mode: str, uint8: bool) -> Case | None:
     """lerobot's shuffled LeRobotDataset (map-style; float32 frames, its class default, or uint8 with
-    `return_uint8=True`, as lerobot-train builds it) in the reference venv (`lerobot-reference.sh`
-    builds it), through lerobot-train's DataLoader settings; None when that venv is absent (never built
-    from here: it is 5 GB)."""
+    `return_uint8=True`, as lerobot-train builds it) in lerobot's Python (`--lerobot-python`, e.g. the
+    one `scripts/lerobot/env.sh` prints, else `$LEROBOT_VENV/bin/python`), through lerobot-train's
+    DataLoader settings; None when there is none (never built from here: it is 5 GB)."""
     python = args.lerobot_python or Path(os.environ.get("LEROBOT_VENV", "/tmp/lerobot-venv")) / "bin/python"
     if not Path(python).exists():
         print(f"no lerobot reference venv at {python}: skipping the lerobot case", file=sys.stderr)
@@ -897,7 +897,7 @@ def run(args: argparse.Namespace) -> None:
         lrs, args, http=False, uint8=False, collate=False, workers=0
     )
     planned["lrs1-single-uint8-collate-fork"] = reader_case(lrs, args, http=False, context="fork")
-    # The loader designs of issue 32, uint8: (b) a thread pipeline in the trainer's process (no worker
+    # The loader designs compared, uint8: (b) a thread pipeline in the trainer's process (no worker
     # process; `decode_threads` threads decode, the trainer's thread assembles batches) and (c) the
     # same pipeline in one loader process per rank (one DataLoader worker, batches over shared memory).
     for threads in (2, 3):

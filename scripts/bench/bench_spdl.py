@@ -1,6 +1,6 @@
-"""What a pipeline framework costs per sample, beside `BatchLoader`'s lanes (issue 32): prints JSON.
+"""What a pipeline framework costs per sample, beside `BatchLoader`'s lanes: prints JSON.
 
-Issue 32 asked to use SPDL's pipeline (spdl-core, Meta's "Scalable and Performant Data Loading") for the
+We were asked to use SPDL's pipeline (spdl-core, Meta's "Scalable and Performant Data Loading") for the
 thread pipeline if it fits. `BatchLoader` spends about 0.3 ms of CPU per sample above torchcodec's decode
 (README, Benchmarks), so what matters is what a framework adds per sample. Cases, each over N items,
 alternated over `--rounds`:

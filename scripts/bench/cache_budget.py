@@ -1,4 +1,4 @@
-"""What a node cache's byte budget costs as the cache grows (issue 31): prints JSON.
+"""What a node cache's byte budget costs as the cache grows: prints JSON.
 
 Cases, at each N (default 2,000 and 8,000 files of 1-3 kB from a `file://` source, which the cache treats
 as remote storage and copies, so the cache's own bookkeeping is most of the cost):

@@ -1,4 +1,4 @@
-"""How each command's cost grows with the episode count (issue 31): sample, reshard, verify, and an
+"""How each command's cost grows with the episode count: sample, reshard, verify, and an
 `EpisodeStream` read through a DataLoader, at several dataset sizes; prints JSON.
 
     python scripts/bench/scale.py --sizes 500,2000,8000 [--work DIR] [--batches 40] [--workers 2] [--out FILE]

@@ -1,4 +1,4 @@
-"""Fault cases of how lrs ends (issue 28 items 4, 7, 8, 9): a URL scheme whose filesystem package is
+"""Fault cases of how lrs ends: a URL scheme whose filesystem package is
 missing, an unreachable FTP server, the Hub when offline and lerobot's local root, a crf the codec does
 not take, a push into the dataset, Ctrl-C and SIGTERM during a reshard (mid-run and while its workers
 start), and a stream's temporary cache on SIGTERM."""

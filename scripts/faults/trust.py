@@ -1,4 +1,4 @@
-"""Trust cases of the fault suite (DESIGN.md, "Trust: what no input may do"): a source that grows after a
+"""Trust cases of the fault suite (what no input may do: choose a path outside its root, run code, or exhaust memory): a source that grows after a
 reshard or during an interrupted one, two reshards into one --out at once, the lock of a killed run, URLs
 where a local directory goes, and `lrs demo --workdir` over a directory of the user's files.
 

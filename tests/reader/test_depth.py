@@ -63,8 +63,8 @@ def test_dequantize_inverts_quantize_within_half_a_quantum(use_log: bool) -> Non
     depth = np.linspace(0.01, 10.0, 5000, dtype=np.float32)
     codes = q.quantize(depth)
     # One intra-op thread: with 2, torch 2.13 returned, in about 1 run of 5, one element of this 5000-long
-    # tensor off its quantum's centre (7.8123 instead of 7.8140 m; still inside the quantum). Open; see
-    # the closing note of issue 20. DataLoader workers run with one thread.
+    # tensor off its quantum's centre (7.8123 instead of 7.8140 m; still inside the quantum), not explained
+    # yet. DataLoader workers run with one thread.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

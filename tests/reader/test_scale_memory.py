@@ -1,4 +1,4 @@
-"""What a reader process holds does not grow with the dataset (issue 31): the columnar index gives the
+"""What a reader process holds does not grow with the dataset: the columnar index gives the
 records the row-by-row parse gave, a row group is read with its own cut of the footer, other footers are
 kept within a byte bound, and a pickled stream stays small."""
 

@@ -211,7 +211,7 @@ def test_render_draws_curves_with_gaps_and_constants() -> None:
 
 
 def test_dimensions_of_very_different_ranges_are_each_scaled_and_their_range_written() -> None:
-    """A state dimension near 4,000 beside five near 0 would flatten them on one axis (issue 41): each is
+    """A state dimension near 4,000 beside five near 0 would flatten them on one axis: each is
     drawn over its own range, written in the legend; comparable ones keep one axis."""
     import numpy as np
 

@@ -48,7 +48,7 @@ def test_full_range_hevc_keeps_colours_and_verifies(
 def test_verify_fails_a_reencode_whose_colours_moved(
     third_party: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The bug of issue 27: full-range codes re-encoded as they are but tagged limited range, so every
+    """A bug once shipped: full-range codes re-encoded as they are but tagged limited range, so every
     decoded value became about 1.15 x source - 0.07. PSNR alone passed such a dataset at 33.6 dB."""
     src, out = third_party("full-range-h264"), tmp_path / "out"
     monkeypatch.setattr(videos.Colour, "of", classmethod(lambda cls, stream: Colour()))

@@ -301,7 +301,7 @@ def test_nan_values_copied_from_the_source_verify_equal(sample_ds: Path, tmp_pat
     assert not tables_equal(nan, pa.table({"x": pa.array([[1.0, None]], pa.list_(pa.float32()))}))
 
 
-# --- workers and opens (issue 31) ---------------------------------------------------------------------
+# --- workers and opens -------------------------------------------------------------------------------
 
 
 @pytest.mark.integration
