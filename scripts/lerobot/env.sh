@@ -23,16 +23,21 @@ if [ -z "$PY312" ]; then
   log "no Python 3.12 (lerobot 0.6.1 needs it): install python3.12 or set LRS_PYTHON312=/path/to/python3.12"
   exit 1
 fi
-key=$(printf '%s\n' "$LEROBOT_PIN" "$("$PY312" -V 2>&1)" "$(cat "$0")" | sha256sum | cut -c1-12)
+# The key: the pin, the Python, and this script's commands (a comment edited does not rebuild 5 GB).
+key=$(printf '%s\n' "$LEROBOT_PIN" "$("$PY312" -V 2>&1)" "$(grep -v '^[[:space:]]*#' "$0")" | sha256sum | cut -c1-12)
 VENV=${LRS_LEROBOT_VENV:-$HOME/.cache/lrs/lerobot-venv-$key}
 works() { "$VENV/bin/python" -c 'import accelerate, lerobot.scripts.lerobot_train' >/dev/null 2>&1; }
 
+# One build at a time: a second job (two test runs, a benchmark beside a test) waits here for the first
+# job's build, then finds the venv working, instead of removing it under the first job's pip.
+mkdir -p "$(dirname "$VENV")"
+exec 8>"$VENV.build-lock"
+flock 8
 if ! works; then
   if [ -e "$VENV" ]; then  # replace only a broken venv, never an arbitrary directory
     [ -f "$VENV/pyvenv.cfg" ] || { log "$VENV exists and is not a venv; refusing"; exit 1; }
     rm -rf "$VENV"
   fi
-  mkdir -p "$(dirname "$VENV")"
   log "creating $VENV with $("$PY312" -V 2>&1) and $LEROBOT_PIN (about 5 GB, minutes; log: $VENV/setup.log)"
   "$PY312" -m venv "$VENV"
   if ! { "$VENV/bin/pip" install -q --upgrade pip && "$VENV/bin/pip" install "$LEROBOT_PIN" .; } >"$VENV/setup.log" 2>&1; then
@@ -40,6 +45,7 @@ if ! works; then
   fi
   works || { log "accelerate or lerobot.scripts.lerobot_train does not import in $VENV"; exit 1; }
 fi
+flock -u 8
 # This checkout, as users install it (not editable), without touching lerobot's pins: reinstalled only
 # when its files changed since the last install (a reinstall rewrites the package under any job of this
 # venv running at the time, such as another check), one install at a time (flock).
