@@ -90,8 +90,10 @@ class EpisodeStream(IterableDataset):
         batch_size: the DataLoader's batch size, when known: the default pool follows it.
         shuffle: shuffle episodes and frames; False reads sequentially.
         seed: the run's seed; the order is a pure function of it, the epoch and the topology.
-        rank, world_size: default from torch.distributed when initialized, else the RANK and WORLD_SIZE
-            environment variables, else 0 and 1 (`reader.plan.spec.resolve_topology`).
+        rank: this process's rank. Default from torch.distributed when initialized, else the RANK
+            environment variable, else 0 (`reader.plan.spec.resolve_topology`).
+        world_size: the number of ranks. Default from torch.distributed when initialized, else the
+            WORLD_SIZE environment variable, else 1.
         num_workers: the DataLoader's workers per rank, when known: recorded in `stream.spec`, for
             `lrs prewarm --spec` to plan for (the stream reads whatever DataLoader drives it).
         cache_dir: the node cache directory (shared by every process on the node). None: local sources

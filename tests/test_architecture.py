@@ -344,7 +344,7 @@ def test_checker_finds_upward_imports(synthetic: dict[str, Module]) -> None:
 CLI = "reshard.cli"
 # What `reshard.cli` may still import from a module rather than a package's `__all__`, by module.
 CLI_ALLOWED = {
-    # cache's command-line helpers. Not cache's API: README's Python API section lists all of
+    # cache's command-line helpers. Not cache's API: the Python API page (docs/api) lists all of
     # `cache.__all__`, and these are tools of lrs's own commands, not of a user of the cache.
     "cache.arguments": frozenset({"format_index_list", "index_range", "local_dir"}),
     "cache.errors": frozenset({"os_error_message"}),

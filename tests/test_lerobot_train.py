@@ -5,7 +5,8 @@ lerobot 0.6.1 needs Python 3.12 and torch < 2.12, so it cannot live in this envi
 checkout) and `scripts/lerobot/train_check.py` runs there. Building it the first time takes minutes and
 about 5 GB; it is part of `make test` (CI), and a missing Python 3.12 or a failed install fails the
 test rather than skipping it. `LRS_LEROBOT_TRAIN=skip` skips it on a developer's machine (never on CI,
-where the `CI` variable is set). The README's "With lerobot-train" commands are run the same way.
+where the `CI` variable is set). The "With lerobot-train" commands (docs/lerobot-train.md; the README
+shows the first of them) are run the same way.
 """
 
 from __future__ import annotations
@@ -59,10 +60,10 @@ def test_lrs_train_trains_resumes_and_splits_ranks(lerobot_python: str, tmp_path
 
 
 def readme_train_commands() -> list[str]:
-    """The `lrs train` lines of the README's "With lerobot-train" bash block (continuations joined)."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("### With lerobot-train", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
-    block = re.findall(r"^```bash\n(.*?)^```", section, flags=re.S | re.M)[0]
+    """The `lrs train` lines of the first bash block of docs/lerobot-train.md, "With lerobot-train"
+    (continuations joined); the README's own `lrs train` line is the first of them."""
+    text = (ROOT / "docs" / "lerobot-train.md").read_text()
+    block = re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M)[0]
     joined = re.sub(r"\\\n\s*", " ", block)
     return [
         line.split(" # ")[0].strip() for line in joined.splitlines() if line.strip().startswith("lrs train")

@@ -53,8 +53,8 @@ assert callable(job) and callable(validate) and 'reshard.job.run' in sys.modules
 
 
 def test_the_torch_free_modules_stay_torch_free() -> None:
-    """The README's Architecture section says which modules load without torch (the command line and
-    `lrs prewarm --dry-run` start quickly because of it); and no command module imports another."""
+    """The Architecture page (docs/architecture.md) says which modules load without torch (the command
+    line and `lrs prewarm --dry-run` start quickly because of it); and no command module imports another."""
     _run_python("""
 import sys
 import cache, cache.node, cache.ordered_fetch, cache.remote
