@@ -406,7 +406,7 @@ def _echo_plan(
 
 
 def _read_state(path: Path | None) -> dict[str, Any] | None:
-    """The resume state in a JSON file or a `torch.save` checkpoint (the README's training loop saves
+    """The resume state in a JSON file or a `torch.save` checkpoint (the training loop of docs/training-loop.md saves
     `{"model": ..., "data": loader.state_dict()}`); a state under "data" is taken from there."""
     if path is None:
         return None

@@ -745,7 +745,7 @@ def comparisons(cases: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def float32_baseline_ratios(cases: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The README's former baseline, labelled: uint8 cases against lerobot at its float32 class defaults
+    """The benchmarks page's former baseline, labelled: uint8 cases against lerobot at its float32 class defaults
     (a ratio across transports, kept only to compare with older figures)."""
     out = {}
     for mode in MODES:

@@ -2,7 +2,7 @@
 
 We were asked to use SPDL's pipeline (spdl-core, Meta's "Scalable and Performant Data Loading") for the
 thread pipeline if it fits. `BatchLoader` spends about 0.3 ms of CPU per sample above torchcodec's decode
-(README, Benchmarks), so what matters is what a framework adds per sample. Cases, each over N items,
+(docs/benchmarks.md), so what matters is what a framework adds per sample. Cases, each over N items,
 alternated over `--rounds`:
 
 - `spdl`: spdl-core's `PipelineBuilder().add_source(range(N)).pipe(stage, concurrency=2).add_sink(64)`,

@@ -1,6 +1,6 @@
 """What the stream's order costs torchcodec's decode, against reading each file front to back: prints JSON.
 
-The README's decode-only floor decodes the frames one consumer emits, in the order it emits them
+The benchmarks' decode-only floor (docs/benchmarks.md) decodes the frames one consumer emits, in the order it emits them
 (`scripts/bench/bench_reader.py`). That order mixes episodes: each piece is read in runs of `RUN_FRAMES`
 frames in a pseudo-random order, and once the pool can no longer be refilled and holds fewer pieces
 than a batch, the remaining frames come one at a time in random order (`reader.schedule.emission`), so

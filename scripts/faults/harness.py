@@ -187,7 +187,7 @@ def error_verdict(proc: Proc, *, code: int = 3, match: str | None = None) -> Ver
     problems = []
     if proc.rc != code:
         problems.append(f"expected exit {code}")
-    # One Error line, after at most the retry warnings (one per retry, as the README says).
+    # One Error line, after at most the retry warnings (one per retry).
     errors = [line for line in lines if line.startswith("Error: ")]
     if len(errors) != 1 or any(not line.startswith(("Error: ", "WARNING ")) for line in lines):
         problems.append("not one Error: line")

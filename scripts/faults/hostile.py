@@ -1,4 +1,4 @@
-"""Hostile cases of the fault suite (README, "Security on a shared node"): another user's cache or work
+"""Hostile cases of the fault suite (docs/security.md): another user's cache or work
 directory, a planted ledger row, a link out of a source, and metadata built to exhaust time or memory.
 
 Cases that give a directory to another uid (4321) need root; elsewhere they report that they did not run.

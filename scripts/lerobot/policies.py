@@ -1,7 +1,7 @@
 """Train lerobot policies on `EpisodeStream` batches, built from `stream.meta`, in lerobot's own environment.
 
 lerobot 0.6.1 needs Python 3.12 and torch < 2.12, so run this file with that environment's Python and
-this repository on `PYTHONPATH` (or lrs installed there, see the README):
+this repository on `PYTHONPATH` (or lrs installed there, see the README's install notes):
 
     HF_HUB_OFFLINE=1 PYTHONPATH=. /path/to/lerobot-venv/bin/python scripts/lerobot/policies.py DATASET \
         [--policies act diffusion] [--steps 20] [--batch-size 8] [--num-workers 2]

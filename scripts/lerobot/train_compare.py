@@ -1,6 +1,6 @@
 """lerobot-train and `lrs train` side by side in lerobot's environment: step time, data wait, loss.
 
-The README's reader benchmarks time loaders alone; a lerobot user's question is what changes inside
+The reader benchmarks (docs/benchmarks.md) time loaders alone; a lerobot user's question is what changes inside
 lerobot's own training loop. Run with the Python of lerobot's environment (`scripts/lerobot/env.sh`,
 which includes lerobot's `diffusion` extra):
 

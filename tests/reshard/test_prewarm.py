@@ -459,7 +459,7 @@ def test_a_torch_checkpoint_is_a_resume_state_and_its_pool_is_planned(
 ) -> None:
     import torch
 
-    # The README's training loop: torch.save({"model": ..., "data": loader.state_dict()}); pool 5 (not
+    # The training loop of docs/training-loop.md: torch.save({"model": ..., "data": loader.state_dict()}); pool 5 (not
     # the default 16) is what the state records, and what training loads it into.
     stream = EpisodeStream(sample_resharded_ds, cache_dir=tmp_path / "c", episode_pool_size=5)
     saved = stream.state_dict(batches_consumed=2, batch_size=4, num_workers=0)
@@ -483,7 +483,7 @@ def test_a_training_spec_file_prewarm_and_the_stream_agree(sample_resharded_ds: 
     spec_file, cache_dir = tmp_path / "spec.json", tmp_path / "cache"
     with RangeServer(sample_resharded_ds) as server:
         training = EpisodeStream(server.url, cache_dir=cache_dir, num_workers=2, **RUN)
-        spec_file.write_text(training.spec.to_json())  # what the README's training loop writes
+        spec_file.write_text(training.spec.to_json())  # what that training loop writes
         result = lrs("prewarm", "--spec", str(spec_file), "--quiet")
         assert result.exit_code == 0, result.output
         prewarmed = downloads(server)
