@@ -334,6 +334,8 @@ def info_json(source: V3Source, params: dict[str, Any], video_records: list[Vide
         if mode in DEFAULT_PRESET and records and all(r.reencoded for r in records):
             # The source encoder's preset (SVT-AV1's 12) says nothing of this camera's x264/x265 files.
             info["video.preset"] = params.get("preset") or DEFAULT_PRESET[mode]
+            if params.get("tune"):
+                info["video.tune"] = params["tune"]
         if "has_audio" in info:  # the episode videos hold the video stream alone
             info["has_audio"] = False
     check_video_sizes(raw["features"], source.video_keys, file=source.remote.display(INFO_PATH))

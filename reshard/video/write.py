@@ -47,6 +47,7 @@ from reshard.video.encode import (
     DEFAULT_PRESET,
     ENCODERS,
     MUX_OPTIONS,
+    TUNES,
     VIDEO_MODES,
     X26X_PRESETS,
     Colour,
@@ -76,6 +77,7 @@ __all__ = [
     "DEFAULT_MIN_PSNR_DB",
     "DEFAULT_PRESET",
     "ENCODERS",
+    "TUNES",
     "EncoderSettings",
     "EpisodeVideo",
     "OpenVideos",
@@ -132,6 +134,7 @@ def write_episode_video(
     gop: int | None = None,
     crf: int | None = None,
     preset: str | None = None,
+    tune: str | None = None,
     bframes: int = 0,
     threads: int | None = None,
     episode: int | None = None,
@@ -156,6 +159,8 @@ def write_episode_video(
         preset: encoder preset of a re-encode (default `DEFAULT_PRESET[codec]`); in `copy` mode, used by
             a fallback re-encode if it is one of the source encoder's presets (x264/x265 names, SVT-AV1
             numbers), else that encoder's default.
+        tune: the encoder's `--tune` for an `hevc` / `h264` re-encode (one of `TUNES[mode]`, e.g.
+            `fastdecode`); None: none. Refused in `copy` mode, which keeps the source's encoding.
         bframes: B-frames allowed in a re-encode (0: none, so decode order is presentation order).
         threads: decoder and encoder threads (default 1: callers parallelise across processes).
         episode, camera: named in error messages.
@@ -182,6 +187,7 @@ def write_episode_video(
         gop=gop,
         crf=crf,
         preset=preset,
+        tune=tune,
         bframes=bframes,
         threads=threads,
     )
@@ -205,6 +211,7 @@ def write_episode_video(
         gop=DEFAULT_GOP if gop is None else gop,
         crf=DEFAULT_CRF[mode] if crf is None else crf,
         preset=preset,
+        tune=tune,
         bframes=bframes,
         threads=threads,
     )
@@ -220,6 +227,7 @@ def _check_args(
     gop: int | None,
     crf: int | None,
     preset: str | None,
+    tune: str | None,
     bframes: int,
     threads: int | None,
 ) -> None:
@@ -236,6 +244,12 @@ def _check_args(
             "preset",
             preset,
             f"one of {X26X_PRESETS}",
+        ),
+        (
+            tune is None or tune in TUNES.get(mode, ()),
+            "tune",
+            tune,
+            f"one of {TUNES[mode]}" if mode in TUNES else "None: a copy keeps the source's encoding",
         ),
         (threads is None or threads >= 0, "threads", threads, ">= 0 (0: the codec's own choice)"),
     ]

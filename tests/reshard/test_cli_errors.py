@@ -68,6 +68,29 @@ def test_a_bad_preset_is_refused_before_any_work(sample_ds: Path, tmp_path: Path
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--tune", "fastdecode"],
+            "Error: Invalid tune ('fastdecode') for --video copy. Expected --video hevc or h264: a copy keeps "
+            "the source's encoding.",
+        ),
+        (
+            ["--video", "hevc", "--tune", "stillimage"],
+            "Error: Invalid tune ('stillimage') for --video hevc. Expected one of ['psnr', 'ssim', 'grain', "
+            "'zerolatency', 'fastdecode', 'animation'].",
+        ),
+    ],
+    ids=["copy", "not-x265s"],
+)
+def test_a_tune_the_encoder_lacks_is_refused_before_any_work(
+    sample_ds: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    assert lrs("reshard", str(sample_ds), "--out", str(tmp_path / "out"), *args) == (2, message)
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_work_dir_on_another_filesystem_is_refused_before_any_work(sample_ds: Path, tmp_path: Path) -> None:
     other = Path("/dev/shm")
     if not other.is_dir() or other.stat().st_dev == tmp_path.stat().st_dev:

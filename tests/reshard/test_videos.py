@@ -38,6 +38,7 @@ from reshard.video.compare import ColourFit
 from reshard.video.encode import Colour, EncoderSettings, add_video_stream
 from reshard.video.write import (
     DEFAULT_CRF,
+    DEFAULT_GOP,
     EpisodeVideo,
     compare_episode_video,
     probe_video,
@@ -401,6 +402,26 @@ def test_h264_reencode_properties(mid_case: Case, tmp_path: Path) -> None:
     assert comparison.passes(min_psnr_db=33)
 
 
+# x264 and x265 write their settings into the stream (an SEI message), e.g. x264's "cabac=0 ... deblock=0:".
+FASTDECODE_SETTINGS = {"h264": (b" cabac=0 ", b" deblock=0:"), "hevc": (b" no-deblock ", b" no-sao ")}
+DEFAULT_SETTINGS = {"h264": (b" cabac=1 ", b" deblock=1:"), "hevc": (b" deblock", b" sao ")}
+
+
+@pytest.mark.parametrize("codec", ["h264", "hevc"])
+def test_fastdecode_tune_drops_what_costs_cpu_decode(mid_case: Case, codec: str, tmp_path: Path) -> None:
+    plain = mid_case.write(tmp_path / "plain", mode=codec)
+    fast = mid_case.write(tmp_path / "fast", mode=codec, tune="fastdecode")
+    assert all(s in Path(plain.path).read_bytes() for s in DEFAULT_SETTINGS[codec])
+    assert all(s in Path(fast.path).read_bytes() for s in FASTDECODE_SETTINGS[codec])  # h264: CAVLC
+    assert (fast.codec, fast.pix_fmt, fast.gop) == (codec, "yuv420p", DEFAULT_GOP)
+    assert_gop_pattern(fast.path, mid_case.length, DEFAULT_GOP)
+    assert_ids(mid_case, fast.path)
+    comparison = compare_episode_video(
+        mid_case.src, mid_case.from_timestamp, fast.path, length=mid_case.length, fps=FPS
+    )
+    assert comparison.passes(min_psnr_db=33) and not comparison.colour.moved()
+
+
 def test_reencode_with_b_frames_when_asked(mid_case: Case, tmp_path: Path) -> None:
     result = mid_case.write(tmp_path, mode="hevc", gop=8, bframes=2)
     assert probe_video(result.path).reordered
@@ -742,8 +763,21 @@ def test_killed_write_leaves_no_file_at_the_target(mid_case: Case, tmp_path: Pat
         ({"crf": 99}, r"Invalid crf \(99\). Expected in \[0, 63\]."),
         ({"bframes": -1}, r"Invalid bframes \(-1\). Expected >= 0."),
         ({"mode": "hevc", "preset": "8"}, r"Invalid preset \('8'\). Expected one of \('ultrafast', "),
+        ({"tune": "fastdecode"}, r"Invalid tune \('fastdecode'\). Expected None: a copy keeps the source's"),
+        ({"mode": "hevc", "tune": "film"}, r"Invalid tune \('film'\). Expected one of \('psnr', "),
     ],
-    ids=["mode", "length", "fps", "from_timestamp", "gop", "crf", "bframes", "preset"],
+    ids=[
+        "mode",
+        "length",
+        "fps",
+        "from_timestamp",
+        "gop",
+        "crf",
+        "bframes",
+        "preset",
+        "tune-copy",
+        "tune-x265",
+    ],
 )
 def test_invalid_arguments(mid_case: Case, kwargs: dict, message: str, tmp_path: Path) -> None:
     args = {"from_timestamp": 0.0, "length": 3, "fps": FPS, **kwargs}
