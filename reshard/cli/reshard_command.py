@@ -17,7 +17,7 @@ from reshard.cli.base import (
 from reshard.cli.types import LocalDir, PartType
 from reshard.job import DEFAULT_EPISODES_PER_FILE, ReshardOptions, reshard, slurm_part
 from reshard.source import DROPPED_JSON
-from reshard.video import VIDEO_MODES
+from reshard.video import DEFAULT_RESIZE_FILTER, RESIZE_FILTERS, VIDEO_MODES
 
 
 @click.command(name="reshard")
@@ -49,6 +49,21 @@ from reshard.video import VIDEO_MODES
     help="x264/x265 --tune of re-encodes (hevc/h264 only), e.g. fastdecode: streams cheaper to decode on "
     "CPUs (h264: CAVLC, no deblocking; hevc: no deblocking, no SAO), at more bytes for the same quality "
     "[default: none].",
+)
+@click.option(
+    "--resize",
+    metavar="WxH",
+    help="Re-encode (hevc/h264 only) at this frame size, e.g. 224x224: the size the policy sees, in "
+    "fewer bytes and less decode time; info.json's shapes follow. Depth cameras keep their size "
+    "[default: the source's].",
+)
+@click.option(
+    "--resize-filter",
+    type=click.Choice(RESIZE_FILTERS),
+    default=DEFAULT_RESIZE_FILTER,
+    show_default=True,
+    help="swscale filter of --resize: area averages (least aliasing when shrinking); bilinear is what "
+    "lerobot's processors and most policies resize with (torchvision, antialiased); bicubic is sharper.",
 )
 @click.option(
     "--data-file-mb",
@@ -103,6 +118,8 @@ def reshard_cmd(
     crf: int | None,
     preset: str | None,
     tune: str | None,
+    resize: str | None,
+    resize_filter: str,
     data_file_mb: float,
     episodes_per_data_file: int,
     workers: int,
@@ -134,6 +151,8 @@ def reshard_cmd(
             crf=crf,
             preset=preset,
             tune=tune,
+            resize=resize,
+            resize_filter=resize_filter,
             data_file_mb=data_file_mb,
             episodes_per_data_file=episodes_per_data_file,
             skip_defective=skip_defective,

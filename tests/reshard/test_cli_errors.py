@@ -81,10 +81,24 @@ def test_a_bad_preset_is_refused_before_any_work(sample_ds: Path, tmp_path: Path
             "Error: Invalid tune ('stillimage') for --video hevc. Expected one of ['psnr', 'ssim', 'grain', "
             "'zerolatency', 'fastdecode', 'animation'].",
         ),
+        (
+            ["--resize", "224x224"],
+            "Error: Invalid resize ('224x224') for --video copy. Expected --video hevc or h264: a copy keeps "
+            "the source's frames.",
+        ),
+        (
+            ["--video", "h264", "--resize", "224"],
+            "Error: Invalid resize ('224'). Expected WIDTHxHEIGHT in pixels, e.g. 224x224.",
+        ),
+        (
+            ["--video", "h264", "--resize", "225x224"],
+            "Error: Invalid resize width (225). Expected an even number of pixels in 2..8192 (4:2:0 holds even "
+            "sizes).",
+        ),
     ],
-    ids=["copy", "not-x265s"],
+    ids=["tune-copy", "tune-not-x265s", "resize-copy", "resize-not-wxh", "resize-odd"],
 )
-def test_a_tune_the_encoder_lacks_is_refused_before_any_work(
+def test_reencode_options_are_refused_before_any_work(
     sample_ds: Path, tmp_path: Path, args: list[str], message: str
 ) -> None:
     assert lrs("reshard", str(sample_ds), "--out", str(tmp_path / "out"), *args) == (2, message)
