@@ -49,6 +49,11 @@ X26X_PRESETS = (
 # x264's and x265's `--tune` values (`x264 --fullhelp`, `x265 --help`): settings applied over the preset.
 # `fastdecode` makes streams cheaper to decode on a CPU: x264 drops CABAC (CAVLC instead), the deblocking
 # filter and weighted prediction; x265 drops deblocking, SAO and weighted prediction. SVT-AV1 has none here.
+# Measured (torchcodec, 1 thread, 300 frames of the 240x320 sample, 2 loaded cores, ms/frame): x264
+# fastdecode decodes runs of 8 frames in 0.26 (default 0.45) and random frames in 0.39 (0.76), in 1.25x the
+# bytes; x265's gains less (runs 0.48 against 0.54). Its GOP stays the default (the source's, else 2): a
+# GOP of 8 decodes runs of 8 as fast (0.27) in 26% fewer bytes but doubles a random frame (0.77), which is
+# how lerobot's LeRobotDataset reads; `--gop 8` suits readers that decode runs (EpisodeStream).
 TUNES: dict[str, tuple[str, ...]] = {
     "h264": ("film", "animation", "grain", "stillimage", "psnr", "ssim", "fastdecode", "zerolatency"),
     "hevc": ("psnr", "ssim", "grain", "zerolatency", "fastdecode", "animation"),
