@@ -63,7 +63,7 @@ from reshard.video import DEFAULT_RESIZE_FILTER, RESIZE_FILTERS, VIDEO_MODES
     default=DEFAULT_RESIZE_FILTER,
     show_default=True,
     help="swscale filter of --resize: area averages (least aliasing when shrinking); bilinear is what "
-    "lerobot's processors and most policies resize with (torchvision, antialiased); bicubic is sharper.",
+    "lerobot's resize processor and diffusion policy use (torchvision, antialiased); bicubic is sharper.",
 )
 @click.option(
     "--data-file-mb",

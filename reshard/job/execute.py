@@ -38,7 +38,7 @@ from reshard.job.process_pool import run_in_pool
 from reshard.job.tables import write_data_file
 from reshard.source.model import V3Source
 from reshard.video.encode import CRF_RANGE, DEFAULT_CRF, DEFAULT_PRESET, TUNES
-from reshard.video.resize import DEFAULT_RESIZE_FILTER, Resize
+from reshard.video.resize import DEFAULT_RESIZE_FILTER, RESIZE_FILTERS, Resize
 from reshard.video.write import (
     DEFAULT_GOP,
     VIDEO_MODES,
@@ -125,8 +125,15 @@ class ReshardOptions:
         self._check_resize()
 
     def _check_resize(self) -> None:
+        if self.resize_filter not in RESIZE_FILTERS:
+            raise ValueError(
+                f"Invalid resize_filter ({self.resize_filter!r}). Expected one of {list(RESIZE_FILTERS)}."
+            )
         if self.resize is None:
-            Resize(2, 2, self.resize_filter)  # the filter alone, checked
+            if self.resize_filter != DEFAULT_RESIZE_FILTER:  # a filter without a size would be ignored
+                raise ValueError(
+                    f"Invalid resize_filter ({self.resize_filter!r}) without a resize. Expected --resize WxH."
+                )
             return
         if self.video == "copy":
             raise ValueError(

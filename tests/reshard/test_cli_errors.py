@@ -95,8 +95,12 @@ def test_a_bad_preset_is_refused_before_any_work(sample_ds: Path, tmp_path: Path
             "Error: Invalid resize width (225). Expected an even number of pixels in 2..8192 (4:2:0 holds even "
             "sizes).",
         ),
+        (
+            ["--video", "hevc", "--resize-filter", "bicubic"],
+            "Error: Invalid resize_filter ('bicubic') without a resize. Expected --resize WxH.",
+        ),
     ],
-    ids=["tune-copy", "tune-not-x265s", "resize-copy", "resize-not-wxh", "resize-odd"],
+    ids=["tune-copy", "tune-not-x265s", "resize-copy", "resize-not-wxh", "resize-odd", "filter-no-resize"],
 )
 def test_reencode_options_are_refused_before_any_work(
     sample_ds: Path, tmp_path: Path, args: list[str], message: str
