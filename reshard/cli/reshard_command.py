@@ -47,8 +47,8 @@ from reshard.video import DEFAULT_RESIZE_FILTER, RESIZE_FILTERS, VIDEO_MODES
 @click.option(
     "--tune",
     help="x264/x265 --tune of re-encodes (hevc/h264 only), e.g. fastdecode: streams cheaper to decode on "
-    "CPUs (h264: CAVLC, no deblocking; hevc: no deblocking, no SAO), at more bytes for the same quality "
-    "[default: none].",
+    "CPUs (h264: CAVLC, no deblocking; hevc: no deblocking, no SAO), at more bytes for the same quality; "
+    "the --gop default stays (random frames, as LeRobotDataset reads) [default: none].",
 )
 @click.option(
     "--resize",
