@@ -213,6 +213,26 @@ def frame_size(feature: dict[str, Any]) -> tuple[int, int] | None:
     (`dataset_to_policy_features`): a shape whose last name is "channel(s)" is (height, width, channels),
     any other (channels, height, width). Without names, the channels are the side of 1, 3 or 4 at an end.
     """
+    axes = _size_axes(feature)
+    if axes is None:
+        return None
+    shape = feature["shape"]
+    return shape[axes[0]], shape[axes[1]]
+
+
+def with_frame_size(feature: dict[str, Any], height: int, width: int) -> list[int] | None:
+    """The `shape` of a camera feature that declares (`frame_size`) `height` x `width` frames, its other
+    side kept; None where its shape declares no size."""
+    axes = _size_axes(feature)
+    if axes is None:
+        return None
+    shape = list(feature["shape"])
+    shape[axes[0]], shape[axes[1]] = height, width
+    return shape
+
+
+def _size_axes(feature: dict[str, Any]) -> tuple[int, int] | None:
+    """Where `frame_size` reads the height and the width in the feature's `shape`."""
     shape, names = feature.get("shape"), feature.get("names")
     if not isinstance(shape, (list, tuple)) or len(shape) != 3:
         return None
@@ -220,12 +240,12 @@ def frame_size(feature: dict[str, Any]) -> tuple[int, int] | None:
         return None
     if isinstance(names, (list, tuple)) and len(names) == 3:
         if "height" in names and "width" in names:
-            return shape[names.index("height")], shape[names.index("width")]
+            return names.index("height"), names.index("width")
         if names[2] not in ("channel", "channels"):
-            return shape[1], shape[2]
+            return 1, 2
     elif shape[0] in (1, 3, 4) and shape[2] not in (1, 3, 4):
-        return shape[1], shape[2]
-    return shape[0], shape[1]
+        return 1, 2
+    return 0, 1
 
 
 def format_template(template: str, **fields: Any) -> str:

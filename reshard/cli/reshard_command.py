@@ -17,7 +17,7 @@ from reshard.cli.base import (
 from reshard.cli.types import LocalDir, PartType
 from reshard.job import DEFAULT_EPISODES_PER_FILE, ReshardOptions, reshard, slurm_part
 from reshard.source import DROPPED_JSON
-from reshard.video import VIDEO_MODES
+from reshard.video import DEFAULT_RESIZE_FILTER, RESIZE_FILTERS, VIDEO_MODES
 
 
 @click.command(name="reshard")
@@ -44,6 +44,27 @@ from reshard.video import VIDEO_MODES
 )
 @click.option("--crf", type=click.IntRange(0, 63), help="Quality of re-encodes [default: the codec's].")
 @click.option("--preset", help="Encoder preset of re-encodes [default: the codec's].")
+@click.option(
+    "--tune",
+    help="x264/x265 --tune of re-encodes (hevc/h264 only), e.g. fastdecode: streams cheaper to decode on "
+    "CPUs (h264: CAVLC, no deblocking; hevc: no deblocking, no SAO), at more bytes for the same quality; "
+    "the --gop default stays (random frames, as LeRobotDataset reads) [default: none].",
+)
+@click.option(
+    "--resize",
+    metavar="WxH",
+    help="Re-encode (hevc/h264 only) at this frame size, e.g. 224x224: the size the policy sees, in "
+    "fewer bytes and less decode time; info.json's shapes follow. Depth cameras keep their size "
+    "[default: the source's].",
+)
+@click.option(
+    "--resize-filter",
+    type=click.Choice(RESIZE_FILTERS),
+    default=DEFAULT_RESIZE_FILTER,
+    show_default=True,
+    help="swscale filter of --resize: area averages (least aliasing when shrinking); bilinear is what "
+    "lerobot's resize processor and diffusion policy use (torchvision, antialiased); bicubic is sharper.",
+)
 @click.option(
     "--data-file-mb",
     type=click.FloatRange(0, min_open=True),
@@ -96,6 +117,9 @@ def reshard_cmd(
     gop: int | None,
     crf: int | None,
     preset: str | None,
+    tune: str | None,
+    resize: str | None,
+    resize_filter: str,
     data_file_mb: float,
     episodes_per_data_file: int,
     workers: int,
@@ -126,6 +150,9 @@ def reshard_cmd(
             gop=gop,
             crf=crf,
             preset=preset,
+            tune=tune,
+            resize=resize,
+            resize_filter=resize_filter,
             data_file_mb=data_file_mb,
             episodes_per_data_file=episodes_per_data_file,
             skip_defective=skip_defective,

@@ -37,7 +37,8 @@ from reshard.job.plan import DEFAULT_EPISODES_PER_FILE, DataTask, Task, VideoTas
 from reshard.job.process_pool import run_in_pool
 from reshard.job.tables import write_data_file
 from reshard.source.model import V3Source
-from reshard.video.encode import CRF_RANGE, DEFAULT_CRF, DEFAULT_PRESET
+from reshard.video.encode import CRF_RANGE, DEFAULT_CRF, DEFAULT_PRESET, TUNES
+from reshard.video.resize import DEFAULT_RESIZE_FILTER, RESIZE_FILTERS, Resize
 from reshard.video.write import (
     DEFAULT_GOP,
     VIDEO_MODES,
@@ -63,6 +64,11 @@ class ReshardOptions:
         gop: keyframe interval of re-encoded videos (default: the source's `video.g`, else 2).
         crf: quality of re-encoded videos (default: the video step's).
         preset: encoder preset of re-encoded videos (default: the video step's).
+        tune: the encoder's `--tune` of re-encoded videos (`fastdecode`: cheaper CPU decode); None:
+            none. Only with `hevc` / `h264`: a copy keeps the source's encoding.
+        resize: the frame size of re-encoded videos, `WxH` (even sizes); None: the source's. Only with
+            `hevc` / `h264`; depth cameras keep their size.
+        resize_filter: the swscale filter of `resize` (`area`, `bicubic`, `bilinear`).
         data_file_mb: the size bound of an output data file, in MiB.
         episodes_per_data_file: the most episodes (row groups) of an output data file, which bounds the
             memory of writing and parsing its footer.
@@ -75,6 +81,9 @@ class ReshardOptions:
     gop: int | None = None
     crf: int | None = None
     preset: str | None = None
+    tune: str | None = None
+    resize: str | None = None
+    resize_filter: str = DEFAULT_RESIZE_FILTER
     data_file_mb: float = 100.0
     episodes_per_data_file: int = DEFAULT_EPISODES_PER_FILE
     skip_defective: bool = False
@@ -112,6 +121,44 @@ class ReshardOptions:
             raise ValueError(
                 f"Invalid preset ({self.preset!r}) for --video {self.video}. Expected one of {list(X26X_PRESETS)}."
             )
+        self._check_tune()
+        self._check_resize()
+
+    def _check_resize(self) -> None:
+        if self.resize_filter not in RESIZE_FILTERS:
+            raise ValueError(
+                f"Invalid resize_filter ({self.resize_filter!r}). Expected one of {list(RESIZE_FILTERS)}."
+            )
+        if self.resize is None:
+            if self.resize_filter != DEFAULT_RESIZE_FILTER:  # a filter without a size would be ignored
+                raise ValueError(
+                    f"Invalid resize_filter ({self.resize_filter!r}) without a resize. Expected --resize WxH."
+                )
+            return
+        if self.video == "copy":
+            raise ValueError(
+                f"Invalid resize ({self.resize!r}) for --video copy. Expected --video hevc or h264: a copy "
+                "keeps the source's frames."
+            )
+        object.__setattr__(self, "resize", str(Resize.parse(self.resize, self.resize_filter)))
+
+    @property
+    def resizing(self) -> Resize | None:
+        """The resize of the re-encodes, or None."""
+        return Resize.parse(self.resize, self.resize_filter) if self.resize is not None else None
+
+    def _check_tune(self) -> None:
+        if self.tune is None:
+            return
+        if self.video == "copy":
+            raise ValueError(
+                f"Invalid tune ({self.tune!r}) for --video copy. Expected --video hevc or h264: a copy "
+                "keeps the source's encoding."
+            )
+        if self.tune not in TUNES[self.video]:
+            raise ValueError(
+                f"Invalid tune ({self.tune!r}) for --video {self.video}. Expected one of {list(TUNES[self.video])}."
+            )
 
     @property
     def skipping(self) -> bool:
@@ -119,12 +166,14 @@ class ReshardOptions:
         return self.skip_defective or bool(self.skip_episodes)
 
     def to_json(self) -> dict[str, Any]:
-        """The options as recorded; the skip options only where set, so that a reshard of every episode
-        records what it recorded before they existed."""
+        """The options as recorded; the tune, the resize and the skip options only where set, so that a job
+        without them records what it recorded before they existed (and an unfinished one of then resumes)."""
         doc = asdict(self)
-        for name in ("skip_defective", "skip_episodes"):
+        for name in ("tune", "resize", "skip_defective", "skip_episodes"):
             if not doc[name]:
                 del doc[name]
+        if self.resize is None:
+            del doc["resize_filter"]
         return doc
 
 
@@ -302,6 +351,8 @@ def _run_video_task(
                     gop=gop,
                     crf=crf,
                     preset=options.preset,
+                    tune=options.tune,
+                    resize=options.resizing,
                     episode=video.episode,
                     camera=video.key,
                     depth=is_depth(source.info.features[video.key]),

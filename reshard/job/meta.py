@@ -50,7 +50,14 @@ from reader.format.index import (
     kind_of,
 )
 from reader.format.parquet import replace_columns
-from reader.format.v3 import DEFAULT_EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH, frame_size
+from reader.format.v3 import (
+    DEFAULT_EPISODES_PATH,
+    INFO_PATH,
+    STATS_PATH,
+    TASKS_PATH,
+    frame_size,
+    with_frame_size,
+)
 from reshard.distribution import DISTRIBUTION
 from reshard.job.carried_meta import carried_meta_files
 from reshard.job.plan import ReshardPlan
@@ -334,10 +341,21 @@ def info_json(source: V3Source, params: dict[str, Any], video_records: list[Vide
         if mode in DEFAULT_PRESET and records and all(r.reencoded for r in records):
             # The source encoder's preset (SVT-AV1's 12) says nothing of this camera's x264/x265 files.
             info["video.preset"] = params.get("preset") or DEFAULT_PRESET[mode]
+            if params.get("tune"):
+                info["video.tune"] = params["tune"]
+            if params.get("resize"):
+                _resized(raw["features"][key], info)
         if "has_audio" in info:  # the episode videos hold the video stream alone
             info["has_audio"] = False
     check_video_sizes(raw["features"], source.video_keys, file=source.remote.display(INFO_PATH))
     return (json.dumps(raw, indent=4) + "\n").encode()
+
+
+def _resized(feature: dict[str, Any], info: dict[str, Any]) -> None:
+    """A camera re-encoded at another size (`--resize`): its `shape` declares the size written."""
+    shape = with_frame_size(feature, info["video.height"], info["video.width"])
+    if shape is not None:
+        feature["shape"] = shape
 
 
 def check_video_sizes(features: dict[str, Any], video_keys: Iterable[str], *, file: str) -> None:

@@ -197,14 +197,15 @@ def check_video_files(source: V3Source, tasks: list[VideoTask]) -> None:
     )
 
 
-def check_frame_sizes(source: V3Source, tasks: list[VideoTask], mode: str) -> None:
+def check_frame_sizes(source: V3Source, tasks: list[VideoTask], mode: str, *, resized: bool = False) -> None:
     """Every camera's frame size fits the re-encode's pixel format (`target_pix_fmt`), read from the headers
-    of the tasks' source videos: an `h264` re-encode cannot hold an odd width or height.
+    of the tasks' source videos: an `h264` re-encode cannot hold an odd width or height. A resize (even
+    sizes, `Resize`) makes every size fit.
 
     Raises:
         ReshardError: the first camera and file whose size does not fit, in one line.
     """
-    if mode != "h264":  # copy keeps the source's format; hevc encodes odd sizes 4:4:4
+    if mode != "h264" or resized:  # copy keeps the source's format; hevc encodes odd sizes 4:4:4
         return
     for rel in sorted({t.source for t in tasks if not is_depth(source.info.features[t.key])}):
         where = source.remote.display(rel)
@@ -532,7 +533,7 @@ def _run_locked(
         video_tasks = [t for t in tasks if isinstance(t, VideoTask)]
         if not options.skip_defective:  # the selection already left out every episode of a bad video
             check_video_files(source, video_tasks)
-        check_frame_sizes(source, video_tasks, options.video)
+        check_frame_sizes(source, video_tasks, options.video, resized=options.resize is not None)
         _claim(ws, doc, out, source.whole.fingerprint)
         _check_begun_plan(ws, out, source, options, sizes)
         if part is None and not finalize_only:  # this run holds the lock alone: no temp file is another's

@@ -32,6 +32,7 @@ from reshard.video.compare import (
     probe_opened,
 )
 from reshard.video.frames import OpenVideos, VideoFileRef, decode, frames_from, open_video
+from reshard.video.resize import Resize
 
 
 @dataclass(frozen=True)
@@ -115,9 +116,14 @@ def _compare(
         raise ValueError("Invalid comparison without a source. Expected --against.")
     episode = src.episodes[ep]
     segment = episode_span(episode.video(key).from_timestamp, episode.length, src.info.fps)
+    # A resized re-encode is compared with its source frames scaled as the reshard scaled them (a depth
+    # map keeps its size and codes).
+    resize = None if is_depth(src.info.features[key]) else Resize.of_params(run.layout.params)
     with sources.open(VideoFileRef(src.video_file(episode, key), ep, key)) as (container, stream, local):
         src_ref = VideoFileRef(local, ep, key)
         frames = frames_from(container, stream, segment.from_timestamp, src_ref)
+        if resize is not None:
+            frames = ((t, resize.apply(frame)) for t, frame in frames)
         return compare_frames(frames, output, segment, src_ref)
 
 

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from reader.errors import DatasetError
 from reader.format.index import FILES_INDEX
-from reader.format.v3 import EPISODES_DIR
+from reader.format.v3 import EPISODES_DIR, frame_size
 from reshard.job.execute import list_files
 from reshard.job.meta import path_sha256
 from reshard.job.tables import INDEX_COLUMNS, range_crc32, row_group_ranges
@@ -213,4 +213,10 @@ def video_problems(run: VerifyRun, entry: Any, video: Any, probe: VideoProbe) ->
     for name, got in (("video.codec", probe.codec), ("video.pix_fmt", probe.pix_fmt)):
         if name in expected and expected[name] != got:
             problems.append(f"Invalid {name} ({got!r}). Expected {expected[name]!r} as info.json says.")
+    declared = frame_size(run.layout.info.features[video.key])
+    if declared is not None and declared != (probe.height, probe.width):
+        problems.append(
+            f"Invalid frame size ({probe.width}x{probe.height}). Expected {declared[1]}x{declared[0]} "
+            "(width x height) as info.json's shape says."
+        )
     return problems

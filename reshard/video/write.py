@@ -47,6 +47,7 @@ from reshard.video.encode import (
     DEFAULT_PRESET,
     ENCODERS,
     MUX_OPTIONS,
+    TUNES,
     VIDEO_MODES,
     X26X_PRESETS,
     Colour,
@@ -69,6 +70,7 @@ from reshard.video.frames import (
     open_video,
     pixel_format,
 )
+from reshard.video.resize import Resize
 
 __all__ = [
     "DEFAULT_CRF",
@@ -76,6 +78,7 @@ __all__ = [
     "DEFAULT_MIN_PSNR_DB",
     "DEFAULT_PRESET",
     "ENCODERS",
+    "TUNES",
     "EncoderSettings",
     "EpisodeVideo",
     "OpenVideos",
@@ -132,6 +135,8 @@ def write_episode_video(
     gop: int | None = None,
     crf: int | None = None,
     preset: str | None = None,
+    tune: str | None = None,
+    resize: Resize | None = None,
     bframes: int = 0,
     threads: int | None = None,
     episode: int | None = None,
@@ -156,6 +161,10 @@ def write_episode_video(
         preset: encoder preset of a re-encode (default `DEFAULT_PRESET[codec]`); in `copy` mode, used by
             a fallback re-encode if it is one of the source encoder's presets (x264/x265 names, SVT-AV1
             numbers), else that encoder's default.
+        tune: the encoder's `--tune` for an `hevc` / `h264` re-encode (one of `TUNES[mode]`, e.g.
+            `fastdecode`); None: none. Refused in `copy` mode, which keeps the source's encoding.
+        resize: the frame size and filter of an `hevc` / `h264` re-encode (`reshard.video.resize`);
+            None: the source's size. Refused in `copy` mode; a depth map keeps its size.
         bframes: B-frames allowed in a re-encode (0: none, so decode order is presentation order).
         threads: decoder and encoder threads (default 1: callers parallelise across processes).
         episode, camera: named in error messages.
@@ -182,6 +191,8 @@ def write_episode_video(
         gop=gop,
         crf=crf,
         preset=preset,
+        tune=tune,
+        resize=resize,
         bframes=bframes,
         threads=threads,
     )
@@ -205,10 +216,12 @@ def write_episode_video(
         gop=DEFAULT_GOP if gop is None else gop,
         crf=DEFAULT_CRF[mode] if crf is None else crf,
         preset=preset,
+        tune=tune,
         bframes=bframes,
         threads=threads,
     )
-    return _reencode(ref, out_path, segment, encoder, pix_fmt=None)  # 4:2:0, or 4:4:4 where the size needs it
+    # 4:2:0, or 4:4:4 where the size needs it
+    return _reencode(ref, out_path, segment, encoder, pix_fmt=None, resize=resize)
 
 
 def _check_args(
@@ -220,6 +233,8 @@ def _check_args(
     gop: int | None,
     crf: int | None,
     preset: str | None,
+    tune: str | None,
+    resize: Resize | None,
     bframes: int,
     threads: int | None,
 ) -> None:
@@ -237,6 +252,13 @@ def _check_args(
             preset,
             f"one of {X26X_PRESETS}",
         ),
+        (
+            tune is None or tune in TUNES.get(mode, ()),
+            "tune",
+            tune,
+            f"one of {TUNES[mode]}" if mode in TUNES else "None: a copy keeps the source's encoding",
+        ),
+        (mode != "copy" or resize is None, "resize", resize, "None: a copy keeps the source's frames"),
         (threads is None or threads >= 0, "threads", threads, ">= 0 (0: the codec's own choice)"),
     ]
     for ok, name, value, expected in checks:
@@ -273,11 +295,15 @@ def _reencode(
     encoder: EncoderSettings,
     pix_fmt: str | None,
     reason: str | None = None,
+    resize: Resize | None = None,
 ) -> EpisodeVideo:
-    """Re-encode one episode in `pix_fmt` (None: `target_pix_fmt` for the source's size)."""
+    """Re-encode one episode in `pix_fmt` (None: `target_pix_fmt` for the output size), scaled to `resize`
+    (None: the source's size)."""
     tb = 1 / segment.rate
     with open_video(ref, encoder.threads) as (container, stream):
         width, height = stream.codec_context.width, stream.codec_context.height
+        if resize is not None:
+            width, height = resize.width, resize.height
         colour = Colour.of(stream)
         pix_fmt = pix_fmt or target_pix_fmt(encoder.codec, width, height)
         if pix_fmt is None:
@@ -286,7 +312,8 @@ def _reencode(
         with atomic_path(out_path) as tmp, av.open(tmp, mode="w", format="mp4", options=MUX_OPTIONS) as out:
             ostream = _open_encoder(out, ref, segment, width, height, pix_fmt, encoder, colour)
             for i, frame in frames:
-                frame = colour.convert(frame, pix_fmt)
+                # Scaled in the source's own format first: verify scales its source frames the same way.
+                frame = colour.convert(resize.apply(frame) if resize is not None else frame, pix_fmt)
                 frame.pts, frame.time_base = i, tb
                 # A decoded keyframe would otherwise force a keyframe here and break the GOP pattern.
                 frame.pict_type = PictureType.NONE

@@ -68,6 +68,47 @@ def test_a_bad_preset_is_refused_before_any_work(sample_ds: Path, tmp_path: Path
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--tune", "fastdecode"],
+            "Error: Invalid tune ('fastdecode') for --video copy. Expected --video hevc or h264: a copy keeps "
+            "the source's encoding.",
+        ),
+        (
+            ["--video", "hevc", "--tune", "stillimage"],
+            "Error: Invalid tune ('stillimage') for --video hevc. Expected one of ['psnr', 'ssim', 'grain', "
+            "'zerolatency', 'fastdecode', 'animation'].",
+        ),
+        (
+            ["--resize", "224x224"],
+            "Error: Invalid resize ('224x224') for --video copy. Expected --video hevc or h264: a copy keeps "
+            "the source's frames.",
+        ),
+        (
+            ["--video", "h264", "--resize", "224"],
+            "Error: Invalid resize ('224'). Expected WIDTHxHEIGHT in pixels, e.g. 224x224.",
+        ),
+        (
+            ["--video", "h264", "--resize", "225x224"],
+            "Error: Invalid resize width (225). Expected an even number of pixels in 2..8192 (4:2:0 holds even "
+            "sizes).",
+        ),
+        (
+            ["--video", "hevc", "--resize-filter", "bicubic"],
+            "Error: Invalid resize_filter ('bicubic') without a resize. Expected --resize WxH.",
+        ),
+    ],
+    ids=["tune-copy", "tune-not-x265s", "resize-copy", "resize-not-wxh", "resize-odd", "filter-no-resize"],
+)
+def test_reencode_options_are_refused_before_any_work(
+    sample_ds: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    assert lrs("reshard", str(sample_ds), "--out", str(tmp_path / "out"), *args) == (2, message)
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_work_dir_on_another_filesystem_is_refused_before_any_work(sample_ds: Path, tmp_path: Path) -> None:
     other = Path("/dev/shm")
     if not other.is_dir() or other.stat().st_dev == tmp_path.stat().st_dev:

@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import av
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -200,6 +201,54 @@ def test_hevc_reencode_is_described_in_info(sample_ds: Path, tmp_path: Path) -> 
     assert report.ok, report.describe()
     assert all(v.reencoded and v.psnr_min_db >= 30 for v in report.videos)
     assert json.loads((tmp_path / "out" / LAYOUT_JSON).read_text())["reencoded"] == []
+
+
+@pytest.mark.integration
+def test_fastdecode_reencode_is_recorded_verified_and_resumed_only_with_it(
+    sample_ds: Path, tmp_path: Path
+) -> None:
+    out, partial = tmp_path / "out", tmp_path / "partial"
+    tuned = ("--video", "h264", "--tune", "fastdecode", "--quiet")
+    assert lrs("reshard", str(sample_ds), "--out", str(out), *tuned).exit_code == 0
+    assert json.loads((out / LAYOUT_JSON).read_text())["params"]["tune"] == "fastdecode"
+    cam = json.loads((out / "meta/info.json").read_text())["features"]["observation.images.cam0"]["info"]
+    assert (cam["video.codec"], cam["video.tune"], cam["video.g"]) == ("h264", "fastdecode", 2)
+    video = next((out / "videos").rglob("*.mp4")).read_bytes()
+    assert b" cabac=0 " in video and b" deblock=0:" in video  # x264's own record: CAVLC, no deblocking
+    report = verify(str(out), against=str(sample_ds))  # the PSNR floor and colour fit of every re-encode
+    assert report.ok, report.describe()
+    assert all(v.reencoded and v.psnr_min_db >= 30 for v in report.videos)
+    # Another tune (or none) is another job, finished or not.
+    message = "Invalid options (tune: 'fastdecode' -> None)"
+    result = lrs("reshard", str(sample_ds), "--out", str(out), "--video", "h264")
+    assert result.exit_code == 3 and message in result.output, result.output
+    assert lrs("reshard", str(sample_ds), "--out", str(partial), *tuned, "--part", "0/2").exit_code == 0
+    result = lrs("reshard", str(sample_ds), "--out", str(partial), "--video", "h264", "--part", "1/2")
+    assert result.exit_code == 3 and message in result.output, result.output
+
+
+@pytest.mark.integration
+def test_resize_reencodes_at_the_training_resolution(sample_ds: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ("--video", "h264", "--resize", "48x32", "--resize-filter", "bicubic", "--quiet")
+    assert lrs("reshard", str(sample_ds), "--out", str(out), *args).exit_code == 0
+    layout = json.loads((out / LAYOUT_JSON).read_text())
+    assert (layout["params"]["resize"], layout["params"]["resize_filter"]) == ("48x32", "bicubic")
+    info = json.loads((out / "meta/info.json").read_text())
+    for key in ("observation.images.cam0", "observation.images.cam1"):
+        feature = info["features"][key]
+        assert feature["shape"] == [32, 48, 3] and feature["names"] == ["height", "width", "channels"]
+        assert (feature["info"]["video.width"], feature["info"]["video.height"]) == (48, 32)
+    for path in (out / "videos").rglob("*.mp4"):
+        with av.open(str(path)) as container:
+            assert {(f.width, f.height) for f in container.decode(video=0)} == {(48, 32)}
+    report = verify(str(out), against=str(sample_ds))
+    assert report.ok, report.describe()
+    assert all(v.reencoded and v.psnr_min_db >= 30 for v in report.videos)
+    # Another size or filter is another job.
+    result = lrs("reshard", str(sample_ds), "--out", str(out), "--video", "h264", "--resize", "48x32")
+    assert result.exit_code == 3
+    assert "Invalid options (resize_filter: 'bicubic' -> 'area')" in result.output, result.output
 
 
 # --- ways to run it: parts, workers, reruns, remote sources ---------------------------------------------

@@ -34,10 +34,13 @@ from reshard.demo.sample_video import concat_remux, encode_frames
 from reshard.errors import ReshardError
 from reshard.source.model import open_source
 from reshard.video import write as videos
-from reshard.video.compare import ColourFit
+from reshard.video.compare import ColourFit, compare_frames
 from reshard.video.encode import Colour, EncoderSettings, add_video_stream
+from reshard.video.frames import EpisodeSpan, VideoFileRef, all_frames, frames_from, open_video
+from reshard.video.resize import Resize
 from reshard.video.write import (
     DEFAULT_CRF,
+    DEFAULT_GOP,
     EpisodeVideo,
     compare_episode_video,
     probe_video,
@@ -401,6 +404,62 @@ def test_h264_reencode_properties(mid_case: Case, tmp_path: Path) -> None:
     assert comparison.passes(min_psnr_db=33)
 
 
+# x264 and x265 write their settings into the stream (an SEI message), e.g. x264's "cabac=0 ... deblock=0:".
+FASTDECODE_SETTINGS = {"h264": (b" cabac=0 ", b" deblock=0:"), "hevc": (b" no-deblock ", b" no-sao ")}
+DEFAULT_SETTINGS = {"h264": (b" cabac=1 ", b" deblock=1:"), "hevc": (b" deblock", b" sao ")}
+
+
+@pytest.mark.parametrize("codec", ["h264", "hevc"])
+def test_fastdecode_tune_drops_what_costs_cpu_decode(mid_case: Case, codec: str, tmp_path: Path) -> None:
+    plain = mid_case.write(tmp_path / "plain", mode=codec)
+    fast = mid_case.write(tmp_path / "fast", mode=codec, tune="fastdecode")
+    assert all(s in Path(plain.path).read_bytes() for s in DEFAULT_SETTINGS[codec])
+    assert all(s in Path(fast.path).read_bytes() for s in FASTDECODE_SETTINGS[codec])  # h264: CAVLC
+    assert (fast.codec, fast.pix_fmt, fast.gop) == (codec, "yuv420p", DEFAULT_GOP)
+    assert_gop_pattern(fast.path, mid_case.length, DEFAULT_GOP)
+    assert_ids(mid_case, fast.path)
+    comparison = compare_episode_video(
+        mid_case.src, mid_case.from_timestamp, fast.path, length=mid_case.length, fps=FPS
+    )
+    assert comparison.passes(min_psnr_db=33) and not comparison.colour.moved()
+
+
+@pytest.mark.parametrize("filter_name", ["area", "bicubic", "bilinear"])
+def test_resize_scales_every_frame_as_verify_scales_the_source(
+    mid_case: Case, filter_name: str, tmp_path: Path
+) -> None:
+    resize = Resize(64, 48, filter_name)
+    result = mid_case.write(tmp_path, mode="h264", resize=resize)
+    assert (result.width, result.height, result.pix_fmt) == (64, 48, "yuv420p")
+    with av.open(result.path) as container:
+        assert {(f.width, f.height) for f in container.decode(video=0)} == {(64, 48)}
+    src_ref = VideoFileRef(mid_case.src)
+    segment = EpisodeSpan(mid_case.from_timestamp, mid_case.length, Fraction(FPS))
+    with open_video(src_ref) as (src, src_stream), open_video(VideoFileRef(result.path)) as (out, out_stream):
+        source = (
+            (t, resize.apply(f)) for t, f in frames_from(src, src_stream, mid_case.from_timestamp, src_ref)
+        )
+        comparison = compare_frames(source, all_frames(out, out_stream, src_ref), segment, src_ref)
+    assert comparison.passes(min_psnr_db=30) and not comparison.colour.moved(), comparison
+
+
+@pytest.mark.parametrize(
+    "size,message",
+    [
+        ("224", r"Invalid resize \('224'\). Expected WIDTHxHEIGHT"),
+        ("223x224", r"Invalid resize width \(223\). Expected an even number"),
+        ("224x0", r"Invalid resize height \(0\). Expected an even number"),
+    ],
+    ids=["not-wxh", "odd", "zero"],
+)
+def test_resize_sizes_are_checked(size: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Resize.parse(size)
+    assert str(Resize.parse(" 224X160 ")) == "224x160"
+    with pytest.raises(ValueError, match=r"Invalid resize filter \('lanczos'\)"):
+        Resize(224, 224, "lanczos")
+
+
 def test_reencode_with_b_frames_when_asked(mid_case: Case, tmp_path: Path) -> None:
     result = mid_case.write(tmp_path, mode="hevc", gop=8, bframes=2)
     assert probe_video(result.path).reordered
@@ -742,8 +801,23 @@ def test_killed_write_leaves_no_file_at_the_target(mid_case: Case, tmp_path: Pat
         ({"crf": 99}, r"Invalid crf \(99\). Expected in \[0, 63\]."),
         ({"bframes": -1}, r"Invalid bframes \(-1\). Expected >= 0."),
         ({"mode": "hevc", "preset": "8"}, r"Invalid preset \('8'\). Expected one of \('ultrafast', "),
+        ({"tune": "fastdecode"}, r"Invalid tune \('fastdecode'\). Expected None: a copy keeps the source's"),
+        ({"resize": Resize(32, 32)}, r"Invalid resize \(Resize\(width=32, .*\)\). Expected None: a copy"),
+        ({"mode": "hevc", "tune": "film"}, r"Invalid tune \('film'\). Expected one of \('psnr', "),
     ],
-    ids=["mode", "length", "fps", "from_timestamp", "gop", "crf", "bframes", "preset"],
+    ids=[
+        "mode",
+        "length",
+        "fps",
+        "from_timestamp",
+        "gop",
+        "crf",
+        "bframes",
+        "preset",
+        "tune-copy",
+        "resize-copy",
+        "tune-x265",
+    ],
 )
 def test_invalid_arguments(mid_case: Case, kwargs: dict, message: str, tmp_path: Path) -> None:
     args = {"from_timestamp": 0.0, "length": 3, "fps": FPS, **kwargs}
