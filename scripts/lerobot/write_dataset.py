@@ -5,11 +5,24 @@
 `scripts/lerobot/train_compare.py` also measures both loaders on files lrs had no hand in. Run with the
 Python of lerobot's environment (`scripts/lerobot/env.sh`):
 
-    python scripts/lerobot/write_dataset.py OUT [--episodes 24] [--length 40] [--height 96] [--width 128]
+    python scripts/lerobot/write_dataset.py OUT [--episodes 24] [--length 40] [--cameras 2] [--height 96]
+        [--width 128]
 
-Two cameras and a 6-dimensional state and action. The state follows a smooth per-episode trajectory, the
-action is the next state, and each camera shows a square whose position follows the state over a
-gradient: content a policy can learn from, that AV1 compresses as it would a scene.
+`--cameras` cameras (`top`, `wrist`, then `left`, `right`, `front`, `side`, then `cam6`, ...) and a
+6-dimensional state and action. The state follows a smooth per-episode trajectory, the action is the next
+state, and each camera shows a square whose position follows the state over a gradient: content a policy
+can learn from, that AV1 compresses as it would a scene.
+
+The benchmarks' real-size data (three cameras at 480x640, lerobot's AV1 defaults), written once:
+
+    PY=$(scripts/lerobot/env.sh) && "$PY" scripts/lerobot/write_dataset.py \
+        ~/.cache/lrs/bench-data/recorded-3x480x640 --cameras 3 --height 480 --width 640 --episodes 24 \
+        --length 100
+
+and measured with the project's Python, which reshards it once into its work folder:
+
+    python scripts/bench/decode_cost.py ~/.cache/lrs/bench-data/recorded-3x480x640 --out bench/decode-cost.json
+    python scripts/bench/bench_reader.py --recorded ~/.cache/lrs/bench-data/recorded-3x480x640 --out ...
 """
 
 from __future__ import annotations
@@ -19,11 +32,17 @@ from pathlib import Path
 
 import numpy as np
 
-CAMERAS = ("observation.images.top", "observation.images.wrist")
+CAMERA_NAMES = ("top", "wrist", "left", "right", "front", "side")
 DIM = 6
 
 
-def features(height: int, width: int) -> dict[str, dict[str, object]]:
+def camera_keys(count: int) -> list[str]:
+    """The feature keys of `count` cameras: `top` and `wrist` first (what the two-camera data always had)."""
+    names = [*CAMERA_NAMES, *(f"cam{i}" for i in range(len(CAMERA_NAMES), count))]
+    return [f"observation.images.{name}" for name in names[:count]]
+
+
+def features(keys: list[str], height: int, width: int) -> dict[str, dict[str, object]]:
     vector: dict[str, object] = {
         "dtype": "float32",
         "shape": (DIM,),
@@ -34,7 +53,7 @@ def features(height: int, width: int) -> dict[str, dict[str, object]]:
         "shape": (height, width, 3),
         "names": ["height", "width", "channels"],
     }
-    return {"observation.state": vector, "action": vector, **{key: camera for key in CAMERAS}}
+    return {"observation.state": vector, "action": vector, **{key: camera for key in keys}}
 
 
 def trajectory(rng: np.random.Generator, length: int) -> np.ndarray:
@@ -47,22 +66,29 @@ def trajectory(rng: np.random.Generator, length: int) -> np.ndarray:
 
 
 def picture(state: np.ndarray, camera: int, height: int, width: int) -> np.ndarray:
-    """A horizontal gradient with a bright square placed by two of the joints (two others for camera 1)."""
+    """A horizontal gradient with a bright square placed by two of the joints: joints 0 and 1 for camera 0,
+    2 and 3 for camera 1, 4 and 5 for camera 2, then round again (camera 3 as camera 0, with the other
+    background tint)."""
     image = np.empty((height, width, 3), dtype=np.uint8)
     image[...] = np.linspace(30, 160, width, dtype=np.uint8)[None, :, None]
-    image[..., 2] = 80 + 40 * camera
+    image[..., 2] = 80 + 40 * (camera % 4)
     side = height // 6
-    y = int((state[2 * camera] + 1) / 2 * (height - side))
-    x = int((state[2 * camera + 1] + 1) / 2 * (width - side))
+    y = int((state[2 * camera % DIM] + 1) / 2 * (height - side))
+    x = int((state[(2 * camera + 1) % DIM] + 1) / 2 * (width - side))
     image[y : y + side, x : x + side] = (240, 220, 60)
     return image
 
 
-def write(out: Path, episodes: int, length: int, height: int, width: int, seed: int) -> None:
+def write(out: Path, *, episodes: int, length: int, cameras: int, height: int, width: int, seed: int) -> None:
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
+    keys = camera_keys(cameras)
     dataset = LeRobotDataset.create(
-        repo_id="local/recorded", fps=30, features=features(height, width), root=out, robot_type="synthetic"
+        repo_id="local/recorded",
+        fps=30,
+        features=features(keys, height, width),
+        root=out,
+        robot_type="synthetic",
     )
     rng = np.random.default_rng(seed)
     for episode in range(episodes):
@@ -73,7 +99,7 @@ def write(out: Path, episodes: int, length: int, height: int, width: int, seed: 
                 "action": states[i + 1],
                 "task": f"follow path {episode % 3}",
             }
-            for camera, key in enumerate(CAMERAS):
+            for camera, key in enumerate(keys):
                 frame[key] = picture(states[i], camera, height, width)
             dataset.add_frame(frame)
         dataset.save_episode()
@@ -85,13 +111,24 @@ def main() -> None:
     parser.add_argument("out", type=Path, help="Dataset directory to create (must not exist).")
     parser.add_argument("--episodes", type=int, default=24, help="Number of episodes.")
     parser.add_argument("--length", type=int, default=40, help="Frames per episode.")
+    parser.add_argument("--cameras", type=int, default=2, help="Number of cameras (at least 1).")
     parser.add_argument("--height", type=int, default=96, help="Frame height in pixels.")
     parser.add_argument("--width", type=int, default=128, help="Frame width in pixels.")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the trajectories.")
     args = parser.parse_args()
+    if args.cameras < 1:
+        raise SystemExit(f"Error: invalid --cameras ({args.cameras}). Expected at least 1.")
     if args.out.exists():
         raise SystemExit(f"Error: {args.out} exists. Expected a new directory.")
-    write(args.out, args.episodes, args.length, args.height, args.width, args.seed)
+    write(
+        args.out,
+        episodes=args.episodes,
+        length=args.length,
+        cameras=args.cameras,
+        height=args.height,
+        width=args.width,
+        seed=args.seed,
+    )
 
 
 if __name__ == "__main__":
