@@ -67,4 +67,5 @@ def test_decode_cost_reports_every_layout_by_order(tmp_path: Path) -> None:
     for round_ in report["rounds"]:
         assert len(round_["load_average"]["before"]) == 3
         assert set(round_["cpu_ms_per_frame"]) == set(layouts)
-    assert report["rounds"][0]["first_case"] != report["rounds"][1]["first_case"]  # interleaved
+    forward, backward = (round_["cases_in_order"] for round_ in report["rounds"])
+    assert forward == backward[::-1] and len(forward) == 2 * len(layouts)  # interleaved

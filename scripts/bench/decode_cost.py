@@ -1,6 +1,6 @@
 """What decoding costs in each layout of one dataset, the source as recorded and its reshards: prints JSON.
 
-For a local v3 source (best one lerobot's recorder wrote at a real size: `scripts/lerobot/write_dataset.py`)
+For a local v3 source (best: one that lerobot's recorder wrote at a real size, `scripts/lerobot/write_dataset.py`)
 and its `lrs reshard`s, each a named layout, made once into `--workdir` and reused while the source and
 options are the same:
 
@@ -15,16 +15,19 @@ Per layout: CPU ms per decoded camera frame in two orders over the same frames (
 `BatchLoader` reads it, each frame decoded where it is emitted) and `file order` (each file front to
 back); bytes of video per camera frame; and for every layout but the source, each episode's frames
 decoded against the source's: the worst frame's PSNR (RGB, 8 bit; null when every frame is identical).
-The cases interleave: each of `--rounds` rounds decodes every (layout, order) once, starting one case
-later than the round before, and records `os.getloadavg()` before and after; each layout reports the
-median over rounds and every round is kept. One process, torch on one thread, one torchcodec decoder per
-file on one FFmpeg thread, lerobot's approximate seek mode (the reader's settings); CPU is the process's
-user + system time.
+The cases interleave: each of `--rounds` rounds decodes every (layout, order) once, in turn forward and
+backward, and records `os.getloadavg()` before and after; each layout reports the median over rounds,
+and every round is kept. One process, torch on one thread, one torchcodec decoder per file on one FFmpeg
+thread, lerobot's approximate seek mode (the reader's settings); CPU is the process's CPU clock.
 
     python scripts/bench/decode_cost.py [SOURCE] [--rounds 3] [--layout NAME="OPTIONS"] ... [--out FILE]
 
 Without SOURCE it measures the reader bench's generated AV1 sample (`--episodes`, `--cameras`, ...: 48
-episodes of 40-120 frames, 2 cameras at 240x320).
+episodes of 40-120 frames, 2 cameras at 240x320), made in `--workdir`. The real-size sources and how to
+write them: `scripts/lerobot/write_dataset.py`, e.g.
+
+    python scripts/bench/decode_cost.py ~/.cache/lrs/bench-data/recorded-3x480x640 --rounds 3 \
+        --out bench/decode-cost-3x480x640.json
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import os
 import re
 import shlex
 import statistics
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -78,7 +82,12 @@ def make_layouts(source: Path, workdir: Path, extra: list[tuple[str, str]]) -> l
     layouts = [Layout("source", source, None)]
     for name, options in [*BUILT_IN.items(), *extra]:
         argv = shlex.split(options)
-        root = reshard_once(source, workdir / name, argv, f"{spec}\n{argv}")
+        try:
+            root = reshard_once(source, workdir / name, argv, f"{spec}\n{argv}")
+        except subprocess.CalledProcessError as exc:  # its own message is on stderr above
+            raise SystemExit(
+                f"Error: layout {name}: lrs reshard {options} exited {exc.returncode}."
+            ) from None
         layouts.append(Layout(name, root, tuple(argv)))
     return layouts
 
@@ -159,13 +168,13 @@ def psnr_vs_source(source: Layout, layout: Layout) -> dict[str, Any]:
 
 
 def measure(layouts: list[Layout], jobs: dict[str, dict[str, Job]], rounds: int) -> list[dict[str, Any]]:
-    """Every (layout, order) once per round, each round starting one case later; CPU ms per frame."""
+    """Every (layout, order) once per round, in turn forward and backward (so that a load that rises or
+    falls through the run weighs on every case alike); CPU ms per frame."""
     cases = [(layout.name, order) for layout in layouts for order in ORDERS]
     roots = {layout.name: layout.root for layout in layouts}
     done = []
     for number in range(rounds):
-        shift = number % len(cases)
-        ran = cases[shift:] + cases[:shift]
+        ran = cases if number % 2 == 0 else cases[::-1]
         load_before = os.getloadavg()
         ms: dict[str, dict[str, float]] = {name: {} for name in roots}
         for name, order in ran:
@@ -173,7 +182,7 @@ def measure(layouts: list[Layout], jobs: dict[str, dict[str, Job]], rounds: int)
         done.append(
             {
                 "load_average": {"before": load_before, "after": os.getloadavg()},
-                "first_case": list(ran[0]),
+                "cases_in_order": [list(case) for case in ran],
                 "cpu_ms_per_frame": ms,
             }
         )

@@ -79,7 +79,26 @@ def picture(state: np.ndarray, camera: int, height: int, width: int) -> np.ndarr
     return image
 
 
-def write(out: Path, *, episodes: int, length: int, cameras: int, height: int, width: int, seed: int) -> None:
+def scene(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
+    """A fixed texture for one camera (int16, within +-46 levels): random blocks of 32, 8 and 2 pixels, the
+    detail that surfaces and objects give a camera's picture and that a flat gradient lacks."""
+    out = np.zeros((height, width, 3), dtype=np.int16)
+    for cell, amplitude in ((32, 24), (8, 14), (2, 8)):
+        shape = (-(-height // cell), -(-width // cell), 3)
+        blocks = rng.integers(-amplitude, amplitude + 1, shape, dtype=np.int16)
+        out += blocks.repeat(cell, axis=0).repeat(cell, axis=1)[:height, :width]
+    return out
+
+
+def textured(image: np.ndarray, texture: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """`image` with the camera's `texture` and a sensor's noise (uniform, +-2 levels, new every frame)."""
+    noise = rng.integers(-2, 3, image.shape, dtype=np.int16)
+    return np.clip(image.astype(np.int16) + texture + noise, 0, 255).astype(np.uint8)
+
+
+def write(
+    out: Path, *, episodes: int, length: int, cameras: int, height: int, width: int, seed: int, texture: bool
+) -> None:
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     keys = camera_keys(cameras)
@@ -91,6 +110,9 @@ def write(out: Path, *, episodes: int, length: int, cameras: int, height: int, w
         robot_type="synthetic",
     )
     rng = np.random.default_rng(seed)
+    # Its own generator, so that the trajectories are the same with and without --texture.
+    pixels = np.random.default_rng([seed, 1])
+    scenes = [scene(pixels, height, width) for _ in keys] if texture else None
     for episode in range(episodes):
         states = trajectory(rng, length)
         for i in range(length):
@@ -100,7 +122,8 @@ def write(out: Path, *, episodes: int, length: int, cameras: int, height: int, w
                 "task": f"follow path {episode % 3}",
             }
             for camera, key in enumerate(keys):
-                frame[key] = picture(states[i], camera, height, width)
+                image = picture(states[i], camera, height, width)
+                frame[key] = image if scenes is None else textured(image, scenes[camera], pixels)
             dataset.add_frame(frame)
         dataset.save_episode()
     dataset.finalize()
@@ -114,6 +137,12 @@ def main() -> None:
     parser.add_argument("--cameras", type=int, default=2, help="Number of cameras (at least 1).")
     parser.add_argument("--height", type=int, default=96, help="Frame height in pixels.")
     parser.add_argument("--width", type=int, default=128, help="Frame width in pixels.")
+    parser.add_argument(
+        "--texture",
+        action="store_true",
+        help="Give every camera a fixed textured scene and every frame a sensor's noise (more bytes per "
+        "frame, as camera footage has); without it, the flat drawing.",
+    )
     parser.add_argument("--seed", type=int, default=0, help="Seed of the trajectories.")
     args = parser.parse_args()
     if args.cameras < 1:
@@ -128,6 +157,7 @@ def main() -> None:
         height=args.height,
         width=args.width,
         seed=args.seed,
+        texture=args.texture,
     )
 
 
