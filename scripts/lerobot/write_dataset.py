@@ -11,18 +11,25 @@ Python of lerobot's environment (`scripts/lerobot/env.sh`):
 `--cameras` cameras (`top`, `wrist`, then `left`, `right`, `front`, `side`, then `cam6`, ...) and a
 6-dimensional state and action. The state follows a smooth per-episode trajectory, the action is the next
 state, and each camera shows a square whose position follows the state over a gradient: content a policy
-can learn from, that AV1 compresses as it would a scene.
+can learn from. AV1 compresses that flat drawing to a few hundred bytes a frame, far below camera footage;
+`--texture` puts the square over a fixed textured scene per camera, with a sensor's noise in every frame.
 
-The benchmarks' real-size data (three cameras at 480x640, lerobot's AV1 defaults), written once:
+The benchmarks' real-size data (three cameras at 480x640, lerobot's AV1 defaults: crf 30, g 2, preset 12),
+written once. On 2 cores shared with other jobs, 24 episodes of 100 frames took 6 min (2.5 MB, 300 bytes
+per camera frame: the flat drawing costs the encoder and decoder little) and with `--texture` 19 min
+(141 MB, 20 KB per camera frame); `recorded-2x240x320` (`--cameras 2 --height 240 --width 320`, flat)
+took 2 min (1.5 MB):
 
-    PY=$(scripts/lerobot/env.sh) && "$PY" scripts/lerobot/write_dataset.py \
-        ~/.cache/lrs/bench-data/recorded-3x480x640 --cameras 3 --height 480 --width 640 --episodes 24 \
-        --length 100
+    PY=$(scripts/lerobot/env.sh) && for texture in "" --texture; do
+      "$PY" scripts/lerobot/write_dataset.py ~/.cache/lrs/bench-data/recorded-3x480x640${texture:+-textured} \
+        --cameras 3 --height 480 --width 640 --episodes 24 --length 100 $texture; done
 
 and measured with the project's Python, which reshards it once into its work folder:
 
-    python scripts/bench/decode_cost.py ~/.cache/lrs/bench-data/recorded-3x480x640 --out bench/decode-cost.json
-    python scripts/bench/bench_reader.py --recorded ~/.cache/lrs/bench-data/recorded-3x480x640 --out ...
+    python scripts/bench/decode_cost.py ~/.cache/lrs/bench-data/recorded-3x480x640-textured \
+        --out bench/decode-cost-3x480x640-textured.json
+    python scripts/bench/bench_reader.py --recorded ~/.cache/lrs/bench-data/recorded-3x480x640-textured \
+        --out bench/reader-3x480x640-textured.json
 """
 
 from __future__ import annotations
