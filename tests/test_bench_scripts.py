@@ -4,6 +4,7 @@ made `make bench` exit 2)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -32,3 +33,39 @@ def test_every_benchmark_takes_out_and_no_required_argument(script: Path) -> Non
     usage = " ".join(done.stdout.split("\n\n")[0].split()).removeprefix("usage: ")
     required = re.sub(r"\[[^\]]*\]", "", usage).split()[1:]
     assert required == [], f"{script.name} requires {required}"
+
+
+@pytest.mark.integration
+def test_decode_cost_reports_every_layout_by_order(tmp_path: Path) -> None:
+    """decode_cost.py at a tiny size: every layout (the source, the built-in reshards and a named one from
+    the command line) has positive CPU ms per frame in both orders and bytes per frame, every reshard a
+    comparison with the source (the copy identical, the re-encodes a finite PSNR), every round its load."""
+    out = tmp_path / "decode-cost.json"
+    sample = ["--episodes", "3", "--min-length", "6", "--max-length", "9", "--cameras", "1"]
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts/bench/decode_cost.py"), *sample, "--height", "64", "--width", "96",
+         "--rounds", "2", "--layout", "hevc-g4=--video hevc --gop 4", "--workdir", str(tmp_path / "work"),
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    layouts = report["layouts"]
+    assert list(layouts) == ["source", "copy", "hevc", "h264", "hevc-g4"]
+    assert report["episodes"] == 3 and report["camera_frames"] == report["samples"] > 0
+    for name, row in layouts.items():
+        assert set(row["cpu_ms_per_frame"]) == {"stream order", "file order"}, name
+        assert all(ms > 0 for ms in row["cpu_ms_per_frame"].values()), (name, row)
+        assert row["bytes_per_frame"] > 0 and row["decoded_frames_per_order"] == report["camera_frames"]
+    assert layouts["source"]["codecs"] == layouts["copy"]["codecs"] == ["av1"]
+    assert layouts["hevc-g4"]["options"] == ["--video", "hevc", "--gop", "4"]
+    assert layouts["copy"]["psnr_vs_source"]["psnr_min_db"] is None  # lossless: every frame identical
+    for name in ("hevc", "h264", "hevc-g4"):
+        quality = layouts[name]["psnr_vs_source"]
+        assert quality["problems"] == [] and quality["psnr_min_db"] > 30, (name, quality)
+    assert len(report["rounds"]) == 2
+    for round_ in report["rounds"]:
+        assert len(round_["load_average"]["before"]) == 3
+        assert set(round_["cpu_ms_per_frame"]) == set(layouts)
+    forward, backward = (round_["cases_in_order"] for round_ in report["rounds"])
+    assert forward == backward[::-1] and len(forward) == 2 * len(layouts)  # interleaved

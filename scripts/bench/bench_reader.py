@@ -170,16 +170,50 @@ def build_dataset(workdir: Path, args: argparse.Namespace) -> tuple[Path, Path]:
 def build_hevc(workdir: Path, v3: Path) -> Path:
     """An lrs/1 copy of the v3 sample re-encoded to H.265 (`lrs reshard --video hevc`, the NVDEC-ready
     layout), reused while the v3 sample is the same."""
-    hevc = workdir / "lrs-hevc"
-    tag, spec = hevc / ".bench-spec.json", (workdir / "spec.json").read_text()
+    return reshard_once(v3, workdir / "lrs-hevc", ["--video", "hevc"], (workdir / "spec.json").read_text())
+
+
+def reshard_once(v3: Path, out: Path, options: list[str], spec: str) -> Path:
+    """`out`: `lrs reshard v3 --out out *options` (up to 4 worker processes unless `options` say), made
+    again unless `out` holds one made under the same `spec` (any text naming the source and options)."""
+    tag = out / ".bench-spec.json"
     if not tag.exists() or tag.read_text() != spec:
-        shutil.rmtree(hevc, ignore_errors=True)
-        print("re-encoding the sample to HEVC ...", file=sys.stderr)
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(out.parent / f".{out.name}.lrs-work", ignore_errors=True)  # reshard's default work dir
+        print(f"lrs reshard {v3} --out {out} {' '.join(options)} ...", file=sys.stderr)
         lrs_cli = Path(sys.executable).parent / "lrs"
-        command = [str(lrs_cli), "reshard", str(v3), "--out", str(hevc), "--video", "hevc", "--quiet"]
-        subprocess.run([*command, "--workers", str(min(4, os.cpu_count() or 1))], check=True)
+        workers = ["--workers", str(min(4, os.cpu_count() or 1))]
+        subprocess.run(
+            [str(lrs_cli), "reshard", str(v3), "--out", str(out), "--quiet", *workers, *options], check=True
+        )
         tag.write_text(spec)
-    return hevc
+    return out
+
+
+def source_spec(v3: Path) -> str:
+    """What identifies a local dataset's content for `reshard_once`: its path and every file's relative
+    path, size and modification time."""
+    root = v3.resolve()
+    files = sorted(
+        (str(f.relative_to(root)), f.stat().st_size, f.stat().st_mtime_ns)
+        for f in root.rglob("*")
+        if f.is_file()
+    )
+    return json.dumps({"source": str(root), "files": files})
+
+
+def recorded_dataset(workdir: Path, args: argparse.Namespace) -> tuple[Path, Path]:
+    """`--recorded`'s v3 dataset and its lrs/1 copy in `workdir` (made once per source content); the sample
+    options (`--episodes`, `--cameras`, `--height`, `--width`) are set to what it holds."""
+    v3 = args.recorded.resolve()
+    info = json.loads((v3 / "meta/info.json").read_text())
+    cameras = [f["shape"] for f in info["features"].values() if f["dtype"] == "video"]
+    args.episodes, args.cameras = info["total_episodes"], len(cameras)
+    args.height, args.width = cameras[0][:2]
+    spec = source_spec(v3)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "spec.json").write_text(spec)  # build_hevc's tag
+    return v3, reshard_once(v3, workdir / "lrs", [], spec)
 
 
 # --- cases (each runs in a child process) ------------------------------------------------------------
@@ -403,13 +437,22 @@ def consumer_frames(
 ) -> list[tuple[int, list[str], int]]:
     """(piece, video paths, frame) of every sample `consumer` of rank 0 emits in `epoch` of `stream`
     (an `EpisodeStream`) under `schedule` (its `schedule(num_workers)`), in emission order."""
+    return [
+        (piece, [v.path for v in ref.videos], frame)
+        for piece, ref, frame in consumer_episodes(stream, schedule, consumer, epoch)
+    ]
+
+
+def consumer_episodes(
+    stream: Any, schedule: Any, consumer: int, epoch: int = 0
+) -> list[tuple[int, Any, int]]:
+    """`consumer_frames` with each sample's episode (its catalog's `EpisodeRef`) in place of its paths."""
     emission = schedule.emission(epoch, 0, consumer)
     pieces, frames = emission.arrays()
-    out = []
-    for piece, frame in zip(pieces.tolist(), frames.tolist(), strict=True):
-        ref = stream.catalog.episodes[stream.episodes[emission.pieces[piece].episode]]
-        out.append((piece, [v.path for v in ref.videos], frame))
-    return out
+    refs = [stream.catalog.episodes[stream.episodes[p.episode]] for p in emission.pieces]
+    return [
+        (piece, refs[piece], frame) for piece, frame in zip(pieces.tolist(), frames.tolist(), strict=True)
+    ]
 
 
 def decode_loop(root: str, job: list[tuple[list[str], int]]) -> int:
@@ -806,6 +849,14 @@ def main() -> None:
         default=Path(tempfile.gettempdir()) / "lrs-bench-reader",
         help="Where the sample datasets are generated (reused across runs with the same spec).",
     )
+    parser.add_argument(
+        "--recorded",
+        type=Path,
+        help="A local v3 dataset to measure instead of the generated sample (resharded once into "
+        "--workdir/<its name>; "
+        "--episodes, --cameras, --height and --width then come from it), e.g. one that lerobot's recorder "
+        "wrote: scripts/lerobot/write_dataset.py.",
+    )
     parser.add_argument("--episodes", type=int, default=48, help="Episodes of the sample.")
     parser.add_argument("--min-length", type=int, default=40, help="Shortest episode, frames.")
     parser.add_argument("--max-length", type=int, default=120, help="Longest episode, frames.")
@@ -882,7 +933,11 @@ def run(args: argparse.Namespace) -> None:
         print(json.dumps(runner(case)))
         return
 
-    v3, lrs = build_dataset(args.workdir, args)
+    v3, lrs = (
+        recorded_dataset(args.workdir / args.recorded.name, args)
+        if args.recorded
+        else build_dataset(args.workdir, args)
+    )
     planned: dict[str, Case] = {}
     for mode in MODES:
         # lerobot and lerobot-lancedb at float32 (their class defaults) and at uint8 (what
