@@ -69,3 +69,22 @@ def test_decode_cost_reports_every_layout_by_order(tmp_path: Path) -> None:
         assert set(round_["cpu_ms_per_frame"]) == set(layouts)
     forward, backward = (round_["cases_in_order"] for round_ in report["rounds"])
     assert forward == backward[::-1] and len(forward) == 2 * len(layouts)  # interleaved
+
+
+@pytest.mark.integration
+def test_checkouts_compares_two_checkouts_round_by_round(tmp_path: Path) -> None:
+    """An A/A run at a tiny size: every round measures both sides, in alternating order, and the ratios
+    are the measured ones (not a constant)."""
+    out = tmp_path / "checkouts.json"
+    argv = [sys.executable, str(REPO / "scripts/bench/checkouts.py"), "--out", str(out), "--workdir",
+            str(tmp_path / "work"), "--episodes", "2", "--min-length", "8", "--max-length", "12", "--cameras",
+            "1", "--height", "48", "--width", "64", "--rounds", "2", "--batches", "2", "--batch-size", "2"]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert [r["order"] for r in report["rounds"]] == [["this", "baseline"], ["baseline", "this"]]
+    for r in report["rounds"]:
+        assert r["this"]["samples"] == r["baseline"]["samples"] > 0
+        assert r["ratio_this_over_baseline"] == r["this"]["samples_per_s"] / r["baseline"]["samples_per_s"]
+        assert r["cpu_ratio_this_over_baseline"] == r["this"]["cpu_s"] / r["baseline"]["cpu_s"]
+    assert report["ratio_range"][0] <= report["median_ratio_this_over_baseline"] <= report["ratio_range"][1]

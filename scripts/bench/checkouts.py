@@ -77,6 +77,8 @@ def main() -> None:
                 **{side: {k: v for k, v in result[side].items() if k != "reader"} for side in sides},
                 "ratio_this_over_baseline": result["this"]["samples_per_s"]
                 / result["baseline"]["samples_per_s"],
+                # CPU seconds of the same work: steadier than samples/s when other jobs share the machine
+                "cpu_ratio_this_over_baseline": result["this"]["cpu_s"] / result["baseline"]["cpu_s"],
             }
         )
     ratios = [r["ratio_this_over_baseline"] for r in rounds]
