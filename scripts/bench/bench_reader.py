@@ -135,6 +135,23 @@ def stream_batches(root: str, batch_size: int, workers: int) -> list[list[tuple[
 # --- the dataset -------------------------------------------------------------------------------------
 
 
+def add_sample_options(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    *,
+    episodes: int = 48,
+    min_length: int = 40,
+    max_length: int = 120,
+) -> None:
+    """The options of the generated sample that `build_dataset` reads (every bench that generates one takes
+    them): episodes, episode lengths, cameras and frame size."""
+    parser.add_argument("--episodes", type=int, default=episodes, help="Episodes of the sample.")
+    parser.add_argument("--min-length", type=int, default=min_length, help="Shortest episode, frames.")
+    parser.add_argument("--max-length", type=int, default=max_length, help="Longest episode, frames.")
+    parser.add_argument("--cameras", type=int, default=2, help="Cameras of the sample.")
+    parser.add_argument("--height", type=int, default=240, help="Frame height, pixels.")
+    parser.add_argument("--width", type=int, default=320, help="Frame width, pixels.")
+
+
 def build_dataset(workdir: Path, args: argparse.Namespace) -> tuple[Path, Path]:
     """The v3 sample and its lrs/1 copy (`lrs reshard`), reused when already there with the same spec."""
     from reshard.demo.sample import write_sample
@@ -857,12 +874,7 @@ def main() -> None:
         "--episodes, --cameras, --height and --width then come from it), e.g. one that lerobot's recorder "
         "wrote: scripts/lerobot/write_dataset.py.",
     )
-    parser.add_argument("--episodes", type=int, default=48, help="Episodes of the sample.")
-    parser.add_argument("--min-length", type=int, default=40, help="Shortest episode, frames.")
-    parser.add_argument("--max-length", type=int, default=120, help="Longest episode, frames.")
-    parser.add_argument("--cameras", type=int, default=2, help="Cameras of the sample.")
-    parser.add_argument("--height", type=int, default=240, help="Frame height, pixels.")
-    parser.add_argument("--width", type=int, default=320, help="Frame width, pixels.")
+    add_sample_options(parser)
     parser.add_argument("--batch-size", type=int, default=32, help="DataLoader batch size.")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers.")
     parser.add_argument(

@@ -43,23 +43,19 @@ def run(checkout: Path, given: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
+    from bench_reader import add_sample_options, build_dataset
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="Also write the JSON here.")
     parser.add_argument("--baseline", type=Path, default=ROOT, help="The other checkout (default: this one).")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "lrs-bench-checkouts")
-    parser.add_argument("--episodes", type=int, default=24)
-    parser.add_argument("--min-length", type=int, default=40)
-    parser.add_argument("--max-length", type=int, default=120)
-    parser.add_argument("--cameras", type=int, default=2)
-    parser.add_argument("--height", type=int, default=240)
-    parser.add_argument("--width", type=int, default=320)
+    add_sample_options(parser, episodes=24)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--batches", type=int, default=60, help="Timed batches per run, after the first.")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2, help="BatchLoader's decode lanes.")
     args = parser.parse_args()
     from _json_report import emit
-    from bench_reader import build_dataset
 
     _v3, lrs = build_dataset(args.workdir / f"{args.cameras}x{args.height}x{args.width}", args)
     given = {"lrs": str(lrs), "batches": args.batches, "batch_size": args.batch_size, "threads": args.threads}

@@ -45,7 +45,13 @@ from pathlib import Path
 from typing import Any
 
 from _json_report import emit
-from bench_reader import build_dataset, consumer_episodes, reshard_once, source_spec  # this folder
+from bench_reader import (
+    add_sample_options,
+    build_dataset,
+    consumer_episodes,
+    reshard_once,
+    source_spec,
+)  # this folder
 from decode_order import Job, decode, file_order, jumps
 
 ORDERS = ("stream order", "file order")
@@ -238,12 +244,7 @@ def main() -> None:
         help="Where the layouts (and the generated sample) are made, kept for the next run.",
     )
     sample = parser.add_argument_group("the generated sample (without SOURCE)")
-    sample.add_argument("--episodes", type=int, default=48, help="Episodes.")
-    sample.add_argument("--min-length", type=int, default=40, help="Shortest episode, frames.")
-    sample.add_argument("--max-length", type=int, default=120, help="Longest episode, frames.")
-    sample.add_argument("--cameras", type=int, default=2, help="Cameras.")
-    sample.add_argument("--height", type=int, default=240, help="Frame height, pixels.")
-    sample.add_argument("--width", type=int, default=320, help="Frame width, pixels.")
+    add_sample_options(sample)
     parser.add_argument("--out", type=Path, help="Also write the JSON report here.")
     args = parser.parse_args()
     if args.rounds < 1:

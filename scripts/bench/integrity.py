@@ -56,19 +56,15 @@ def hash_all(lrs: Path) -> dict[str, float]:
 
 
 def main() -> None:
+    from bench_reader import add_sample_options, build_dataset
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="Also write the JSON here.")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "lrs-bench-integrity")
-    parser.add_argument("--episodes", type=int, default=24)
-    parser.add_argument("--min-length", type=int, default=40)
-    parser.add_argument("--max-length", type=int, default=120)
-    parser.add_argument("--cameras", type=int, default=2)
-    parser.add_argument("--height", type=int, default=240)
-    parser.add_argument("--width", type=int, default=320)
+    add_sample_options(parser, episodes=24)
     parser.add_argument("--repeat", type=int, default=3, help="Interleaved rounds.")
     args = parser.parse_args()
     from _json_report import emit
-    from bench_reader import build_dataset
 
     _v3, lrs = build_dataset(args.workdir / f"{args.cameras}x{args.height}x{args.width}", args)
     epoch(lrs, check=True)  # warm the page cache and imports
