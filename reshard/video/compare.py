@@ -34,6 +34,7 @@ from reshard.video.frames import (
     open_video,
     time_base,
 )
+from reshard.video.resize import Resize
 
 # What verify asks of a re-encode by default: every frame at least this close to its source frame.
 DEFAULT_MIN_PSNR_DB = 30.0
@@ -223,6 +224,7 @@ def compare_episode_video(
     threads: int | None = None,
     episode: int | None = None,
     camera: str | None = None,
+    resize: Resize | None = None,
 ) -> VideoComparison:
     """Decode an episode from its source (at `from_timestamp + i / fps`) and its output (at `i / fps`).
 
@@ -234,6 +236,8 @@ def compare_episode_video(
         fps: the dataset's frame rate.
         threads: decoder threads per file (default 1).
         episode, camera: named in error messages.
+        resize: the output's `lrs reshard --resize`: each source frame is scaled so (`Resize.apply`) before
+            it is compared, as `lrs verify --against` does.
 
     Returns:
         The comparison; output problems are reported in it, not raised.
@@ -247,6 +251,8 @@ def compare_episode_video(
     threads = 1 if threads is None else threads
     with open_video(src_ref, threads) as (src, src_stream), open_video(out_ref, threads) as (out, out_stream):
         source = frames_from(src, src_stream, from_timestamp, src_ref)
+        if resize is not None:
+            source = ((t, resize.apply(frame)) for t, frame in source)
         return compare_frames(source, all_frames(out, out_stream, out_ref), segment, src_ref)
 
 

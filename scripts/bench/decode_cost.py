@@ -33,6 +33,7 @@ write them: `scripts/lerobot/write_dataset.py`, e.g.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -147,8 +148,12 @@ def psnr_vs_source(source: Layout, layout: Layout) -> dict[str, Any]:
     (None when every frame is identical), the mean of the episodes' PSNRs, and what does not match."""
     from reader import EpisodeStream
     from reshard.video.compare import compare_episode_video
+    from reshard.video.resize import Resize
 
     src, out = (EpisodeStream(str(x.root)).catalog for x in (source, layout))
+    # A resized layout is held to the source scaled as the reshard scaled it (what `lrs verify --against` does).
+    recorded = json.loads((layout.root / "meta" / "lrs" / "layout.json").read_text())
+    resize = Resize.of_params(recorded.get("params") or {})
     outs = {ref.episode_index: ref for ref in out.episodes}
     results = []
     for ref in src.episodes:
@@ -161,6 +166,7 @@ def psnr_vs_source(source: Layout, layout: Layout) -> dict[str, Any]:
                 fps=src.info.fps,
                 episode=ref.episode_index,
                 camera=v.key,
+                resize=resize,
             )
             results.append(compared)
     finite = [r for r in results if not r.identical]
