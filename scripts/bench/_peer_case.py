@@ -6,9 +6,12 @@ indices).
 Runs in lerobot's reference venv (not this project's), started by the bench with one JSON argument:
 
     python scripts/bench/_peer_case.py '{"kind": "lerobot", "root": DIR, "batch_size": 32, "workers": 2,
-        "warmup": 5, "context": "spawn", "uint8": true, "delta": null, "prefetch": 4, "persistent": true}'
+        "warmup": 5, "context": "spawn", "uint8": true, "delta": null, "prefetch": 4, "persistent": true,
+        "resize": null}'
 
 `kind` is "lerobot" (a v3 dataset at `root`) or "lancedb" (lerobot-lancedb's conversion at `root`).
+`resize` ([width, height, filter], lerobot only): its `image_transforms` resize every camera frame, as a
+user who trains at a smaller size than recorded would.
 """
 
 from __future__ import annotations
@@ -19,12 +22,36 @@ import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
+import torch
+import torch.nn.functional as F
 from _tree_cpu import tree_cpu_seconds  # this folder
 from torch.utils.data import DataLoader
 
 began = time.perf_counter()
+
+
+def resizing(size: list[Any] | None) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """`image_transforms` that resize each camera frame (C, H, W, or T, C, H, W with a window) to
+    (width, height) with the filter `lrs reshard --resize-filter` names: torch's antialiased bilinear or
+    bicubic (torchvision's `Resize` on tensors), or area averaging."""
+    if size is None:
+        return None
+    width, height, name = size
+    mode, kw = ("area", {}) if name == "area" else (name, {"antialias": True})
+
+    def resize(frames: torch.Tensor) -> torch.Tensor:
+        batch = frames if frames.dim() == 4 else frames[None]
+        dtype = batch.dtype
+        if mode == "area" and dtype == torch.uint8:  # torch averages areas of floats only
+            out = F.interpolate(batch.float(), size=(height, width), mode=mode).round_().to(dtype)
+        else:
+            out = F.interpolate(batch, size=(height, width), mode=mode, **kw)
+        return out if frames.dim() == 4 else out[0]
+
+    return resize
 
 
 def open_dataset(params: dict[str, Any]) -> Any:
@@ -42,6 +69,7 @@ def open_dataset(params: dict[str, Any]) -> Any:
         video_backend="torchcodec",
         return_uint8=params["uint8"],
         delta_timestamps=params["delta"],
+        image_transforms=resizing(params.get("resize")),
     )
 
 

@@ -29,6 +29,7 @@ import gc
 import json
 import multiprocessing
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import psutil
+from _layouts import layout_parser, resize_of  # this folder
 from _tree_cpu import tree_cpu_seconds  # this folder: shared with _peer_case.py
 from torch.utils.data import IterableDataset
 
@@ -187,7 +189,14 @@ def build_dataset(workdir: Path, args: argparse.Namespace) -> tuple[Path, Path]:
 def build_hevc(workdir: Path, v3: Path) -> Path:
     """An lrs/1 copy of the v3 sample re-encoded to H.265 (`lrs reshard --video hevc`, the NVDEC-ready
     layout), reused while the v3 sample is the same."""
-    return reshard_once(v3, workdir / "lrs-hevc", ["--video", "hevc"], (workdir / "spec.json").read_text())
+    return build_layout(workdir, v3, "lrs-hevc", "--video hevc")
+
+
+def build_layout(workdir: Path, v3: Path, name: str, options: str) -> Path:
+    """`lrs reshard v3 OPTIONS` into `workdir/name` (the folder of the sample's lrs/1 copy, whose
+    `spec.json` names the sample), reused while the sample and the options are the same."""
+    argv = shlex.split(options)
+    return reshard_once(v3, workdir / name, argv, f"{(workdir / 'spec.json').read_text()}\n{argv}")
 
 
 def reshard_once(v3: Path, out: Path, options: list[str], spec: str) -> Path:
@@ -610,11 +619,19 @@ def reader_case(
     )
 
 
-def lerobot_case(v3: Path, args: argparse.Namespace, *, mode: str, uint8: bool) -> Case | None:
+def lerobot_case(
+    v3: Path,
+    args: argparse.Namespace,
+    *,
+    mode: str,
+    uint8: bool,
+    resize: tuple[int, int, str] | None = None,
+) -> Case | None:
     """lerobot's shuffled LeRobotDataset (map-style; float32 frames, its class default, or uint8 with
     `return_uint8=True`, as lerobot-train builds it) in lerobot's Python (`--lerobot-python`, e.g. the
     one `scripts/lerobot/env.sh` prints, else `$LEROBOT_VENV/bin/python`), through lerobot-train's
-    DataLoader settings; None when there is none (never built from here: it is 5 GB)."""
+    DataLoader settings; None when there is none (never built from here: it is 5 GB). `resize` (width,
+    height, filter): its `image_transforms` resize every camera frame so (`_peer_case.py`)."""
     python = args.lerobot_python or Path(os.environ.get("LEROBOT_VENV", "/tmp/lerobot-venv")) / "bin/python"
     if not Path(python).exists():
         print(f"no lerobot reference venv at {python}: skipping the lerobot case", file=sys.stderr)
@@ -630,6 +647,7 @@ def lerobot_case(v3: Path, args: argparse.Namespace, *, mode: str, uint8: bool) 
         "delta": MODES[mode],
         "prefetch": PREFETCH_FACTOR,
         "persistent": PERSISTENT_WORKERS,
+        "resize": resize,
     }
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
     argv = [str(python), str(PEER_CASE), json.dumps(params)]
@@ -684,6 +702,27 @@ def peer_cases(v3: Path, args: argparse.Namespace, mode: str) -> dict[str, Case]
         if cases[f"lerobot-{mode}{suffix}"] is not None:
             cases[f"lancedb-{mode}{suffix}"] = lancedb_case(v3, args, mode=mode, uint8=uint8)
     return {name: case for name, case in cases.items() if case is not None}
+
+
+def layout_cases(v3: Path, lrs: Path, args: argparse.Namespace, name: str, options: str) -> dict[str, Case]:
+    """`--layout NAME="OPTIONS"`'s cases: `BatchLoader` (2 lanes, uint8, `channels_last`) over that reshard,
+    the decode floor of its order, and, for a `--resize`, lerobot reading the source at full size and
+    resizing in its transforms with the same filter."""
+    root = build_layout(lrs.parent, v3, f"layout-{name}", options)
+    cases = {
+        f"lrs1-{name}-uint8-batchloader2-channels-last": reader_case(
+            root, args, http=False, workers=0, loader="batch", channels_last=True, decode_threads=2
+        ),
+        f"decode-only-1consumer-{name}": reader_case(
+            root, args, http=False, kind="decode-only", workers=0, decode_threads=2
+        ),
+    }
+    resize = resize_of(options)
+    if resize is not None and not args.no_lerobot:
+        peer = lerobot_case(v3, args, mode="single", uint8=True, resize=resize)
+        if peer is not None:
+            cases[f"lerobot-single-uint8-resize-{name}"] = peer
+    return cases
 
 
 class Runs(NamedTuple):
@@ -907,6 +946,16 @@ def main() -> None:
         "--no-hevc", action="store_true", help="Skip the cases on the HEVC re-encode (built once, ~1 min)."
     )
     parser.add_argument(
+        "--layout",
+        type=layout_parser(("lrs", "lrs-hevc")),
+        action="append",
+        default=[],
+        metavar='NAME="OPTIONS"',
+        help="Also the cases over `lrs reshard SOURCE OPTIONS` (repeatable): lrs1-NAME-uint8-batchloader2-"
+        "channels-last, decode-only-1consumer-NAME and, with --resize WxH, lerobot-single-uint8-resize-NAME "
+        "(lerobot at full size resizing in its transforms with the same filter).",
+    )
+    parser.add_argument(
         "--lerobot-python",
         type=Path,
         help="Python of the lerobot 0.6.1 reference venv [default: $LEROBOT_VENV].",
@@ -1012,9 +1061,11 @@ def run(args: argparse.Namespace) -> None:
     )
     planned["loader-only-uint8-collate"] = reader_case(lrs, args, http=False, kind="loader-only")
     if not args.no_hevc:
-        hevc = build_hevc(args.workdir, v3)
+        hevc = build_hevc(lrs.parent, v3)
         planned["lrs1-hevc"] = reader_case(hevc, args, http=False)
         planned["decode-only-hevc"] = reader_case(hevc, args, http=False, kind="decode-only")
+    for name, options in args.layout:
+        planned.update(layout_cases(v3, lrs, args, name, options))
     if args.only:
         names = args.only.split(",")
         unknown = sorted(set(names) - set(planned))

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 import statistics
 import subprocess
@@ -46,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from _json_report import emit
+from _layouts import layout_parser
 from bench_reader import (
     add_sample_options,
     build_dataset,
@@ -57,7 +57,6 @@ from decode_order import Job, decode, file_order, jumps
 
 ORDERS = ("stream order", "file order")
 BUILT_IN = {"copy": "--video copy", "hevc": "--video hevc", "h264": "--video h264"}
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 EpisodeFrames = list[tuple[int, int]]  # (episode index, frame in episode), in order
 
@@ -70,17 +69,6 @@ class Layout:
     name: str
     root: Path
     options: tuple[str, ...] | None
-
-
-def parse_layout(text: str) -> tuple[str, str]:
-    """`NAME=OPTIONS` of `--layout` as (name, options)."""
-    name, sep, options = text.partition("=")
-    if not sep or not NAME.fullmatch(name) or name == "source" or name in BUILT_IN:
-        raise argparse.ArgumentTypeError(
-            f'Invalid --layout ({text}). Expected NAME="lrs reshard options", NAME of letters, digits, '
-            f"'_', '.', '-' and none of source, {', '.join(BUILT_IN)}."
-        )
-    return name, options
 
 
 def make_layouts(source: Path, workdir: Path, extra: list[tuple[str, str]]) -> list[Layout]:
@@ -230,7 +218,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--layout",
-        type=parse_layout,
+        type=layout_parser(("source", *BUILT_IN)),
         action="append",
         default=[],
         metavar='NAME="OPTIONS"',
