@@ -33,9 +33,9 @@ from reader.errors import DecodeError
 from reader.format.catalog import Catalog, EpisodeRef, VideoRef, changed_since
 from reader.plan.source import OpenedSource
 from reader.plan.spec import DepthUnit
+from reader.runtime.counters import ReaderCounters
 from reader.runtime.rows import EpisodeRows, RowGroupReader, read_episode
 from reader.schedule import EmissionPlan, Step
-from reader.stats import ReaderCounters
 
 # What a decode thread returns: the item (before transforms), frames decoded, seconds spent decoding.
 _Built = tuple[dict[str, Any], int, float]
