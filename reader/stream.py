@@ -534,9 +534,7 @@ class EpisodeStream(IterableDataset):
         process = ReaderProcessState(
             rows,
             Decoders(capacity, device=device, seek_mode=seek_mode),
-            caches=tuple(
-                s.node_cache for s in self.sources
-            ),  # this stream's cache objects, for their counters
+            caches=tuple(s.node_cache for s in self.sources),  # for this stream's cache counters
         )
         process.publish_under(self.cache.cache_dir, self._run)
         return process
