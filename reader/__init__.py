@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from reader.metadata import DatasetMeta
     from reader.plan.resume.state import loader_state_of
     from reader.plan.spec import ReadSpec, SourceSpec
-    from reader.stats import ReaderStats
+    from reader.runtime.counters import ReaderStats
     from reader.stream import EpisodeStream
 
 __all__ = [
@@ -51,7 +51,7 @@ _LAZY = {
     "EpisodeStream": "reader.stream",
     "ResumableLoader": "reader.batch.loaders",
     "BatchLoader": "reader.batch.loaders",
-    "ReaderStats": "reader.stats",
+    "ReaderStats": "reader.runtime.counters",
     "collate": "reader.batch.collate",
     "DatasetMeta": "reader.metadata",
     "ReadSpec": "reader.plan.spec",

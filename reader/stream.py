@@ -4,7 +4,7 @@ The class only wires things together: `reader.plan.read_plan` opens each dataset
 (`reader.plan.source`: its catalog, selection, windows, quantizers and node cache), `reader.schedule`
 decides the order, `reader.plan.resume` resumes (`Resumption`, its one entry point), and
 `reader.runtime.pool` reads, fetches and decodes. Everything a process needs at run time
-(`reader.runtime.process`: cache threads, open decoders, parquet footers) is created lazily in the process
+(`reader.runtime.counters`: cache threads, open decoders, parquet footers) is created lazily in the process
 that iterates, so the stream pickles and forks cleanly into DataLoader workers.
 """
 
@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import uuid
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,6 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from cache import NodeCache, Remote
 from cache.arguments import check_int
-from cache.cache_stats import CacheStats
 from cache.counter_files import discard_counter_files
 from cache.exits import cleanup_on_sigterm
 from cache.process import ProcessLocal
@@ -47,12 +46,10 @@ from reader.plan.spec import (
     keyword_defaults,
     resolve_topology,
 )
+from reader.runtime.counters import ReaderProcessState, ReaderStats, read_published
 from reader.runtime.pool import Consumer, Options
-from reader.runtime.process import ReaderProcessState, publishing
-from reader.runtime.published import published_file, read_published
 from reader.runtime.rows import RowGroupReader
 from reader.schedule import Schedule
-from reader.stats import ReaderStats
 
 # The keywords of `__init__` that a `ReadSpec` holds (its fields are their one statement; a test checks that
 # the signature and the docstring agree with them).
@@ -499,16 +496,12 @@ class EpisodeStream(IterableDataset):
         evicted), not another run's or `lrs prewarm`'s: the node's totals are `cache.sum_cache_stats`.
         """
         if not all_processes:
-            return self._runtime().snapshot(self._own_cache_stats())
+            return self._runtime().snapshot()
         total = sum(read_published(self.cache.cache_dir, self._run), ReaderStats())
         process = self._process.peek()
         if process is not None and (process.published is None or not process.published.written):
-            total = total + process.snapshot(self._own_cache_stats())  # this process has not published yet
+            total = total + process.snapshot()  # this process has not published yet
         return total
-
-    def _own_cache_stats(self) -> CacheStats:
-        """This process's counters of this stream's cache objects."""
-        return sum((s.node_cache.stats() for s in self.sources), CacheStats())
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -538,12 +531,24 @@ class EpisodeStream(IterableDataset):
             RowGroupReader(s.node_cache, s.data_file_size, s.display, row_groups=s.catalog.row_group_ranges)
             for s in self.sources
         )
-        process = ReaderProcessState(rows, Decoders(capacity, device=device, seek_mode=seek_mode))
-        process.published = published_file(
-            self.cache.cache_dir, self._run, lambda: process.snapshot(self._own_cache_stats())
+        process = ReaderProcessState(
+            rows,
+            Decoders(capacity, device=device, seek_mode=seek_mode),
+            caches=tuple(s.node_cache for s in self.sources),  # for this stream's cache counters
         )
-        process.counters.on_add = process.publish
+        process.publish_under(self.cache.cache_dir, self._run)
         return process
+
+
+def publishing(items: Iterable[dict[str, Any]], process: ReaderProcessState) -> Iterator[dict[str, Any]]:
+    """Iterate a consumer's samples (or batches), publishing the process's counters as each one is handed
+    out (at most once a second) and once more when the iteration ends (`reader.runtime.counters`)."""
+    try:
+        for item in items:
+            process.publish()
+            yield item
+    finally:
+        process.publish(force=True)
 
 
 def _decoder_capacity(given: int | None, pool_size: int, ahead: int, cameras: int) -> int:

@@ -139,7 +139,7 @@ def _sample(episode: int, frame: int, cameras: int = 1, digest: str = "d") -> Sa
 
 
 def _run(batches: list[list[Sample]], start_batch: int = 0) -> StreamRun:
-    from reader.stats import ReaderStats
+    from reader import ReaderStats
 
     return StreamRun(tuple(tuple(b) for b in batches), start_batch, 0.1, 1.0, 100.0, ReaderStats())
 
@@ -194,7 +194,7 @@ def test_a_continuation_that_differs_fails(mutate: Callable[[Any], Any], message
 @pytest.mark.parametrize("limited_by", [None, "max_bytes"], ids=["complete", "limited"])
 def test_a_stream_that_still_downloads_after_a_complete_prewarm_fails(limited_by: str | None) -> None:
     from cache import CacheStats
-    from reader.stats import ReaderStats
+    from reader import ReaderStats
     from reshard.prewarm.fill import PrewarmSummary
 
     prewarmed = PrewarmSummary(

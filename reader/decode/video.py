@@ -14,12 +14,10 @@ buffer; a cursor keeps just the last few frames a delta window reads again.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,22 +127,40 @@ class Decoders:
         return len(self._open)
 
     def get(
-        self,
-        key: str,
-        where: VideoWhere,
-        *,
-        locate: Callable[[], AbstractContextManager[str]] | None = None,
-        keep: int = 0,
-        depth_pix_fmt: str | None = None,
+        self, key: str, where: VideoWhere, *, keep: int = 0, depth_pix_fmt: str | None = None
     ) -> DecodeCursor:
-        """The open cursor of `key` (opened now if needed, evicting the least recently used).
+        """The open cursor of the local file `key` (opened now if needed): `cached`, else `open`."""
+        cursor = self.cached(key)
+        return (
+            cursor
+            if cursor is not None
+            else self.open(key, key, where, keep=keep, depth_pix_fmt=depth_pix_fmt)
+        )
+
+    def cached(self, key: str) -> DecodeCursor | None:
+        """The open cursor of `key` (now the most recently used), or None if it is not open.
 
         Thread-safe: decode threads of one consumer share the LRU.
+        """
+        with self._lock:
+            cursor = self._open.get(key)
+            if cursor is not None:
+                self._open.move_to_end(key)
+            return cursor
+
+    def open(
+        self, key: str, path: str, where: VideoWhere, *, keep: int = 0, depth_pix_fmt: str | None = None
+    ) -> DecodeCursor:
+        """Open the local file `path` as the cursor of `key` and keep it (evicting the least recently used).
+
+        Opened outside the LRU's lock, so the other decode threads keep decoding meanwhile (the caller may
+        hold the file pinned in the cache while it opens). Two threads rarely open one key at once; the
+        first one in is kept, and returned to both.
 
         Args:
             key: names the video (a dataset-relative path, or the local path itself).
+            path: the local file.
             where: the episode, camera and file, for error messages.
-            locate: yields the local path while the decoder opens it (default: `key` is that path).
             keep: frames the cursor keeps for delta windows (see `DecodeCursor`).
             depth_pix_fmt: for a depth stream, its feature's pixel format: the stream is decoded with
                 PyAV into its raw codes (`reader.decode.depth.DepthDecoder`) instead of torchcodec's RGB.
@@ -152,14 +168,7 @@ class Decoders:
         Raises:
             DecodeError: the file is missing or not a video torchcodec can open.
         """
-        with self._lock:
-            cursor = self._open.get(key)
-            if cursor is not None:
-                self._open.move_to_end(key)
-                return cursor
-        # Opened outside the lock: locating may download the file again, and the other decode threads
-        # keep decoding meanwhile. Two threads rarely open one key at once; the first one in is kept.
-        opened = DecodeCursor(self._open_decoder(where, key, locate, depth_pix_fmt), keep)
+        opened = DecodeCursor(self._open_decoder(where, path, depth_pix_fmt), keep)
         with self._lock:
             cursor = self._open.setdefault(key, opened)
             self._open.move_to_end(key)
@@ -170,30 +179,25 @@ class Decoders:
             return cursor
 
     def _open_decoder(
-        self,
-        where: VideoWhere,
-        key: str,
-        locate: Callable[[], AbstractContextManager[str]] | None,
-        depth_pix_fmt: str | None,
+        self, where: VideoWhere, path: str, depth_pix_fmt: str | None
     ) -> VideoDecoder | DepthDecoder:
         decoder: VideoDecoder | DepthDecoder
-        with locate() if locate is not None else contextlib.nullcontext(key) as path:
-            if not os.path.isfile(path):
-                raise DecodeError(f"Invalid video {where}: missing. Expected an MP4 file at {path}.")
-            if depth_pix_fmt is not None:
-                decoder = open_depth_decoder(path, expected_pix_fmt=depth_pix_fmt, where=where)
-            else:
-                try:
-                    decoder = VideoDecoder(
-                        path,
-                        seek_mode=self.seek_mode,
-                        num_ffmpeg_threads=self.num_threads,
-                        device=self.device,
-                    )
-                except (RuntimeError, ValueError) as exc:
-                    raise DecodeError(
-                        f"Invalid video {where}: cannot open ({_first_line(exc)}). Expected an MP4."
-                    ) from exc
+        if not os.path.isfile(path):
+            raise DecodeError(f"Invalid video {where}: missing. Expected an MP4 file at {path}.")
+        if depth_pix_fmt is not None:
+            decoder = open_depth_decoder(path, expected_pix_fmt=depth_pix_fmt, where=where)
+        else:
+            try:
+                decoder = VideoDecoder(
+                    path,
+                    seek_mode=self.seek_mode,
+                    num_ffmpeg_threads=self.num_threads,
+                    device=self.device,
+                )
+            except (RuntimeError, ValueError) as exc:
+                raise DecodeError(
+                    f"Invalid video {where}: cannot open ({_first_line(exc)}). Expected an MP4."
+                ) from exc
         try:
             check_frame_size(decoder.metadata.width, decoder.metadata.height, where)
         except DecodeError:

@@ -159,12 +159,12 @@ class FooterCuts:
 
 
 def cut_footer(
-    read: Callable[[int, int], bytes], size: int, groups: np.ndarray, *, tail: bytes
+    read: Callable[[int, int], bytes] | None, size: int, groups: np.ndarray, *, tail: bytes
 ) -> FooterCuts | None:
     """Find where each row group's struct is in the footer of a file of `size` bytes.
 
     Args:
-        read: reads bytes `[start, end)` of the file.
+        read: reads bytes `[start, end)` of the file; None when `tail` holds the whole footer.
         size: the file's size.
         groups: per row group, in order, its `(byte offset, byte count)` as the lrs/1 index records them.
         tail: the file's last bytes, already read (at least the footer length and magic).
@@ -178,6 +178,14 @@ def cut_footer(
     footer_start = size - 8 - length
     if footer_start < 4:
         return None
+    if read is None:
+        if footer_start < size - len(tail):
+            return None  # not the whole footer
+        offset = size - len(tail)
+
+        def read(start: int, end: int) -> bytes:
+            return tail[start - offset : end - offset]
+
     try:
         return _cut(read, footer_start, length, groups)
     except (_Truncated, ValueError, IndexError):

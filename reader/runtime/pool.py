@@ -33,9 +33,9 @@ from reader.errors import DecodeError
 from reader.format.catalog import Catalog, EpisodeRef, VideoRef, changed_since
 from reader.plan.source import OpenedSource
 from reader.plan.spec import DepthUnit
+from reader.runtime.counters import ReaderCounters
 from reader.runtime.rows import EpisodeRows, RowGroupReader, read_episode
 from reader.schedule import EmissionPlan, Step
-from reader.stats import ReaderCounters
 
 # What a decode thread returns: the item (before transforms), frames decoded, seconds spent decoding.
 _Built = tuple[dict[str, Any], int, float]
@@ -463,14 +463,18 @@ class Consumer:
     ) -> torch.Tensor:
         source = slot.source
         quantizer = source.depth.get(video.key)
-        cursor = self._decoders.get(
-            # One decoder per piece and camera: pieces of a packed v3 file each read their own source.
-            f"{source.position}:{video.path}#{slot.ref.episode_index}",
-            where,
-            locate=lambda: pool.pinned(source, slot.ref, video),
-            keep=source.keep.get(video.key, 0),
-            depth_pix_fmt=None if quantizer is None else quantizer.pix_fmt,
-        )
+        # One decoder per piece and camera: pieces of a packed v3 file each read their own source.
+        key = f"{source.position}:{video.path}#{slot.ref.episode_index}"
+        cursor = self._decoders.cached(key)
+        if cursor is None:
+            with pool.pinned(source, slot.ref, video) as path:  # pinned only while its decoder opens
+                cursor = self._decoders.open(
+                    key,
+                    path,
+                    where,
+                    keep=source.keep.get(video.key, 0),
+                    depth_pix_fmt=None if quantizer is None else quantizer.pix_fmt,
+                )
         with cursor.lock:
             frames = decode_frames(
                 cursor,

@@ -445,9 +445,9 @@ class RowGroupReader:
             return cut_footer(lambda start, end: self._read(rel, start, end), size, groups, tail=tail)
         if length + 8 > len(tail):
             tail = self._read(rel, size - length - 8, size)
-        footer, start = tail[len(tail) - length - 8 : len(tail) - 8], size - length - 8
-        cuts = cut_footer(lambda a, b: footer[a - start : b - start], size, groups, tail=tail)
+        cuts = cut_footer(None, size, groups, tail=tail)  # the footer is all in `tail`
         if cuts is not None:
+            footer = tail[len(tail) - length - 8 : len(tail) - 8]
             self._keep_footer(("raw", rel), footer, len(footer))
         return cuts
 

@@ -17,9 +17,9 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from cache import CacheStats
+from reader import ReaderStats
 from reader.batch.collate import collate
 from reader.plan.spec import ReadSpec
-from reader.stats import ReaderStats
 from reader.stream import EpisodeStream
 from reshard.demo.config import DemoCheckError, DemoConfig
 from reshard.demo.frame_marks import read_frame_id

@@ -110,11 +110,12 @@ def _first_batch(root: Path) -> tuple[Walk, Walk]:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="Not there yet. Measured after the reader moved into folders by role (small sample, batch of 1, "
-    "one lane): construction 11 places, 0 loops; iteration 17 places, 6 loops: 4 of them the counters' "
-    "publishing (stats -> runtime/process -> runtime/published -> stream), one the decoder's callback "
-    "(runtime/pool -> decode/video -> runtime/pool), one a row read's (runtime/rows -> format/ -> "
-    "runtime/rows). Targets: 8 places and 2 loops (iteration), 1 loop (construction).",
+    reason="Not there yet on places. Measured after the callbacks went (counters published from the "
+    "iterating loop, decoders given the pinned path, a footer read whole cut from its bytes; small sample, "
+    "batch of 1, one lane): construction 11 places, 0 loops; iteration 15 places, 0 loops. The places: "
+    "batch/{loaders,fill,collate}, stream, runtime/{pool,rows,counters}, decode/video, format/, "
+    "schedule/, and starting the iteration plan/{read_plan,source,spec} and plan/resume/{resumption,state}. "
+    "Targets: 8 places and 2 loops (iteration), 1 loop (construction).",
 )
 def test_one_sample_passes_through_few_reader_files(small_lrs: Path) -> None:
     construction, iteration = _first_batch(small_lrs)

@@ -439,8 +439,7 @@ def test_published_stats_leave_out_a_damaged_file_and_say_so(tmp_path: Path) -> 
     """The reader's published counters follow the cache's policy (`cache.counter_files`): a file that is
     not ours is left out with a warning naming it, never skipped silently, never an error."""
     from cache.counter_files import CountersWarning
-    from reader.runtime.published import published_file, read_published
-    from reader.stats import ReaderStats
+    from reader.runtime.counters import ReaderStats, published_file, read_published
 
     file = published_file(str(tmp_path), "run", lambda: ReaderStats(samples=5, decode_seconds=0.5))
     file.changed()
