@@ -28,12 +28,14 @@ import torch
 from cache import FetchError, IntegrityError, LrsError
 from reader.batch.fill import BatchFill, BatchJob, Lanes, LaneTotals
 from reader.decode.images import decode_image
+from reader.decode.tail import TAIL_BUFFER_BYTES
 from reader.decode.video import Decoders, VideoWhere, decode_frames
 from reader.errors import DecodeError
 from reader.format.catalog import Catalog, EpisodeRef, VideoRef, changed_since
 from reader.plan.source import OpenedSource
 from reader.plan.spec import DepthUnit
 from reader.runtime.rows import EpisodeRows, RowGroupReader, read_episode
+from reader.runtime.tails import Tails
 from reader.schedule import EmissionPlan, Step
 from reader.stats import ReaderCounters
 
@@ -56,6 +58,7 @@ class Options:
     decode_threads: int = 0
     decode_ahead: int = 0
     depth_unit: DepthUnit = "mm"
+    tail_buffer_bytes: int = TAIL_BUFFER_BYTES  # fixed, documented (`reader.runtime.tails`); 0: off
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class _Slot:
     rows: EpisodeRows
     local: bool
     where: tuple[VideoWhere, ...]  # per camera, for messages (made once per piece, not per sample)
+    piece: int
 
 
 class EpisodePool:
@@ -113,7 +117,7 @@ class EpisodePool:
             with _video_errors(source, ref, video):
                 fetched.result()
         where = tuple(VideoWhere(ref.episode_index, v.key, source.display(v.path)) for v in ref.videos)
-        self._slots[piece] = _Slot(source, ref, rows.result(), local, where)
+        self._slots[piece] = _Slot(source, ref, rows.result(), local, where, piece)
         self._counters.add(episodes_admitted=1, admissions_waited=0 if local else 1)
 
     def release(self, piece: int) -> None:
@@ -227,6 +231,7 @@ class Consumer:
         self._refs = _PieceRefs(refs, emission.pieces)
         self._decoders = decoders
         self._options, self._counters = options, counters
+        self._tails = Tails(emission, options.tail_buffer_bytes)
         counters.add(skipped=start)
 
     def __repr__(self) -> str:
@@ -263,6 +268,7 @@ class Consumer:
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
             pool.close()
+            self._tails.close()
 
     def batches(
         self, batch_size: int, *, lanes: int, ahead: int, channels_last: frozenset[str] = frozenset()
@@ -298,6 +304,7 @@ class Consumer:
             for executor in lanes_.executors:
                 executor.shutdown(wait=True, cancel_futures=True)
             pool.close()
+            self._tails.close()
 
     def _pool(self) -> EpisodePool:
         """The pool of this iteration: only the pieces still emitted from `start` on are loaded."""
@@ -423,7 +430,7 @@ class Consumer:
         tabular, queries = slot.rows.sample(frame, source.windows, info.video_keys)
         began = time.perf_counter()
         frames = {
-            video.key: self._decode(pool, slot, video, where, queries[video.key], uint8_frames)
+            video.key: self._decode(pool, slot, video, where, frame, queries[video.key], uint8_frames)
             for video, where in zip(slot.ref.videos, slot.where, strict=True)
             if video.key not in source.drop
         }
@@ -458,6 +465,7 @@ class Consumer:
         slot: _Slot,
         video: VideoRef,
         where: VideoWhere,
+        frame: int,
         timestamps: list[float],
         uint8: bool = False,
     ) -> torch.Tensor:
@@ -472,6 +480,7 @@ class Consumer:
             depth_pix_fmt=None if quantizer is None else quantizer.pix_fmt,
         )
         with cursor.lock:
+            self._tails.expect(cursor, slot, video, frame)  # in the piece's random tail: decode it ahead
             frames = decode_frames(
                 cursor,
                 [video.from_timestamp + t for t in timestamps],
