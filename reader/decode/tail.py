@@ -11,14 +11,14 @@ seeks or not, so the values are those of a decode in the stream's order.
 
 Memory: the frames a buffer holds never exceed `capacity_bytes` (their uint8 or uint16 bytes). When a
 request needs frames and the buffer is full, the held frames read furthest in the future are dropped
-(decoded again later, in another forward chunk); a chunk decodes ahead, from the lowest frame still
-to come, only into the room left. Besides
+(decoded again later, in another forward chunk); a chunk decodes ahead only into the room left. Besides
 what it holds, a decode has at most one sub-batch of `SUB_BATCH` frames in flight, the frames of the
 request being served, as without the buffer.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -107,16 +107,20 @@ class TailBuffer:
     def _decode(
         self, decoder: VideoDecoder | DepthDecoder, missing: list[int]
     ) -> dict[int, tuple[torch.Tensor, float]]:
-        """Decode `missing` (the current request's frames not held) and, in the same forward pass, the
-        lowest frames the later requests read, into the room left: the tail is swept in file order."""
+        """Decode `missing` (the current request's frames not held) and, into the room left, the frames
+        the later requests read that follow it in the file (then from the lowest, once past the last):
+        the decoder goes on forward from where the request put it, so the tail is swept in file order."""
         # The first decode learns the frame size; from then on every miss is one forward chunk.
         fresh = {} if self._frame_bytes else self._read(decoder, missing)
         later = [i for i in missing if len(self._uses[i]) > 1]  # read again: worth holding
         self._make_room(len(later))
         room = (self.capacity - self.held) // self._frame_bytes - len(later)
         wanted = set(missing).difference(fresh)
-        ahead = sorted(i for i in self._uses if i not in self._frames and i not in wanted and i not in fresh)
-        chunk = sorted(wanted.union(ahead[: max(room, 0)]))
+        pending = sorted(
+            i for i in self._uses if i not in self._frames and i not in wanted and i not in fresh
+        )
+        after = bisect.bisect_right(pending, missing[-1])
+        chunk = sorted(wanted.union((pending[after:] + pending[:after])[: max(room, 0)]))
         for start in range(0, len(chunk), SUB_BATCH):
             for index, frame in self._read(decoder, chunk[start : start + SUB_BATCH]).items():
                 if index in wanted:

@@ -91,7 +91,8 @@ class DecodeCursor:
 
         A request that is not the next one expected ends it (the cursor decodes as before).
         """
-        if self.tail is not None and self.tail.requests is requests:
+        if self.tail is not None and self.tail.requests is requests and self.tail.position == position:
+            self.tail.capacity = capacity_bytes
             return
         self._kept = {}
         self.tail = TailBuffer(requests, position, capacity_bytes)

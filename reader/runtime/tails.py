@@ -7,8 +7,10 @@ when the piece emits a tail frame, with where in the tail it is (so a resume, or
 the LRU closed it, starts in the middle); the cursor then decodes them ahead in file order
 (`reader.decode.tail`). The emission order does not change.
 
-Memory: `budget_bytes` is split evenly over the pieces that have a tail and each piece's share over its
-cameras, so the frames all the consumer's cursors hold together never exceed it.
+Memory: `budget_bytes` is split evenly over the pieces whose tail is not over yet, and each piece's share
+over its cameras, so the frames all the consumer's cursors hold together never exceed it. A piece's
+share grows as others finish their tails (a finished tail holds nothing); a cursor's share is set again
+at each request.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from reader.decode.tail import TailBuffer
 from reader.decode.video import DecodeCursor, frame_indices
 
 if TYPE_CHECKING:
@@ -36,17 +39,19 @@ class Tails:
 
     def __init__(self, emission: EmissionPlan, budget_bytes: int) -> None:
         self._emission = emission
-        with_tail = int(np.count_nonzero(emission.tail_lengths)) if budget_bytes else 0
-        self._per_piece = budget_bytes // with_tail if with_tail else 0
+        self._budget = budget_bytes
+        self._unfinished = int(np.count_nonzero(emission.tail_lengths))  # tails not over yet
         self._lock = threading.Lock()
         self._positions: dict[int, dict[int, int]] = {}  # piece -> tail frame -> its position
         self._requests: dict[tuple[int, str], list[list[int]]] = {}
         self._cursors: dict[DecodeCursor, None] = {}
+        self._live: dict[TailBuffer, tuple[int, int]] = {}  # buffers not exhausted -> (piece, cameras)
+        self._exhausted: dict[int, int] = {}  # piece -> its cameras whose buffer served its whole tail
 
     def expect(self, cursor: DecodeCursor, slot: _Slot, video: VideoRef, frame: int) -> None:
         """If `frame` is in its piece's tail, have `cursor` (the camera's, locked by the caller) expect
         the rest of the tail."""
-        if not self._per_piece:
+        if not self._budget:
             return
         position = self._position(slot.piece, frame)
         fps = cursor.metadata.average_fps
@@ -54,9 +59,24 @@ class Tails:
             return
         cameras = sum(v.key not in slot.source.drop for v in slot.ref.videos)
         requests = self._camera_requests(slot, video, fps)
-        cursor.expect(requests, position, capacity_bytes=self._per_piece // cameras)
         with self._lock:
+            self._count_finished()
+            capacity = self._budget // max(self._unfinished, 1) // cameras
+            cursor.expect(requests, position, capacity_bytes=capacity)
             self._cursors[cursor] = None
+            if cursor.tail is not None:
+                self._live.setdefault(cursor.tail, (slot.piece, cameras))
+
+    def _count_finished(self) -> None:
+        """Count the pieces whose every camera's buffer has served its whole tail (held: nothing).
+
+        A buffer dropped before its end (a reopened decoder, a request out of turn) never counts: its
+        piece keeps its share, so the bound holds whatever happens."""
+        for buffer in [b for b in self._live if not b]:
+            piece, cameras = self._live.pop(buffer)
+            self._exhausted[piece] = self._exhausted.get(piece, 0) + 1
+            if self._exhausted[piece] == cameras:
+                self._unfinished -= 1
 
     def close(self) -> None:
         """Have every cursor drop the frames it holds for a tail (an iteration ended early)."""
