@@ -70,32 +70,11 @@ def test_a_request_out_of_turn_is_left_to_the_caller() -> None:
     assert buffer.serve(_Decoder(), requests[0]) is not None
 
 
-def _epoch(root: Path, budget: int, held: list[int] | None = None, **options: Any) -> list[dict[str, Any]]:
+def epoch_with_tail_buffer(root: Path, budget: int, **options: Any) -> list[dict[str, Any]]:
+    """One epoch of the stream (uint8, `num_workers=0`) with a tail buffer of `budget` bytes (0: none)."""
     stream = EpisodeStream(root, return_uint8=True, **options)
     stream._options = dataclasses.replace(stream.options, tail_buffer_bytes=budget)
     return list(stream)
-
-
-@pytest.fixture
-def held_bytes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """After each request a tail buffer serves: the bytes all live buffers hold together (-1: a request
-    it was not expecting, which no epoch should have)."""
-    buffers: list[TailBuffer] = []
-    totals: list[int] = []
-    init, serve = TailBuffer.__init__, TailBuffer.serve
-
-    def tracked_init(self: TailBuffer, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        buffers.append(self)
-
-    def tracked_serve(self: TailBuffer, *args: Any, **kwargs: Any) -> Frames | None:
-        served = serve(self, *args, **kwargs)
-        totals.append(-1 if served is None else sum(b.held for b in buffers))
-        return served
-
-    monkeypatch.setattr(TailBuffer, "__init__", tracked_init)
-    monkeypatch.setattr(TailBuffer, "serve", tracked_serve)
-    return totals
 
 
 @pytest.mark.parametrize("windows", [None, WINDOWS], ids=["frames", "windows"])
@@ -108,11 +87,11 @@ def test_an_epoch_is_the_same_with_the_tail_buffer_on_off_or_tiny(
     for seed in (0, 7):
         options = {"seed": seed, "episode_pool_size": pool, "delta_timestamps": windows}
         held_bytes.clear()
-        want = _epoch(small[version], 0, **options)
+        want = epoch_with_tail_buffer(small[version], 0, **options)
         assert not held_bytes  # off: no buffer at all
         for budget in (256 * 2**20, 9 * frame_bytes):
             held_bytes.clear()
-            got = _epoch(small[version], budget, **options)
+            got = epoch_with_tail_buffer(small[version], budget, **options)
             assert len(got) == len(want)
             for step, (a, b) in enumerate(zip(got, want, strict=True)):
                 assert_items_equal(a, b, context=f"seed {seed} budget {budget} step {step}")
