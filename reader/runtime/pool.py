@@ -9,6 +9,13 @@ fetched or decoded) and builds each item: rows and delta windows from memory, fr
 decoders read forward (`reader.decode.video.DecodeCursor`). The plan is known ahead, so `decode_threads` threads
 build the next `decode_ahead` items while the current one is handed out; torchcodec and torch release
 the GIL, so the threads use the cores of a process without more processes or copies between them.
+
+Once the pool is no longer refilled, each piece emits the rest of its frames one at a time in a random
+order (its tail), where a cursor read in that order would seek at nearly every frame. The plan knows
+those frames, so `reader.runtime.tails.Tails` hands each camera's cursor the frames still to come when
+the piece emits a tail frame, and the cursor decodes them ahead in file order into a buffer bounded per
+consumer (`Options.tail_buffer_bytes`, `reader.decode.tail`); the emission order and the values do not
+change.
 """
 
 from __future__ import annotations

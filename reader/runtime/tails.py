@@ -16,7 +16,7 @@ at each request.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -24,9 +24,23 @@ from reader.decode.tail import TailBuffer
 from reader.decode.video import DecodeCursor, frame_indices
 
 if TYPE_CHECKING:
-    from reader.format.catalog import VideoRef
-    from reader.runtime.pool import _Slot
+    from reader.format.catalog import EpisodeRef, VideoRef
+    from reader.plan.source import OpenedSource
+    from reader.runtime.rows import EpisodeRows
     from reader.schedule import EmissionPlan
+
+
+class _Slot(Protocol):
+    """What a tail reads of a piece in the pool (`reader.runtime.pool`'s slot)."""
+
+    @property
+    def piece(self) -> int: ...
+    @property
+    def source(self) -> OpenedSource: ...
+    @property
+    def ref(self) -> EpisodeRef: ...
+    @property
+    def rows(self) -> EpisodeRows: ...
 
 
 class Tails:
