@@ -74,7 +74,7 @@ class TailBuffer:
         fresh = self._decode(decoder, missing) if missing else {}
         rows = [fresh[i] if i in fresh else self._frames[i] for i in indices]
         self._served(indices)
-        if len(rows) == 1:  # the frame's own tensor (each frame is a copy): no other copy
+        if len(rows) == 1:  # the frame's own tensor (each frame is decoded on its own): no copy
             return Frames(rows[0][0].unsqueeze(0), torch.tensor([rows[0][1]], dtype=torch.float64))
         return Frames(
             torch.stack([data for data, _ in rows]),

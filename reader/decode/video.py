@@ -94,6 +94,7 @@ class DecodeCursor:
         if self.tail is not None and self.tail.requests is requests and self.tail.position == position:
             self.tail.capacity = capacity_bytes
             return
+        self.stop_expecting()
         self._kept = {}
         self.tail = TailBuffer(requests, position, capacity_bytes)
 

@@ -59,7 +59,8 @@ class Tails:
         self._positions: dict[int, dict[int, int]] = {}  # piece -> tail frame -> its position
         self._requests: dict[tuple[int, str], list[list[int]]] = {}
         self._cursors: dict[DecodeCursor, None] = {}
-        self._live: dict[TailBuffer, tuple[int, int]] = {}  # buffers not exhausted -> (piece, cameras)
+        # (piece, camera) -> its cursor's buffer, until exhausted; and the piece's cameras
+        self._live: dict[tuple[int, str], tuple[TailBuffer, int]] = {}
         self._exhausted: dict[int, int] = {}  # piece -> its cameras whose buffer served its whole tail
 
     def expect(self, cursor: DecodeCursor, slot: _Slot, video: VideoRef, frame: int) -> None:
@@ -78,16 +79,20 @@ class Tails:
             capacity = self._budget // max(self._unfinished, 1) // cameras
             cursor.expect(requests, position, capacity_bytes=capacity)
             self._cursors[cursor] = None
-            if cursor.tail is not None:
-                self._live.setdefault(cursor.tail, (slot.piece, cameras))
+            buffer, key = cursor.tail, (slot.piece, video.key)
+            old = self._live.get(key)
+            if old is not None and old[0] is not buffer:
+                old[0].clear()  # the camera's decoder was closed and opened again: one buffer a camera
+            if buffer is not None:
+                self._live[key] = (buffer, cameras)
 
     def _count_finished(self) -> None:
         """Count the pieces whose every camera's buffer has served its whole tail (held: nothing).
 
         A buffer dropped before its end (a reopened decoder, a request out of turn) never counts: its
         piece keeps its share, so the bound holds whatever happens."""
-        for buffer in [b for b in self._live if not b]:
-            piece, cameras = self._live.pop(buffer)
+        for key in [key for key, (buffer, _) in self._live.items() if not buffer]:
+            piece, cameras = key[0], self._live.pop(key)[1]
             self._exhausted[piece] = self._exhausted.get(piece, 0) + 1
             if self._exhausted[piece] == cameras:
                 self._unfinished -= 1

@@ -70,10 +70,15 @@ def test_a_request_out_of_turn_is_left_to_the_caller() -> None:
     assert buffer.serve(_Decoder(), requests[0]) is not None
 
 
-def epoch_with_tail_buffer(root: Path, budget: int, **options: Any) -> list[dict[str, Any]]:
-    """One epoch of the stream (uint8, `num_workers=0`) with a tail buffer of `budget` bytes (0: none)."""
+def epoch_with_tail_buffer(
+    root: Path, budget: int, *, decoders: int | None = None, **options: Any
+) -> list[dict[str, Any]]:
+    """One epoch of the stream (uint8, `num_workers=0`) with a tail buffer of `budget` bytes (0: none),
+    and `decoders` open decoders at most (fewer than the stream allows: they are closed and reopened)."""
     stream = EpisodeStream(root, return_uint8=True, **options)
     stream._options = dataclasses.replace(stream.options, tail_buffer_bytes=budget)
+    if decoders is not None:
+        stream._decoding = (decoders, *stream._decoding[1:])
     return list(stream)
 
 
@@ -97,3 +102,16 @@ def test_an_epoch_is_the_same_with_the_tail_buffer_on_off_or_tiny(
                 assert_items_equal(a, b, context=f"seed {seed} budget {budget} step {step}")
             assert held_bytes and min(held_bytes) >= 0  # every tail request served by the buffer
             assert max(held_bytes) <= budget  # within its bound
+
+
+def test_decoders_closed_and_opened_again_inside_a_tail_keep_the_values_and_the_bound(
+    small: tuple[Path, Path], held_bytes: list[int]
+) -> None:
+    # One decoder open at a time: each camera's cursor is reopened at every sample, inside its tail.
+    options = {"seed": 3, "episode_pool_size": 3, "delta_timestamps": WINDOWS}
+    want = epoch_with_tail_buffer(small[1], 0, **options)
+    budget = 20 * 3 * 96 * 128
+    got = epoch_with_tail_buffer(small[1], budget, decoders=1, **options)
+    for step, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert_items_equal(a, b, context=f"step {step}")
+    assert len(got) == len(want) and held_bytes and max(held_bytes) <= budget
