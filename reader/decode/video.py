@@ -9,7 +9,10 @@ LRU of open decoders (one per local file), so a pool of episodes does not reopen
 A `DecodeCursor` is such a decoder read forward: the schedule emits a piece's frames in runs of consecutive
 frames, and torchcodec decodes a frame at or after the last one it decoded without seeking (inside a
 GOP), so a run costs one seek and every frame is decoded once. The decoder's own state is the only
-buffer; a cursor keeps just the last few frames a delta window reads again.
+buffer; a cursor keeps just the last few frames a delta window reads again. In a piece's random tail,
+where its frames come one at a time in a pseudo-random order, the reader tells the cursor which frames
+are still to come (`DecodeCursor.expect`) and the cursor decodes them forward into a bounded buffer
+(`reader.decode.tail`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from torchcodec.decoders import VideoDecoder
 from cache.arguments import check_int
 from reader.decode.depth import DepthDecoder, open_depth_decoder
 from reader.decode.frames import Frames
+from reader.decode.tail import Requests, TailBuffer
 from reader.errors import DecodeError
 from reader.plan.spec import SeekMode, check_device_name, check_seek_mode
 
@@ -76,9 +80,37 @@ class DecodeCursor:
         self.keep = keep
         self.lock = threading.Lock()
         self._kept: dict[int, tuple[torch.Tensor, float]] = {}
+        self.tail: TailBuffer | None = None
+
+    def expect(self, requests: Requests, position: int, *, capacity_bytes: int) -> None:
+        """From now on, serve `requests[position:]` (the frame indices of each request still to come,
+        in order) from frames decoded ahead in file order, holding at most `capacity_bytes`
+        (`reader.decode.tail.TailBuffer`). Nothing changes if the cursor already serves `requests`.
+
+        A request that is not the next one expected ends it (the cursor decodes as before).
+        """
+        if self.tail is not None and self.tail.requests is requests and self.tail.position == position:
+            self.tail.capacity = capacity_bytes
+            return
+        self.stop_expecting()
+        self._kept = {}
+        self.tail = TailBuffer(requests, position, capacity_bytes)
+
+    def stop_expecting(self) -> None:
+        """Drop the expected requests and the frames held for them."""
+        if self.tail is not None:
+            self.tail.clear()
+            self.tail = None
 
     def get_frames_at(self, *, indices: list[int]) -> Frames:
         """The frames at `indices`, decoding only those not kept (in ascending order)."""
+        if self.tail is not None:
+            served = self.tail.serve(self.decoder, indices)
+            if served is not None:
+                if not self.tail:
+                    self.tail = None  # the last request: nothing is held any more
+                return served
+            self.stop_expecting()
         if not self.keep:
             batch = self.decoder.get_frames_at(indices=indices)
             return Frames(batch.data, batch.pts_seconds)
@@ -253,7 +285,7 @@ def decode_frames(
             raise DecodeError(
                 f"Invalid video {where}: no average fps in its header. Expected a video stream."
             )
-        batch = decoder.get_frames_at(indices=[round(ts * fps) for ts in timestamps])
+        batch = decoder.get_frames_at(indices=frame_indices(timestamps, fps))
     except (RuntimeError, IndexError, ValueError) as exc:
         raise DecodeError(
             f"Invalid video {where}: cannot decode the frames at {list(timestamps)} s ({_first_line(exc)}). "
@@ -264,6 +296,11 @@ def decode_frames(
     if return_uint8:
         return frames
     return to_unit_float(frames)
+
+
+def frame_indices(timestamps: Sequence[float], fps: float) -> list[int]:
+    """The frame index lerobot reads for each timestamp (seconds into the file): the nearest at `fps`."""
+    return [round(ts * fps) for ts in timestamps]
 
 
 def to_unit_float(frames: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:

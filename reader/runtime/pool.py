@@ -9,6 +9,13 @@ fetched or decoded) and builds each item: rows and delta windows from memory, fr
 decoders read forward (`reader.decode.video.DecodeCursor`). The plan is known ahead, so `decode_threads` threads
 build the next `decode_ahead` items while the current one is handed out; torchcodec and torch release
 the GIL, so the threads use the cores of a process without more processes or copies between them.
+
+Once the pool is no longer refilled, each piece emits the rest of its frames one at a time in a random
+order (its tail), where a cursor read in that order would seek at nearly every frame. The plan knows
+those frames, so `reader.runtime.tails.Tails` hands each camera's cursor the frames still to come when
+the piece emits a tail frame, and the cursor decodes them ahead in file order into a buffer bounded per
+consumer (`Options.tail_buffer_bytes`, `reader.decode.tail`); the emission order and the values do not
+change.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import torch
 from cache import FetchError, IntegrityError, LrsError
 from reader.batch.fill import BatchFill, BatchJob, Lanes, LaneTotals
 from reader.decode.images import decode_image
+from reader.decode.tail import TAIL_BUFFER_BYTES
 from reader.decode.video import Decoders, VideoWhere, decode_frames
 from reader.errors import DecodeError
 from reader.format.catalog import Catalog, EpisodeRef, VideoRef, changed_since
@@ -35,6 +43,7 @@ from reader.plan.source import OpenedSource
 from reader.plan.spec import DepthUnit
 from reader.runtime.counters import ReaderCounters
 from reader.runtime.rows import EpisodeRows, RowGroupReader, read_episode
+from reader.runtime.tails import Tails
 from reader.schedule import EmissionPlan, Step
 
 # What a decode thread returns: the item (before transforms), frames decoded, seconds spent decoding.
@@ -56,6 +65,7 @@ class Options:
     decode_threads: int = 0
     decode_ahead: int = 0
     depth_unit: DepthUnit = "mm"
+    tail_buffer_bytes: int = TAIL_BUFFER_BYTES  # fixed, documented (`reader.runtime.tails`); 0: off
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,7 @@ class _Slot:
     rows: EpisodeRows
     local: bool
     where: tuple[VideoWhere, ...]  # per camera, for messages (made once per piece, not per sample)
+    piece: int
 
 
 class EpisodePool:
@@ -113,7 +124,7 @@ class EpisodePool:
             with _video_errors(source, ref, video):
                 fetched.result()
         where = tuple(VideoWhere(ref.episode_index, v.key, source.display(v.path)) for v in ref.videos)
-        self._slots[piece] = _Slot(source, ref, rows.result(), local, where)
+        self._slots[piece] = _Slot(source, ref, rows.result(), local, where, piece)
         self._counters.add(episodes_admitted=1, admissions_waited=0 if local else 1)
 
     def release(self, piece: int) -> None:
@@ -227,6 +238,7 @@ class Consumer:
         self._refs = _PieceRefs(refs, emission.pieces)
         self._decoders = decoders
         self._options, self._counters = options, counters
+        self._tails = Tails(emission, options.tail_buffer_bytes)
         counters.add(skipped=start)
 
     def __repr__(self) -> str:
@@ -263,6 +275,7 @@ class Consumer:
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
             pool.close()
+            self._tails.close()
 
     def batches(
         self, batch_size: int, *, lanes: int, ahead: int, channels_last: frozenset[str] = frozenset()
@@ -298,6 +311,7 @@ class Consumer:
             for executor in lanes_.executors:
                 executor.shutdown(wait=True, cancel_futures=True)
             pool.close()
+            self._tails.close()
 
     def _pool(self) -> EpisodePool:
         """The pool of this iteration: only the pieces still emitted from `start` on are loaded."""
@@ -423,7 +437,7 @@ class Consumer:
         tabular, queries = slot.rows.sample(frame, source.windows, info.video_keys)
         began = time.perf_counter()
         frames = {
-            video.key: self._decode(pool, slot, video, where, queries[video.key], uint8_frames)
+            video.key: self._decode(pool, slot, video, where, frame, queries[video.key], uint8_frames)
             for video, where in zip(slot.ref.videos, slot.where, strict=True)
             if video.key not in source.drop
         }
@@ -458,6 +472,7 @@ class Consumer:
         slot: _Slot,
         video: VideoRef,
         where: VideoWhere,
+        frame: int,
         timestamps: list[float],
         uint8: bool = False,
     ) -> torch.Tensor:
@@ -476,6 +491,7 @@ class Consumer:
                     depth_pix_fmt=None if quantizer is None else quantizer.pix_fmt,
                 )
         with cursor.lock:
+            self._tails.expect(cursor, slot, video, frame)  # in the piece's random tail: decode it ahead
             frames = decode_frames(
                 cursor,
                 [video.from_timestamp + t for t in timestamps],

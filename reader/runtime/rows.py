@@ -102,6 +102,12 @@ class EpisodeRows:
             queries.setdefault(key, [self.timestamps[frame]])
         return item, queries
 
+    def camera_timestamps(self, frame: int, windows: Windows, key: str) -> list[float]:
+        """The timestamps camera `key` must show for the sample at `frame` (those `sample` gives)."""
+        if key in windows.offsets:
+            return [self.timestamps[r] for r in windows.window(key, frame, len(self)).rows.tolist()]
+        return [self.timestamps[frame]]
+
 
 def _row(values: torch.Tensor | list[Any], frame: int) -> Any:
     return values[frame].clone() if isinstance(values, torch.Tensor) else values[frame]

@@ -199,6 +199,11 @@ class EmissionPlan(Protocol):
 
     def steps(self, start: int = 0) -> Iterator[Step]: ...
 
+    @property
+    def tail_lengths(self) -> np.ndarray: ...
+
+    def tail(self, piece: int) -> np.ndarray: ...
+
 
 class Emission:
     """The order in which one consumer emits the frames of its pieces, as a pure plan.
@@ -301,6 +306,28 @@ class Emission:
     def departure_steps(self) -> np.ndarray:
         """Read-only: the step of each piece's last frame."""
         return self._departure
+
+    @functools.cached_property
+    def tail_lengths(self) -> np.ndarray:
+        """Read-only: frames of each piece emitted in the random tail (see `_run_frames`'s `in_order`):
+        once the pool is no longer refilled, one at a time in a pseudo-random order. 0 unshuffled."""
+        if not self.shuffle or not self._lengths.size:
+            tail = np.zeros(self._lengths.size, dtype=np.int64)
+        else:
+            tail = (self._lengths - self._in_order).astype(np.int64)
+        tail.setflags(write=False)
+        return tail
+
+    def tail(self, piece: int) -> np.ndarray:
+        """The frames piece `piece` emits in its random tail, in the order it emits them (empty if none).
+
+        The plan's own frames, so a reader can decode them ahead in file order (`reader.decode.tail`).
+        """
+        count = int(self.tail_lengths[piece])
+        t = np.arange(int(self._lengths[piece]) - count, int(self._lengths[piece]), dtype=np.int64)
+        if not count:
+            return t
+        return _run_frames(self._frame_keys, self._share, np.full(count, piece), t, self._in_order)
 
     def admission_order(self) -> list[Admission]:
         """The pieces in admission order (the piece order) with the step before which each is admitted."""

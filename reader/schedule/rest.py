@@ -207,6 +207,14 @@ class _MappedEmission:
         piece, virtual = self._emission.arrays(start, stop)
         return piece, self._frames(piece, virtual)
 
+    @property
+    def tail_lengths(self) -> np.ndarray:
+        return self._emission.tail_lengths
+
+    def tail(self, piece: int) -> np.ndarray:
+        virtual = self._emission.tail(piece)
+        return self._frames(np.full(virtual.size, piece), virtual)
+
     def steps(self, start: int = 0) -> Iterator[Step]:
         starts, offsets, frames = self._entries.starts, self._rest.offsets, self._rest.frames
         entry_of = self._emission.entry_of(np.arange(self._emission.admission_steps.size)).tolist()

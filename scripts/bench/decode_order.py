@@ -22,8 +22,14 @@ the thread CPU its lanes spend in torchcodec's decode, in building the rest of e
 copying samples into the batch, and the process's CPU outside the lanes, per sample. It times private
 methods of `reader.runtime.pool` and `reader.decode.video` by wrapping them: a measurement, not an API.
 
+With `--tail`, also one epoch of the same consumer through `EpisodeStream` itself (`num_workers=0`, no
+decode threads, uint8), with its tail buffer (`reader.decode.tail`: the random tail decoded ahead in file
+order) and without it: the process's CPU and the thread CPU in `DecodeCursor.get_frames_at`, per camera
+frame, and the share of the frames torchcodec decodes that follow a jump in their decoder (`--tail-mb`
+sets the buffer's size; default: the reader's).
+
     python scripts/bench/decode_order.py DATASET [--rounds 2] [--seed 0] [--epoch 0] [--batch-size 32]
-        [--lanes]
+        [--lanes] [--tail [--tail-mb MB]]
 """
 
 from __future__ import annotations
@@ -137,6 +143,44 @@ def lane_breakdown(root: Path, seed: int, batch_size: int, spent: dict[str, floa
     }
 
 
+def reader_epoch(
+    root: Path, seed: int, batch_size: int, budget: int, spent: dict[str, float]
+) -> dict[str, float]:
+    """CPU ms per camera frame of one epoch of consumer 0 through `EpisodeStream` with a tail buffer of
+    `budget` bytes (0: none), in all and in the cursors' decode (`spent`: what `instrument` returned),
+    and the share of torchcodec's decoded frames that follow a jump in their decoder."""
+    import dataclasses
+
+    from torchcodec.decoders import VideoDecoder
+
+    from reader import EpisodeStream
+
+    decoded: Job = []
+    get_frames_at = VideoDecoder.get_frames_at
+
+    def logged(self: VideoDecoder, indices: list[int]) -> Any:
+        decoded.extend((str(id(self)), i) for i in indices)
+        return get_frames_at(self, indices)
+
+    spent.update(dict.fromkeys(spent, 0.0))
+    stream = EpisodeStream(str(root), seed=seed, batch_size=batch_size, return_uint8=True, decode_threads=0)
+    # the buffer's size set on the stream's options: a measurement, not an API
+    stream._options = dataclasses.replace(stream.options, tail_buffer_bytes=budget)
+    cameras = set(stream.catalog.info.video_keys)
+    VideoDecoder.get_frames_at = logged  # type: ignore[method-assign,assignment]
+    try:
+        cpu = time.process_time()
+        frames = sum(len(cameras.intersection(item)) for item in stream)
+        cpu = time.process_time() - cpu
+    finally:
+        VideoDecoder.get_frames_at = get_frames_at  # type: ignore[method-assign]
+    return {
+        "cpu_ms": round(1000 * cpu / frames, 4),
+        "decode_ms": round(1000 * spent["decode"] / frames, 4),
+        "frames_after_a_jump": jumps(decoded)["frames_after_a_jump"],
+    }
+
+
 def default_dataset() -> Path:
     """The reader bench's lrs/1 sample with its default spec (`bench_reader.build_dataset`)."""
     import tempfile
@@ -161,6 +205,12 @@ def main() -> None:
     parser.add_argument("--epoch", type=int, default=0, help="The epoch whose order is decoded.")
     parser.add_argument("--batch-size", type=int, default=32, help="The stream's batch size (its pool).")
     parser.add_argument("--lanes", action="store_true", help="Also split BatchLoader's CPU per sample.")
+    parser.add_argument(
+        "--tail", action="store_true", help="Also the reader's epoch with its tail buffer and without."
+    )
+    parser.add_argument(
+        "--tail-mb", type=int, help="With --tail: the tail buffer's MiB [default: the reader's, 256]."
+    )
     parser.add_argument("--out", type=Path, help="Also write the JSON report here.")
     args = parser.parse_args()
     if args.dataset is None:
@@ -173,8 +223,11 @@ def main() -> None:
     ordered = stream_order(root, args.seed, args.epoch, args.batch_size)
     jobs = {"stream order": ordered, "file order": file_order(ordered)}
     rounds: dict[str, list[float]] = {name: [] for name in jobs}
-    spent = instrument() if args.lanes else {}
+    from reader.decode.tail import TAIL_BUFFER_BYTES
+
+    spent = instrument() if args.lanes or args.tail else {}
     lanes: list[dict[str, float]] = []
+    tails: dict[str, list[dict[str, float]]] = {"buffer": [], "no buffer": []}
     load_before = os.getloadavg()
     began = time.perf_counter()
     for _ in range(args.rounds):
@@ -182,6 +235,10 @@ def main() -> None:
             rounds[name].append(round(decode(root, job), 4))
         if args.lanes:
             lanes.append(lane_breakdown(root, args.seed, args.batch_size, spent))
+        if args.tail:
+            size = TAIL_BUFFER_BYTES if args.tail_mb is None else args.tail_mb * 2**20
+            for name, budget in (("buffer", size), ("no buffer", 0)):
+                tails[name].append(reader_epoch(root, args.seed, args.batch_size, budget, spent))
     mean = {name: sum(values) / len(values) for name, values in rounds.items()}
     emit(
         {
@@ -192,6 +249,7 @@ def main() -> None:
             "stream_order": jumps(ordered),
             "cpu_ms_per_frame_by_round": rounds,
             "batchloader_cpu_ms_per_sample_by_round": lanes or None,
+            "reader_cpu_ms_per_frame_by_round": tails if args.tail else None,
             "stream_over_file_order": round(mean["stream order"] / mean["file order"], 3),
             "seconds": round(time.perf_counter() - began, 1),
             "load_average": {"before": load_before, "after": os.getloadavg()},

@@ -22,6 +22,8 @@ from reshard.cli import cli
 from reshard.demo.frame_marks import depth_frame, read_frame_id
 from reshard.demo.sample_spec import SampleSpec
 from tests.conftest import DEPTH_SPEC
+from tests.reader.reference import assert_items_equal
+from tests.reader.test_tail_buffer import epoch_with_tail_buffer
 
 DEPTH, RGB = "observation.images.depth0", "observation.images.cam0"
 H, W = 64, 96
@@ -258,3 +260,16 @@ def test_fork_workers_after_a_depth_stream_in_the_main_process(
         assert sum(len(batch["index"]) for batch in loader) > 0
     finally:
         gc.enable()
+
+
+def test_depth_cursors_decode_their_tail_ahead_with_the_same_values(
+    depth_ds: dict[str, Path], held_bytes: list[int]
+) -> None:
+    options = {"seed": 3, "episode_pool_size": 2, "delta_timestamps": {DEPTH: [-2 / 30, 0.0, 1 / 30]}}
+    want = epoch_with_tail_buffer(depth_ds["copy"], 0, **options)
+    for budget in (256 * 2**20, 6 * 2 * H * W):
+        held_bytes.clear()
+        got = epoch_with_tail_buffer(depth_ds["copy"], budget, **options)
+        for step, (a, b) in enumerate(zip(got, want, strict=True)):
+            assert_items_equal(a, b, context=f"budget {budget} step {step}")
+        assert len(got) == len(want) and held_bytes and min(held_bytes) >= 0 and max(held_bytes) <= budget
