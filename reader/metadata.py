@@ -4,7 +4,8 @@ lerobot builds a policy from its dataset's metadata (`make_policy(cfg, ds_meta=d
 `features` and `stats`; training scripts read `fps`, `camera_keys` and the rest), so `EpisodeStream.meta`
 offers the same names with the same values:
 
-- `features` (shapes as tuples, as lerobot loads them), `fps`, `robot_type`, `total_episodes`, `total_frames`, `total_tasks`, `names`, `shapes`,
+- `features` (shapes as tuples, as lerobot loads them; a stream's `resize` as its colour cameras'
+  shapes), `fps`, `robot_type`, `total_episodes`, `total_frames`, `total_tasks`, `names`, `shapes`,
   `info` (the whole `meta/info.json`), and the key lists `camera_keys`, `video_keys`, `image_keys`,
   `depth_keys`;
 - `stats`: `meta/stats.json` as numpy arrays (lerobot's `cast_stats_to_numpy`: every leaf through
@@ -151,6 +152,16 @@ def rescale_depth_stats(
     return out
 
 
+def resized_shape(feature: Mapping[str, Any], size: tuple[int, int]) -> tuple[int, ...]:
+    """A camera feature's shape with its height and width replaced by `size` (height, width): lerobot's
+    (height, width, channels) when `names` ends in "channel(s)" (what `dataset_to_policy_features` reads
+    so), else (channels, height, width)."""
+    shape, names = list(feature["shape"]), feature.get("names")
+    at = 0 if isinstance(names, list) and len(names) == 3 and names[2] in ("channel", "channels") else 1
+    shape[at : at + 2] = size
+    return tuple(shape)
+
+
 @dataclass(frozen=True)
 class DatasetMeta:
     """A dataset's metadata under lerobot's `LeRobotDatasetMetadata` names (see the module docstring).
@@ -218,8 +229,10 @@ class DatasetMeta:
         repo_id: str = "",
         file: str = STATS_PATH,
         episodes: Mapping[str, np.ndarray] | None = None,
+        resize: tuple[int, int] | None = None,
     ) -> DatasetMeta:
-        """Metadata from a parsed `info.json`, the raw `meta/stats.json` (None: no stats) and the tasks.
+        """Metadata from a parsed `info.json`, the raw `meta/stats.json` (None: no stats) and the tasks;
+        with `resize`, the shapes of the frames a stream that resizes gives (`resized_shape`).
 
         Raises:
             DatasetError: `meta/stats.json` is not a JSON object of per-feature objects.
@@ -236,6 +249,12 @@ class DatasetMeta:
         for feature in raw_info["features"].values():
             if isinstance(feature, dict) and isinstance(feature.get("shape"), list):
                 feature["shape"] = tuple(feature["shape"])  # as lerobot's `load_info` gives them
+                if (
+                    resize is not None
+                    and feature.get("dtype") in ("video", "image")
+                    and not is_depth(feature)
+                ):
+                    feature["shape"] = resized_shape(feature, resize)
         return cls(
             parsed=Info(raw=raw_info),
             stats=stats,
@@ -252,6 +271,7 @@ class DatasetMeta:
         *,
         storage_options: dict[str, Any] | None = None,
         depth_output_unit: DepthUnit = "mm",
+        resize: tuple[int, int] | None = None,
     ) -> DatasetMeta:
         """The metadata of the dataset at `source` (a path or URL, lrs/1 or v3), without a stream: what
         lerobot's `LeRobotDatasetMetadata(repo_id)` is for, e.g. the fps to write `delta_timestamps` in.
@@ -263,10 +283,12 @@ class DatasetMeta:
         from reader.format.catalog import Catalog
 
         catalog = Catalog.open(source, storage_options=storage_options)
-        return cls.from_catalog(catalog, depth_output_unit=depth_output_unit)
+        return cls.from_catalog(catalog, depth_output_unit=depth_output_unit, resize=resize)
 
     @classmethod
-    def from_catalog(cls, catalog: Any, *, depth_output_unit: DepthUnit = "mm") -> DatasetMeta:
+    def from_catalog(
+        cls, catalog: Any, *, depth_output_unit: DepthUnit = "mm", resize: tuple[int, int] | None = None
+    ) -> DatasetMeta:
         """The metadata of an opened `reader.format.catalog.Catalog`, reading `meta/stats.json` (if any)."""
         remote = catalog.remote
         try:
@@ -281,6 +303,7 @@ class DatasetMeta:
             repo_id=remote.shown,
             file=remote.display(STATS_PATH),
             episodes=episode_columns(catalog.lengths, catalog.from_indices),
+            resize=resize,
         )
 
     def __repr__(self) -> str:

@@ -115,6 +115,12 @@ class EpisodeStream(IterableDataset):
         depth_output_unit: depth cameras (lerobot's `is_depth_map` features) come as float32 (1, H, W)
             depth in millimetres ("mm", rounded, lerobot's default) or metres ("m"), whatever
             `return_uint8` says; `image_transforms` is not applied to them (as in lerobot).
+        resize: (height, width) the colour cameras come in (None: as stored), video and image cameras
+            alike, bilinear with antialiasing (torchvision's `Resize`), before the float conversion and
+            `image_transforms`: video frames by torchcodec's decoder-side `Resize` (in FFmpeg's colour
+            conversion), images in torch. `meta` reports the new shapes; the order does not change (a
+            resume state may be loaded at another size). Depth cameras keep their size (an interpolated
+            depth lies between surfaces). `lrs reshard --resize` stores and decodes fewer pixels instead.
 
     Raises:
         ValueError: a bad argument (the message names it).
@@ -149,6 +155,7 @@ class EpisodeStream(IterableDataset):
         decode_threads: int = DEFAULT_DECODE_THREADS,
         decode_ahead: int = DEFAULT_DECODE_AHEAD,
         depth_output_unit: DepthUnit = "mm",
+        resize: tuple[int, int] | None = None,
     ) -> None:
         super().__init__()
         given = {name: value for name, value in locals().items() if name in _SPEC_KEYWORDS}
@@ -195,6 +202,7 @@ class EpisodeStream(IterableDataset):
             decode_threads=spec.decode_threads,
             decode_ahead=spec.decode_ahead if spec.decode_threads else 0,
             depth_unit=spec.depth_output_unit,
+            resize=spec.resize,
         )
         self._decoding = (
             _decoder_capacity(
@@ -205,6 +213,7 @@ class EpisodeStream(IterableDataset):
             ),
             check_device(spec.decode_device),
             spec.seek_mode,
+            spec.resize,
         )
         self.identity = self.plan.identity
         # How a trainer's resume dict without a pool size is read: the pool its run had (`load_state_dict`).
@@ -287,8 +296,10 @@ class EpisodeStream(IterableDataset):
             FetchError: it could not be read.
         """
         if self._meta is None:
-            unit = self.options.depth_unit
-            metas = [DatasetMeta.from_catalog(s.catalog, depth_output_unit=unit) for s in self.sources]
+            unit, size = self.options.depth_unit, self.options.resize
+            metas = [
+                DatasetMeta.from_catalog(s.catalog, depth_output_unit=unit, resize=size) for s in self.sources
+            ]
             self._meta = DatasetMeta.merge(metas) if self.mixture else metas[0]
         return self._meta
 
@@ -526,14 +537,14 @@ class EpisodeStream(IterableDataset):
         return self._process.get()
 
     def _make_runtime(self) -> ReaderProcessState:
-        capacity, device, seek_mode = self._decoding
+        capacity, device, seek_mode, resize = self._decoding
         rows = tuple(
             RowGroupReader(s.node_cache, s.data_file_size, s.display, row_groups=s.catalog.row_group_ranges)
             for s in self.sources
         )
         process = ReaderProcessState(
             rows,
-            Decoders(capacity, device=device, seek_mode=seek_mode),
+            Decoders(capacity, device=device, seek_mode=seek_mode, resize=resize),
             caches=tuple(s.node_cache for s in self.sources),  # for this stream's cache counters
         )
         process.publish_under(self.cache.cache_dir, self._run)

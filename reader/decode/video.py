@@ -26,13 +26,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torchcodec.decoders import VideoDecoder
+from torchcodec.transforms import Resize
 
 from cache.arguments import check_int
 from reader.decode.depth import DepthDecoder, open_depth_decoder
 from reader.decode.frames import Frames
 from reader.decode.tail import Requests, TailBuffer
 from reader.errors import DecodeError
-from reader.plan.spec import SeekMode, check_device_name, check_seek_mode
+from reader.plan.spec import MAX_FRAME_SIDE, SeekMode, check_device_name, check_resize, check_seek_mode
 
 
 @dataclass(frozen=True)
@@ -140,13 +141,23 @@ class Decoders:
         num_threads: FFmpeg threads per decoder (1 per DataLoader worker is the right default: the
             workers are the parallelism).
         seek_mode: torchcodec's seek mode; "approximate" reads the header only (lerobot's choice).
+        resize: (height, width) the colour frames come in (None: as stored): torchcodec's decoder-side
+            `Resize`, bilinear with antialiasing, done by swscale in the decode's colour conversion. Depth
+            streams are not resized: an interpolated depth is a distance no surface is at.
     """
 
     def __init__(
-        self, capacity: int, *, device: str = "cpu", num_threads: int = 1, seek_mode: SeekMode = "approximate"
+        self,
+        capacity: int,
+        *,
+        device: str = "cpu",
+        num_threads: int = 1,
+        seek_mode: SeekMode = "approximate",
+        resize: tuple[int, int] | None = None,
     ) -> None:
         check_int("decoder capacity", capacity, 1)
         check_seek_mode(seek_mode)
+        self.resize = None if resize is None else check_resize(resize)
         self.capacity = capacity
         self.device = device
         self.num_threads = num_threads
@@ -225,6 +236,7 @@ class Decoders:
                     seek_mode=self.seek_mode,
                     num_ffmpeg_threads=self.num_threads,
                     device=self.device,
+                    transforms=None if self.resize is None else [Resize(self.resize)],
                 )
             except (RuntimeError, ValueError) as exc:
                 raise DecodeError(
@@ -242,11 +254,6 @@ class Decoders:
         """Close every decoder."""
         with self._lock:
             self._open.clear()
-
-
-# The largest frame the reader decodes (8K is 7680x4320): a camera's frames become tensors of
-# 3 x height x width bytes each, times the frames of a batch and the workers' prefetch.
-MAX_FRAME_SIDE = 8192
 
 
 def check_frame_size(width: int | None, height: int | None, where: VideoWhere) -> None:

@@ -35,6 +35,9 @@ DEFAULT_POOL_SIZE = 16
 DEFAULT_PREFETCH_EPISODES = 8
 DEFAULT_DECODE_THREADS = 2
 DEFAULT_DECODE_AHEAD = 8
+# The largest frame side the reader decodes or resizes to (8K is 7680x4320): a camera's frames become
+# tensors of 3 x height x width bytes each, times the frames of a batch and the workers' prefetch.
+MAX_FRAME_SIDE = 8192
 
 SeekMode = Literal["exact", "approximate"]
 DepthUnit = Literal["mm", "m"]
@@ -79,6 +82,21 @@ def resolve_topology(rank: int | None, world_size: int | None) -> tuple[int, int
     if rank >= world_size:
         raise ValueError(f"Invalid rank ({rank}). Expected < world_size ({world_size}).")
     return rank, world_size
+
+
+def check_resize(size: object) -> tuple[int, int]:
+    """`resize` as (height, width): two whole numbers of pixels in 1..`MAX_FRAME_SIDE` (the frames are RGB
+    once resized, so odd sizes are fine, unlike a 4:2:0 re-encode's)."""
+    if (
+        isinstance(size, (tuple, list))
+        and len(size) == 2
+        and all(isinstance(side, int) and not isinstance(side, bool) for side in size)
+        and all(1 <= side <= MAX_FRAME_SIDE for side in size)
+    ):
+        return int(size[0]), int(size[1])
+    raise ValueError(
+        f"Invalid resize ({size!r}). Expected (height, width) in pixels, each 1..{MAX_FRAME_SIDE}, or None."
+    )
 
 
 def check_device_name(device: object) -> str:
@@ -138,7 +156,7 @@ class ReadSpec:
         num_workers: the DataLoader's workers per rank, when known (prewarm plans for them; a stream refuses
             to iterate under another count).
         cache_dir, cache_max_bytes, prefetch_episodes: the node cache and how far ahead it is filled.
-        return_uint8, delta_timestamps, tolerance_s, depth_output_unit: what a sample holds.
+        return_uint8, delta_timestamps, tolerance_s, depth_output_unit, resize: what a sample holds.
         decode_device, decoder_cache_size, seek_mode, decode_threads, decode_ahead: how frames are decoded.
     """
 
@@ -163,6 +181,7 @@ class ReadSpec:
     seek_mode: SeekMode = "approximate"
     decode_threads: int = DEFAULT_DECODE_THREADS
     decode_ahead: int = DEFAULT_DECODE_AHEAD
+    resize: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         sources = tuple(self.sources) if isinstance(self.sources, (list, tuple)) else self.sources
@@ -228,6 +247,8 @@ class ReadSpec:
         check_unit(self.depth_output_unit)
         check_device_name(self.decode_device)
         check_seek_mode(self.seek_mode)
+        if self.resize is not None:
+            object.__setattr__(self, "resize", check_resize(self.resize))  # JSON gives a list
 
     @classmethod
     def of(

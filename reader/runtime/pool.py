@@ -34,6 +34,7 @@ import torch
 
 from cache import FetchError, IntegrityError, LrsError
 from reader.batch.fill import BatchFill, BatchJob, Lanes, LaneTotals
+from reader.decode.depth import is_depth
 from reader.decode.images import decode_image
 from reader.decode.tail import TAIL_BUFFER_BYTES
 from reader.decode.video import Decoders, VideoWhere, decode_frames
@@ -66,6 +67,7 @@ class Options:
     decode_ahead: int = 0
     depth_unit: DepthUnit = "mm"
     tail_buffer_bytes: int = TAIL_BUFFER_BYTES  # fixed, documented (`reader.runtime.tails`); 0: off
+    resize: tuple[int, int] | None = None  # images' (height, width); the decoders resize video frames
 
 
 @dataclass(frozen=True)
@@ -446,12 +448,14 @@ class Consumer:
             if key in source.drop:
                 continue
             where = f"{key} of episode {slot.ref.episode_index} in {slot.ref.data_path}"
+            # Depth maps keep their size, as depth videos do (see `Decoders`).
+            size = None if is_depth(info.features[key]) else self._options.resize
             value = tabular[key]
             if isinstance(value, list):  # a window: stacked, as lerobot stacks it
-                tabular[key] = torch.stack([self._image(v, where) for v in value])
+                tabular[key] = torch.stack([self._image(v, where, size) for v in value])
                 images += len(value)
             else:
-                tabular[key] = self._image(value, where)
+                tabular[key] = self._image(value, where, size)
                 images += 1
         seconds = time.perf_counter() - began
         item: dict[str, Any] = {**frames, **tabular}
@@ -463,8 +467,8 @@ class Consumer:
         decoded = sum(len(queries[key]) for key in frames)
         return item, decoded + images, seconds
 
-    def _image(self, data: bytes | None, where: str) -> torch.Tensor:
-        return decode_image(data, return_uint8=self._options.return_uint8, where=where)
+    def _image(self, data: bytes | None, where: str, size: tuple[int, int] | None) -> torch.Tensor:
+        return decode_image(data, return_uint8=self._options.return_uint8, where=where, resize=size)
 
     def _decode(
         self,

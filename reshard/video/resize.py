@@ -28,7 +28,7 @@ RESIZE_FILTERS: tuple[str, ...] = ("area", "bicubic", "bilinear")
 DEFAULT_RESIZE_FILTER = "area"
 _FLAGS = {"area": Interpolation.AREA, "bicubic": Interpolation.BICUBIC, "bilinear": Interpolation.BILINEAR}
 _SIZE = re.compile(r"^([0-9]+)x([0-9]+)$")
-# Beyond the reader's largest frame side (`reader.decode.video.MAX_FRAME_SIDE`) nothing would read it.
+# Beyond the reader's largest frame side (`reader.plan.spec.MAX_FRAME_SIDE`) nothing would read it.
 _MAX_SIDE = 8192
 
 

@@ -152,3 +152,28 @@ def test_lrs_sample_writes_image_cameras_that_reshard_and_read(tmp_path: Path) -
             assert read_frame_id(item["observation.images.cam0"]) == (episode, frame, 0)
             seen += 1
         assert seen == info["total_frames"]
+
+
+@pytest.mark.parametrize("return_uint8", [False, True], ids=["float", "uint8"])
+def test_resize_scales_images_as_torchvision_does(images: Path, return_uint8: bool) -> None:
+    size = (30, 41)
+    full = {int(s["index"]): s[CAM] for s in EpisodeStream(images, seed=1, return_uint8=True)}
+    stream = EpisodeStream(images, seed=1, return_uint8=return_uint8, resize=size)
+    assert stream.meta.shapes[CAM] == (*size, 3)
+    for sample in stream:
+        # In uint8, before the float conversion, as torchcodec resizes a video frame.
+        want = torch.nn.functional.interpolate(
+            full[int(sample["index"])][None], size, mode="bilinear", antialias=True
+        )
+        assert torch.equal(sample[CAM], want[0] if return_uint8 else want[0].float().div(255))
+
+
+def test_resize_gives_video_and_image_cameras_one_size(tmp_path: Path) -> None:
+    from reshard.demo.sample import write_sample
+
+    v3 = write_sample(tmp_path / "v3", episodes=2, cameras=1, image_cameras=1, seed=3)
+    keys = ("observation.images.cam0", "observation.images.image0")
+    stream = EpisodeStream(v3, resize=(48, 64), delta_timestamps={keys[1]: [-1 / 30, 0.0]})
+    assert [stream.meta.shapes[k] for k in keys] == [(48, 64, 3), (48, 64, 3)]
+    for sample in stream:
+        assert (sample[keys[0]].shape, sample[keys[1]].shape) == ((3, 48, 64), (2, 3, 48, 64))

@@ -37,6 +37,7 @@ EVERY_FIELD = ReadSpec(
     seek_mode="exact",
     decode_threads=0,
     decode_ahead=0,
+    resize=(224, 225),
 )
 
 
@@ -98,11 +99,15 @@ def test_the_keyword_form_normalises_what_it_is_given(tmp_path: Path) -> None:
         (lambda: ReadSpec((SourceSpec("a"), SourceSpec("b")), mixture=False), r"Invalid mixture \(False\)"),
         (lambda: ReadSpec((SourceSpec("a"),), shuffle=1), r"Invalid shuffle \(1\)\. Expected True or False\."),
         (lambda: SourceSpec(""), r"Invalid source url \(''\)\. Expected a path or a URL\."),
+        (
+            lambda: ReadSpec.of("a", resize=(224, 0)),
+            r"Invalid resize \(\(224, 0\)\)\. Expected \(height, width\) in pixels, each 1\.\.8192, or None\.",
+        ),
     ],
     ids=[
         "no-source", "mixture-source", "one-weighed", "weight-count", "some-weights", "samples",
         "mixture-episodes", "duplicate", "negative-episode", "seed", "world", "workers", "tolerance",
-        "seek-mode", "device", "depth-unit", "windows", "mixture-flag", "shuffle", "url",
+        "seek-mode", "device", "depth-unit", "windows", "mixture-flag", "shuffle", "url", "resize",
     ],
 )  # fmt: skip
 def test_a_bad_spec_is_a_one_line_error(make: Any, message: str) -> None:
