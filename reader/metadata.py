@@ -33,7 +33,7 @@ import numpy as np
 from reader.decode.depth import MM_PER_METRE, is_depth
 from reader.errors import DatasetError
 from reader.format.jsonfile import parse_json
-from reader.format.v3 import STATS_PATH, Info
+from reader.format.v3 import STATS_PATH, Info, with_frame_size
 from reader.plan.spec import DepthUnit, check_unit
 
 # lerobot's `LANGUAGE_COLUMNS` (lerobot.datasets.language): the features its trainer collates as lists.
@@ -152,14 +152,16 @@ def rescale_depth_stats(
     return out
 
 
-def resized_shape(feature: Mapping[str, Any], size: tuple[int, int]) -> tuple[int, ...]:
-    """A camera feature's shape with its height and width replaced by `size` (height, width): lerobot's
-    (height, width, channels) when `names` ends in "channel(s)" (what `dataset_to_policy_features` reads
-    so), else (channels, height, width)."""
-    shape, names = list(feature["shape"]), feature.get("names")
-    at = 0 if isinstance(names, list) and len(names) == 3 and names[2] in ("channel", "channels") else 1
-    shape[at : at + 2] = size
-    return tuple(shape)
+def resize_camera(feature: dict[str, Any], size: tuple[int, int]) -> None:
+    """A camera feature as a stream resizing its frames to `size` (height, width) gives them: its `shape`
+    (where it declares a frame size, `frame_size`) and its `info`'s `video.height`/`video.width` (where it
+    has them) say that size, as `lrs reshard --resize` writes them."""
+    shape = with_frame_size(feature, *size)
+    if shape is not None:
+        feature["shape"] = tuple(shape)
+    info = feature.get("info")
+    if isinstance(info, dict) and "video.height" in info and "video.width" in info:
+        info["video.height"], info["video.width"] = size
 
 
 @dataclass(frozen=True)
@@ -232,7 +234,7 @@ class DatasetMeta:
         resize: tuple[int, int] | None = None,
     ) -> DatasetMeta:
         """Metadata from a parsed `info.json`, the raw `meta/stats.json` (None: no stats) and the tasks;
-        with `resize`, the shapes of the frames a stream that resizes gives (`resized_shape`).
+        with `resize`, its colour cameras as a stream that resizes gives them (`resize_camera`).
 
         Raises:
             DatasetError: `meta/stats.json` is not a JSON object of per-feature objects.
@@ -254,7 +256,7 @@ class DatasetMeta:
                     and feature.get("dtype") in ("video", "image")
                     and not is_depth(feature)
                 ):
-                    feature["shape"] = resized_shape(feature, resize)
+                    resize_camera(feature, resize)
         return cls(
             parsed=Info(raw=raw_info),
             stats=stats,

@@ -84,6 +84,9 @@ def test_meta_reports_the_resized_shapes(small_lrs: Path) -> None:
         assert stored.features[cam]["names"] == ["height", "width", "channels"]
         assert stored.shapes[cam] == (64, 96, 3)
         assert meta.features[cam]["shape"] == meta.shapes[cam] == (*SIZE, 3)
+        info = meta.features[cam]["info"]
+        assert (info["video.height"], info["video.width"]) == SIZE  # as `lrs reshard --resize` writes it
+        assert stored.features[cam]["info"]["video.height"] == 64
     assert {k: v for k, v in meta.shapes.items() if k not in CAMS} == {
         k: v for k, v in stored.shapes.items() if k not in CAMS
     }
