@@ -106,6 +106,18 @@ def test_batches_follow_the_size(small_lrs: Path, channels_last: bool) -> None:
             assert torch.equal(a[cam], b[cam])
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+def test_workers_resize_too(small_lrs: Path) -> None:
+    ds = stream(small_lrs, resize=SIZE, batch_size=4)
+    single = by_index(list(ds))
+    seen = 0
+    for batch in DataLoader(ds, batch_size=4, num_workers=2, collate_fn=collate):
+        for row, index in enumerate(batch["index"].tolist()):
+            assert all(torch.equal(batch[cam][row], single[index][cam]) for cam in CAMS)
+            seen += 1
+    assert seen == len(single)
+
+
 def test_windows_and_transforms_see_resized_frames(small_lrs: Path) -> None:
     fps = stream(small_lrs).fps
     seen: list[tuple[int, ...]] = []
