@@ -5,6 +5,7 @@ made `make bench` exit 2)."""
 from __future__ import annotations
 
 import json
+import pickle
 import re
 import subprocess
 import sys
@@ -127,5 +128,7 @@ def test_peer_resizing_matches_the_reshard_filters() -> None:
         single, window = resize(frame), resize(torch.stack([frame, frame]))
         assert single.shape == (3, 2, 3) and single.dtype == torch.uint8, name
         assert window.shape == (2, 3, 2, 3) and torch.equal(window[1], single), name
+        # spawned DataLoader workers unpickle the dataset with its transforms
+        assert torch.equal(pickle.loads(pickle.dumps(resize))(frame), single), name
     area = resizing([3, 2, "area"])
     assert area is not None and area(frame)[0, 0, 0] == round((0 + 1 + 6 + 7) / 4)

@@ -58,9 +58,11 @@ def decode_image(
 
 
 def resized(image: torch.Tensor, size: tuple[int, int] | None) -> torch.Tensor:
-    """A (C, H, W) image (uint8 or float32) scaled to `size` (height, width), bilinear with antialiasing
-    (torchvision's `Resize` on tensors); as it is when `size` is None or already its size."""
+    """A (C, H, W) image or (N, C, H, W) frames (uint8 or float32) scaled to `size` (height, width),
+    bilinear with antialiasing (torchvision's `Resize` on tensors); as they are when `size` is None or
+    already their size."""
     if size is None or tuple(image.shape[-2:]) == size:
         return image
-    scaled = torch.nn.functional.interpolate(image[None], size=size, mode="bilinear", antialias=True)
-    return scaled[0].contiguous()
+    batch = image if image.dim() == 4 else image[None]
+    scaled = torch.nn.functional.interpolate(batch, size=size, mode="bilinear", antialias=True)
+    return scaled if image.dim() == 4 else scaled[0].contiguous()

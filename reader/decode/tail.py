@@ -23,13 +23,11 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from reader.decode.frames import Frames
+from reader.decode.frames import Frames, FrameSource
 
 if TYPE_CHECKING:
     import torch
-    from torchcodec.decoders import VideoDecoder
 
-    from reader.decode.depth import DepthDecoder
 
 # The tail buffers of one consumer, all its cursors together (uint8 RGB at 640x480 is 0.9 MB a frame).
 TAIL_BUFFER_BYTES = 256 * 2**20
@@ -64,7 +62,7 @@ class TailBuffer:
         """Requests still to come."""
         return len(self.requests) - self.position
 
-    def serve(self, decoder: VideoDecoder | DepthDecoder, indices: list[int]) -> Frames | None:
+    def serve(self, decoder: FrameSource, indices: list[int]) -> Frames | None:
         """The frames at `indices` if they are the next request, else None (the caller decodes them)."""
         if self.position >= len(self.requests) or list(self.requests[self.position]) != indices:
             return None
@@ -101,9 +99,7 @@ class TailBuffer:
         if frame is not None:
             self.held -= frame[0].nbytes
 
-    def _decode(
-        self, decoder: VideoDecoder | DepthDecoder, missing: list[int]
-    ) -> dict[int, tuple[torch.Tensor, float]]:
+    def _decode(self, decoder: FrameSource, missing: list[int]) -> dict[int, tuple[torch.Tensor, float]]:
         """Decode `missing` (the current request's frames not held) and, into the room left, the frames
         the later requests read that follow it in the file (then from the lowest, once past the last):
         the decoder goes on forward from where the request put it, so the tail is swept in file order."""
@@ -147,9 +143,7 @@ class TailBuffer:
             self.held += frame[0].nbytes
             self.peak = max(self.peak, self.held)
 
-    def _read(
-        self, decoder: VideoDecoder | DepthDecoder, indices: list[int]
-    ) -> dict[int, tuple[torch.Tensor, float]]:
+    def _read(self, decoder: FrameSource, indices: list[int]) -> dict[int, tuple[torch.Tensor, float]]:
         """`indices` (ascending), one call each: a frame of a batch would keep the whole batch alive, and
         copying it out costs a sixth of its decode."""
         frames = {}

@@ -22,7 +22,6 @@ import multiprocessing
 import os
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -33,25 +32,28 @@ from torch.utils.data import DataLoader
 began = time.perf_counter()
 
 
-def resizing(size: list[Any] | None) -> Callable[[torch.Tensor], torch.Tensor] | None:
+class Resizing:
     """`image_transforms` that resize each camera frame (C, H, W, or T, C, H, W with a window) to
     (width, height) with the filter `lrs reshard --resize-filter` names: torch's antialiased bilinear or
-    bicubic (torchvision's `Resize` on tensors), or area averaging."""
-    if size is None:
-        return None
-    width, height, name = size
-    mode, kw = ("area", {}) if name == "area" else (name, {"antialias": True})
+    bicubic (torchvision's `Resize` on tensors), or area averaging. A class, not a closure: spawned
+    DataLoader workers unpickle the dataset and its transforms."""
 
-    def resize(frames: torch.Tensor) -> torch.Tensor:
+    def __init__(self, width: int, height: int, name: str) -> None:
+        self.size = (height, width)
+        self.mode, self.kw = ("area", {}) if name == "area" else (name, {"antialias": True})
+
+    def __call__(self, frames: torch.Tensor) -> torch.Tensor:
         batch = frames if frames.dim() == 4 else frames[None]
-        dtype = batch.dtype
-        if mode == "area" and dtype == torch.uint8:  # torch averages areas of floats only
-            out = F.interpolate(batch.float(), size=(height, width), mode=mode).round_().to(dtype)
+        if self.mode == "area" and batch.dtype == torch.uint8:  # torch averages areas of floats only
+            out = F.interpolate(batch.float(), size=self.size, mode="area").round_().to(batch.dtype)
         else:
-            out = F.interpolate(batch, size=(height, width), mode=mode, **kw)
+            out = F.interpolate(batch, size=self.size, mode=self.mode, **self.kw)
         return out if frames.dim() == 4 else out[0]
 
-    return resize
+
+def resizing(size: list[Any] | None) -> Resizing | None:
+    """The transform of a case's `resize` ([width, height, filter]), or None."""
+    return None if size is None else Resizing(*size)
 
 
 def open_dataset(params: dict[str, Any]) -> Any:

@@ -161,7 +161,7 @@ def test_resize_scales_images_as_torchvision_does(images: Path, return_uint8: bo
     stream = EpisodeStream(images, seed=1, return_uint8=return_uint8, resize=size)
     assert stream.meta.shapes[CAM] == (*size, 3)
     for sample in stream:
-        # In uint8, before the float conversion, as torchcodec resizes a video frame.
+        # In uint8, before the float conversion, as a video frame is resized.
         want = torch.nn.functional.interpolate(
             full[int(sample["index"])][None], size, mode="bilinear", antialias=True
         )
