@@ -107,7 +107,11 @@ def test_bench_reader_measures_a_named_layout(tmp_path: Path) -> None:
     assert list(report["cases"]) == names.split(",")
     for case in report["cases"].values():
         assert case["samples"] > 0 and case["samples_per_s"] > 0, case
-    assert json.loads((tmp_path / "work/layout-small/meta/info.json").read_text())["features"]
+    layout = tmp_path / "work/layout-small"
+    assert json.loads((layout / "meta/info.json").read_text())["features"]
+    # the bench's tag sits beside the reshard, not in it (`lrs verify` would call it a stale index)
+    assert (layout.parent / ".layout-small.bench-spec.json").is_file()
+    assert sorted(p.name for p in layout.iterdir()) == ["data", "meta", "videos"]
 
 
 def test_peer_resizing_matches_the_reshard_filters() -> None:

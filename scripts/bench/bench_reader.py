@@ -201,9 +201,15 @@ def build_layout(workdir: Path, v3: Path, name: str, options: str) -> Path:
 
 def reshard_once(v3: Path, out: Path, options: list[str], spec: str) -> Path:
     """`out`: `lrs reshard v3 --out out *options` (up to 4 worker processes unless `options` say), made
-    again unless `out` holds one made under the same `spec` (any text naming the source and options)."""
-    tag = out / ".bench-spec.json"
-    if not tag.exists() or tag.read_text() != spec:
+    again unless `out` holds one made under the same `spec` (any text naming the source and options),
+    which a tag beside it records."""
+    # Beside the dataset, not in it: a file the lrs/1 index does not list makes `lrs verify` call it stale.
+    tag = out.parent / f".{out.name}.bench-spec.json"
+    inside = out / ".bench-spec.json"  # where earlier runs kept it
+    if inside.exists():
+        inside.replace(tag)
+    if not tag.exists() or tag.read_text() != spec or not out.is_dir():
+        tag.unlink(missing_ok=True)
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(out.parent / f".{out.name}.lrs-work", ignore_errors=True)  # reshard's default work dir
         print(f"lrs reshard {v3} --out {out} {' '.join(options)} ...", file=sys.stderr)
