@@ -116,11 +116,11 @@ class EpisodeStream(IterableDataset):
             depth in millimetres ("mm", rounded, lerobot's default) or metres ("m"), whatever
             `return_uint8` says; `image_transforms` is not applied to them (as in lerobot).
         resize: (height, width) the colour cameras come in (None: as stored), video and image cameras
-            alike, bilinear with antialiasing (torchvision's `Resize`), before the float conversion and
-            `image_transforms`: video frames by torchcodec's decoder-side `Resize` (in FFmpeg's colour
-            conversion), images in torch. `meta` reports the new shapes; the order does not change (a
-            resume state may be loaded at another size). Depth cameras keep their size (an interpolated
-            depth lies between surfaces). `lrs reshard --resize` stores and decodes fewer pixels instead.
+            alike: decoded at full size, then scaled in uint8 exactly as torchvision's `Resize` scales a
+            tensor (bilinear, antialiased), before the float conversion and `image_transforms`. `meta`
+            reports the new shapes; the order does not change (a resume state may be loaded at another
+            size). Depth cameras keep their size (an interpolated depth lies between surfaces).
+            `lrs reshard --resize` stores and decodes fewer pixels instead.
 
     Raises:
         ValueError: a bad argument (the message names it).

@@ -3,8 +3,8 @@
 lerobot decodes them with PIL and converts them with torchvision's `ToTensor` (`pil_to_chw_tensor`):
 uint8 images become float32 (C, H, W) in [0, 1] (`/ 255`), 16-bit ones (depth) float32 (1, H, W) in
 their own units. `decode_image` does the same without torchvision, bit for bit; with `resize`, it
-scales each image as torchvision's `Resize` does (bilinear, antialiased: the filter torchcodec's decoder
-`Resize` gives video cameras), so the cameras of a sample come at one size whichever way they are stored.
+scales each image as torchvision's `Resize` does (bilinear, antialiased: `resized`, which scales video
+frames too), so the cameras of a sample come at one size whichever way they are stored.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import re
 import shlex
 from collections.abc import Callable
 
-from reshard.video.resize import DEFAULT_RESIZE_FILTER
+from reshard.video.resize import DEFAULT_RESIZE_FILTER, Resize
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -29,13 +29,14 @@ def layout_parser(reserved: tuple[str, ...]) -> Callable[[str], tuple[str, str]]
 
 
 def resize_of(options: str) -> tuple[int, int, str] | None:
-    """The (width, height, filter) a layout's `--resize WxH [--resize-filter F]` asks for, or None."""
+    """The (width, height, filter) a layout's `--resize WxH [--resize-filter F]` asks for, or None; read
+    as `lrs reshard` reads them (`Resize.parse`)."""
     argv = shlex.split(options)
     value = _value(argv, "--resize")
     if value is None:
         return None
-    width, _, height = value.lower().partition("x")
-    return int(width), int(height), _value(argv, "--resize-filter") or DEFAULT_RESIZE_FILTER
+    resize = Resize.parse(value, _value(argv, "--resize-filter") or DEFAULT_RESIZE_FILTER)
+    return resize.width, resize.height, resize.filter
 
 
 def _value(argv: list[str], option: str) -> str | None:
