@@ -9,10 +9,45 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from reader.batch.collate import collate, plain_cpu_tensor
 from reader.decode.video import to_unit_float
+
+# Elements above which torch runs a CPU copy or division as an OpenMP parallel region
+# (`at::internal::GRAIN_SIZE`): every video frame, and no row of tabular values.
+_GRAIN_SIZE = 32768
+# What `Tensor.numpy()` gives a view of.
+_NUMPY_DTYPES = frozenset(
+    {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
+     torch.float64, torch.bool}
+)  # fmt: skip
+
+
+def copy_row(row: torch.Tensor, value: torch.Tensor) -> None:
+    """`row.copy_(value)` on the calling thread alone.
+
+    A lane is a thread of its own, and torch's copy of a frame-sized tensor is an OpenMP parallel region:
+    from a thread that is not torch's main thread, each such region gets an OpenMP team of that thread's
+    own, whose threads spin for milliseconds after every region. Measured on the 2-core bench machine
+    (`scripts/bench/lane_copy.py`): a 480x640 frame copied every 2 ms from one thread cost 10x the CPU
+    through `copy_` as through NumPy, and in `BatchLoader(threads=1)` a third of the process's CPU was
+    libgomp spinning. NumPy copies on the calling thread: the same bytes, no team.
+    """
+    if value.numel() < _GRAIN_SIZE or value.dtype not in _NUMPY_DTYPES or value.requires_grad:
+        row.copy_(value)  # below the grain torch copies on the calling thread too
+    else:
+        np.copyto(row.numpy(), value.numpy())
+
+
+def unit_float_row(row: torch.Tensor, frames: torch.Tensor) -> None:
+    """`to_unit_float(frames, out=row)` on the calling thread alone (see `copy_row`): float32 division by
+    255 of the uint8 codes, bit for bit what torch (and lerobot's `frames / 255.0`) computes."""
+    if frames.numel() < _GRAIN_SIZE or frames.dtype != torch.uint8 or frames.requires_grad:
+        to_unit_float(frames, out=row)
+    else:
+        np.divide(frames.numpy(), np.float32(255.0), out=row.numpy(), dtype=np.float32)
 
 
 class BatchFill:
@@ -46,9 +81,9 @@ class BatchFill:
                 and (value.shape, value.dtype, key in late) == self.kinds[key]
             ):
                 if key in late:
-                    to_unit_float(value, out=buffer[row])
+                    unit_float_row(buffer[row], value)
                 else:
-                    buffer[row].copy_(value)
+                    copy_row(buffer[row], value)
             else:
                 self._loosen(key, row, to_unit_float(value) if key in late else value)
 
