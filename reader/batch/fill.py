@@ -7,7 +7,7 @@ import dataclasses
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -50,16 +50,32 @@ def unit_float_row(row: torch.Tensor, frames: torch.Tensor) -> None:
         np.divide(frames.numpy(), np.float32(255.0), out=row.numpy(), dtype=np.float32)
 
 
+class ColumnRow(NamedTuple):
+    """Row `frame` of a tabular column, not yet read: `BatchFill.put` writes it straight from the column's
+    NumPy view into its row of the batch, with no tensor made per sample (the per-sample index, clone and
+    copy were three torch calls per column, each handing the GIL over to the other lanes)."""
+
+    column: torch.Tensor
+    array: np.ndarray  # the column's NumPy view (the same memory)
+    frame: int
+
+    def tensor(self) -> torch.Tensor:
+        """The row as the sample's own tensor (what `EpisodeRows.sample` gives)."""
+        return self.column[self.frame].clone()
+
+
 class BatchFill:
     """One batch being built by the lane threads: each stackable tensor of a sample is copied straight
     into its row of the key's buffer (allocated when the first sample with that key arrives); every
     other value (strings, Python lists, a tensor whose shape or dtype differs between samples) is kept
-    per row and collated at the end by `reader.batch.collate.collate`, so the batch equals collate's."""
+    per row and collated at the end by `reader.batch.collate.collate`, so the batch equals collate's.
+    A `ColumnRow` is written through NumPy, without a tensor of its own."""
 
     def __init__(self, size: int, channels_last: frozenset[str] = frozenset()) -> None:
         self.size = size
         self.keys: list[str] | None = None
         self.buffers: dict[str, torch.Tensor] = {}
+        self._arrays: dict[str, np.ndarray] = {}  # the NumPy view of each buffer `ColumnRow`s go into
         # key -> the shape and dtype its samples come with, and whether they are late (see `put`)
         self.kinds: dict[str, tuple[torch.Size, torch.dtype, bool]] = {}
         self.loose: dict[str, list[Any]] = {}
@@ -72,6 +88,15 @@ class BatchFill:
         if row == 0:
             self.keys = list(item)
         for key, value in item.items():
+            if type(value) is ColumnRow:
+                array = self._arrays.get(key)
+                if array is None and key not in self.loose:
+                    array = self._allocate_rows(key, value.column)
+                column = value.column
+                if array is not None and self.kinds[key] == (column.shape[1:], column.dtype, False):
+                    array[row] = value.array[value.frame]
+                    continue
+                value = value.tensor()
             buffer = self.buffers.get(key)
             if buffer is None and key not in self.loose:
                 buffer = self._allocate(key, value, key in late)
@@ -111,10 +136,20 @@ class BatchFill:
             self.buffers[key], self.kinds[key] = buffer, (value.shape, value.dtype, late)
             return buffer
 
+    def _allocate_rows(self, key: str, column: torch.Tensor) -> np.ndarray | None:
+        """The NumPy view of the buffer that rows of `column` go into (None: the key is kept per row)."""
+        with self._lock:
+            if key not in self.buffers and key not in self.loose:
+                buffer = torch.empty((self.size, *column.shape[1:]), dtype=column.dtype)
+                self.buffers[key], self.kinds[key] = buffer, (column.shape[1:], column.dtype, False)
+                self._arrays[key] = buffer.numpy()
+            return self._arrays.get(key)
+
     def _loosen(self, key: str, row: int, value: Any) -> None:
         """Keep `value` per row (and, the first time, every row already copied into the key's buffer)."""
         with self._lock:
             if key not in self.loose:
+                self._arrays.pop(key, None)
                 buffer = self.buffers.pop(key)
                 self.loose[key] = [buffer[r] for r in range(self.size)]  # rows not yet filled are overwritten
             self.loose[key][row] = value

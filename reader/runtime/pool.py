@@ -358,7 +358,7 @@ class Consumer:
         # float32 frame of their own), unless a transform must see them as floats first.
         late = not self._options.return_uint8 and transform is None
         for row, step, slot in samples:
-            item, decoded, seconds = self._build(pool, slot, step.frame, uint8_frames=late)
+            item, decoded, seconds = self._build(pool, slot, step.frame, uint8_frames=late, unread=True)
             if transform is not None:
                 # One transform at a time across the lanes (of every batch in flight): a user's transform
                 # need not be thread-safe.
@@ -423,10 +423,12 @@ class Consumer:
         after: Future[_Built] | None = None,
         *,
         uint8_frames: bool = False,
+        unread: bool = False,
     ) -> _Built:
         """The item at `frame` of `slot` (its frames decoded, before transforms), the frames decoded and
         the seconds spent decoding. Runs on a decode thread when there are any. With `uint8_frames` the
-        camera frames (not depth maps) come as uint8 whatever the stream returns (`_late_keys`).
+        camera frames (not depth maps) come as uint8 whatever the stream returns (`_late_keys`); with
+        `unread` the rows' tensor columns come as `ColumnRow`s, for `BatchFill` to write.
 
         `after` is the piece's previous job: its decoders must see the piece's frames in emission order
         (forward), not in whichever order two threads reach them. The thread pool runs jobs in the order
@@ -436,7 +438,7 @@ class Consumer:
             after.exception()  # waits; its error, if any, is raised where its own item is handed out
         source = slot.source
         info = source.catalog.info
-        tabular, queries = slot.rows.sample(frame, source.windows, info.video_keys)
+        tabular, queries = slot.rows.sample(frame, source.windows, info.video_keys, unread=unread)
         began = time.perf_counter()
         frames = {
             video.key: self._decode(pool, slot, video, where, frame, queries[video.key], uint8_frames)
@@ -459,7 +461,7 @@ class Consumer:
                 images += 1
         seconds = time.perf_counter() - began
         item: dict[str, Any] = {**frames, **tabular}
-        item["task"] = source.catalog.tasks[int(slot.rows.columns["task_index"][frame])]
+        item["task"] = source.catalog.tasks[int(slot.rows.arrays["task_index"][frame])]
         for key in source.drop:
             item.pop(key, None)
         if source.dataset_index is not None:
@@ -505,7 +507,8 @@ class Consumer:
             )
         if quantizer is not None:
             frames = quantizer.dequantize(frames, self._options.depth_unit)
-        return frames.squeeze(0)
+        # Indexing, not `squeeze(0)`: the same view, without a torch call that hands the GIL to other lanes.
+        return frames[0] if frames.shape[0] == 1 else frames
 
 
 def _read_rows(reader: RowGroupReader, ref: EpisodeRef, catalog: Catalog, *, file: str) -> EpisodeRows:

@@ -14,6 +14,7 @@ tensors (nested fixed-size lists N-D), scalars 0-d tensors; strings stay Python 
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import threading
@@ -29,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
+from reader.batch.fill import ColumnRow
 from reader.errors import DatasetError, LayoutError, RowGroupMismatch
 from reader.format.catalog import EpisodeRef
 from reader.format.footer import FooterCuts, cut_footer
@@ -81,15 +83,33 @@ class EpisodeRows:
     def __repr__(self) -> str:
         return f"EpisodeRows({self.episode_index}, rows={len(self)}, columns={len(self.columns)})"
 
+    @functools.cached_property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The NumPy view of each tensor column (the same memory)."""
+        return {n: v.numpy() for n, v in self.columns.items() if isinstance(v, torch.Tensor)}
+
     def sample(
-        self, frame: int, windows: Windows, video_keys: Sequence[str]
+        self, frame: int, windows: Windows, video_keys: Sequence[str], *, unread: bool = False
     ) -> tuple[dict[str, Any], dict[str, list[float]]]:
         """The tabular part of the sample at `frame`, and the timestamps each camera must show.
+
+        With `unread`, a tensor column's row comes as a `ColumnRow` (for `BatchFill`, which writes it
+        into the batch without making a tensor of it) instead of a tensor of its own.
 
         Returns:
             (row columns then `<key>_is_pad` masks, as lerobot orders them; camera key -> timestamps).
         """
-        item: dict[str, Any] = {name: _row(values, frame) for name, values in self.columns.items()}
+        item: dict[str, Any]
+        if unread:
+            arrays = self.arrays
+            item = {
+                name: ColumnRow(values, arrays[name], frame)
+                if isinstance(values, torch.Tensor)
+                else values[frame]
+                for name, values in self.columns.items()
+            }
+        else:
+            item = {name: _row(values, frame) for name, values in self.columns.items()}
         queries: dict[str, list[float]] = {}
         for key in windows.offsets:
             window = windows.window(key, frame, len(self))

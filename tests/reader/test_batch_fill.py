@@ -80,3 +80,33 @@ def test_row_helpers_match_torch_on_every_code_and_fall_back_where_numpy_cannot(
     row = torch.empty_like(wide)
     copy_row(row, wide)
     assert torch.equal(row, wide)
+
+
+def test_column_rows_are_written_as_their_tensors_would_be_and_loosen_like_them() -> None:
+    from reader.batch.fill import ColumnRow
+
+    action = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    index = torch.arange(4)
+    done = torch.tensor([False, True, False, True])
+    rows = [
+        {"action": ColumnRow(c, c.numpy(), f), "index": ColumnRow(index, index.numpy(), f), "done": ColumnRow(done, done.numpy(), f)}
+        for f in (3, 0, 2)
+        for c in [action]
+    ]  # fmt: skip
+    fill = BatchFill(3)
+    for row in (1, 2, 0):
+        fill.put(row, rows[row])
+    batch = fill.batch()
+    want = collate([{k: v.tensor() for k, v in r.items()} for r in rows])
+    for key in want:
+        assert batch[key].dtype == want[key].dtype and torch.equal(batch[key], want[key]), key
+    # a row whose column has another dtype (a mixture's source): kept per row, collated as collate does
+    other = torch.arange(12).reshape(4, 3)
+    fill = BatchFill(2)
+    fill.put(0, {"action": ColumnRow(action, action.numpy(), 1)})
+    fill.put(1, {"action": ColumnRow(other, other.numpy(), 2)})
+    mixed, want_mixed = (
+        fill.batch()["action"],
+        collate([{"action": action[1]}, {"action": other[2]}])["action"],
+    )
+    assert mixed.dtype == want_mixed.dtype and torch.equal(mixed, want_mixed)
