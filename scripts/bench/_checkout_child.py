@@ -22,7 +22,8 @@ def main() -> None:
 
     started = time.perf_counter()
     stream = EpisodeStream(given["lrs"], return_uint8=True, seed=0)
-    loader = BatchLoader(stream, given["batch_size"], threads=given["threads"])
+    options = {"channels_last": True} if given.get("channels_last") else {}  # a baseline may predate it
+    loader = BatchLoader(stream, given["batch_size"], threads=given["threads"], **options)
     batches = iter(loader)
     next(batches)
     first = time.perf_counter()

@@ -5,6 +5,10 @@ slows both alike. Without `--baseline` both sides are this checkout: the spread 
 noise a difference must exceed.
 
     python scripts/bench/checkouts.py --baseline /work/old --out bench/checkouts.json [--rounds 4]
+        [--lrs LRS1_DATASET] [--channels-last]
+
+`--lrs` reads a reshard already made (e.g. `bench_reader.py --recorded`'s, of data lerobot recorded)
+instead of the generated sample.
 
 Prints one JSON object: per round, each side's samples/s, CPU seconds and first-batch latency, the
 ratios this/baseline of samples/s and of CPU seconds (the steadier of the two on a busy machine); their
@@ -54,11 +58,22 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=60, help="Timed batches per run, after the first.")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2, help="BatchLoader's decode lanes.")
+    parser.add_argument("--lrs", type=Path, help="An lrs/1 dataset to read instead of the generated sample.")
+    parser.add_argument("--channels-last", action="store_true", help="BatchLoader(channels_last=True).")
     args = parser.parse_args()
     from _json_report import emit
 
-    _v3, lrs = build_dataset(args.workdir / f"{args.cameras}x{args.height}x{args.width}", args)
-    given = {"lrs": str(lrs), "batches": args.batches, "batch_size": args.batch_size, "threads": args.threads}
+    if args.lrs is not None:
+        lrs = args.lrs
+    else:
+        _v3, lrs = build_dataset(args.workdir / f"{args.cameras}x{args.height}x{args.width}", args)
+    given = {
+        "lrs": str(lrs),
+        "batches": args.batches,
+        "batch_size": args.batch_size,
+        "threads": args.threads,
+        "channels_last": args.channels_last,
+    }
     sides = {"this": ROOT, "baseline": args.baseline}
     run(ROOT, given)  # warm the page cache
     rounds: list[dict[str, Any]] = []
@@ -83,11 +98,17 @@ def main() -> None:
         {
             "this": str(ROOT),
             "baseline": str(args.baseline),
-            "dataset": {
-                "episodes": args.episodes,
-                "cameras": args.cameras,
-                "frame": f"{args.height}x{args.width}",
-            },
+            "dataset": (
+                {"lrs": str(lrs)}
+                if args.lrs is not None
+                else {
+                    "episodes": args.episodes,
+                    "cameras": args.cameras,
+                    "frame": f"{args.height}x{args.width}",
+                }
+            ),
+            "batch_size": args.batch_size,
+            "channels_last": args.channels_last,
             "rounds": rounds,
             "median_ratio_this_over_baseline": statistics.median(ratios),
             "ratio_range": [min(ratios), max(ratios)],
