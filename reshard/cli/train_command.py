@@ -7,12 +7,17 @@ lrs's own options are dashed (`--cache-dir`); every other argument is lerobot-tr
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
 
 from reshard.cli.base import cache_dir_option, handle_errors
 from reshard.cli.types import ByteSize
+
+# The reader's largest frame side (`reader.plan.spec.MAX_SIDE`, internal to the reader; a test holds
+# the two equal): a bigger --resize is refused here, in one line, before lerobot is imported.
+MAX_SIDE = 8192
 
 
 @click.command(
@@ -36,6 +41,15 @@ from reshard.cli.types import ByteSize
 @click.option(
     "--decode-threads", type=click.IntRange(min=0), help="Threads per consumer decoding ahead (default 2)."
 )
+@click.option(
+    "--resize",
+    metavar="WxH",
+    callback=lambda _ctx, _param, value: _frame_size(value),
+    help="Colour cameras resized at decode to this size, e.g. 224x224 (torchvision's antialiased bilinear "
+    "Resize on the uint8 frame); the policy's input shapes follow, depth cameras keep their size. For a "
+    "dataset always trained at one size, `lrs reshard --resize` stores it so: fewer bytes, less decode "
+    "[default: the stored size].",
+)
 @click.argument("lerobot_args", nargs=-1, type=click.UNPROCESSED)
 @handle_errors
 def train_cmd(
@@ -44,6 +58,7 @@ def train_cmd(
     episode_pool_size: int | None,
     prefetch_episodes: int | None,
     decode_threads: int | None,
+    resize: tuple[int, int] | None,
     lerobot_args: tuple[str, ...],
 ) -> None:
     """Train with lerobot-train on an lrs/1 (or v3) dataset streamed by EpisodeStream.
@@ -62,5 +77,18 @@ def train_cmd(
         episode_pool_size=episode_pool_size,
         prefetch_episodes=prefetch_episodes,
         decode_threads=decode_threads,
+        resize=resize,
     )
     run(list(lerobot_args), options)
+
+
+def _frame_size(value: str | None) -> tuple[int, int] | None:
+    """`WxH` as the stream's `resize`, (height, width)."""
+    if value is None:
+        return None
+    match = re.fullmatch(r"\s*([0-9]+)x([0-9]+)\s*", value.lower())
+    if match is None or not all(0 < int(side) <= MAX_SIDE for side in match.groups()):
+        raise click.BadParameter(
+            f"{value!r}. Expected WIDTHxHEIGHT in pixels, each 1..{MAX_SIDE}, e.g. 224x224."
+        )
+    return int(match.group(2)), int(match.group(1))

@@ -32,6 +32,7 @@ class StreamOptions:
     episode_pool_size: int | None = None
     prefetch_episodes: int | None = None
     decode_threads: int | None = None
+    resize: tuple[int, int] | None = None  # (height, width), `lrs train --resize WxH`
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,15 @@ def stream_kwargs(settings: DatasetSettings, options: StreamOptions) -> dict[str
         "depth_output_unit": settings.depth_output_unit,
         "return_uint8": True,
     }
-    for name in ("cache_dir", "cache_max_bytes", "episode_pool_size", "prefetch_episodes", "decode_threads"):
+    names = (
+        "cache_dir",
+        "cache_max_bytes",
+        "episode_pool_size",
+        "prefetch_episodes",
+        "decode_threads",
+        "resize",
+    )
+    for name in names:
         value = getattr(options, name)
         if value is not None:
             kwargs[name] = value

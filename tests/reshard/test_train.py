@@ -56,6 +56,41 @@ def test_lrs_options_are_checked_before_lerobot_is_looked_for(tmp_path: Path) ->
     assert "Invalid value for '--episode-pool-size'" in result.output
 
 
+@pytest.mark.parametrize("size", ["224", "0x224", "224x99999", "wide"])
+def test_a_bad_resize_is_refused_before_lerobot_is_looked_for(size: str) -> None:
+    result = CliRunner().invoke(cli, ["train", "--resize", size, "--policy.type=act"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--resize'" in result.output and "Expected WIDTHxHEIGHT" in result.output
+
+
+def test_the_resize_limit_is_the_readers() -> None:
+    from reader.plan.spec import MAX_FRAME_SIDE
+    from reshard.cli.train_command import MAX_SIDE
+
+    assert MAX_SIDE == MAX_FRAME_SIDE
+
+
+def test_resize_reaches_the_stream_as_height_width(monkeypatch: pytest.MonkeyPatch, sample_ds: Path) -> None:
+    """`lrs train --resize WxH`: the stream's `resize=(H, W)`, and `meta`'s shapes (what lerobot's
+    `make_policy` builds the policy's inputs from) follow."""
+    import reshard.train
+
+    given: list[StreamOptions] = []
+    monkeypatch.setattr(reshard.train, "run", lambda args, options: given.append(options))
+    result = CliRunner().invoke(cli, ["train", "--resize", "40x30", "--policy.type=act"])
+    assert result.exit_code == 0, result.output
+    assert given == [StreamOptions(resize=(30, 40))]
+    kwargs = stream_kwargs(DatasetSettings(repo_id=str(sample_ds)), given[0])
+    assert kwargs["resize"] == (30, 40)
+    from reader import EpisodeStream
+
+    stream = EpisodeStream(**kwargs)
+    for key in stream.meta.camera_keys:
+        assert stream.meta.features[key]["shape"][:2] in ([30, 40], (30, 40)), key
+    sample = next(iter(stream))
+    assert all(sample[key].shape[-2:] == (30, 40) for key in stream.meta.camera_keys)
+
+
 @pytest.mark.parametrize(
     ("settings", "source"),
     [
