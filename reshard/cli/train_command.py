@@ -15,7 +15,7 @@ import click
 from reshard.cli.base import cache_dir_option, handle_errors
 from reshard.cli.types import ByteSize
 
-# The reader's largest frame side (`reader.plan.spec.MAX_SIDE`, internal to the reader; a test holds
+# The reader's largest frame side (`reader.plan.spec.MAX_FRAME_SIDE`, internal to the reader; a test holds
 # the two equal): a bigger --resize is refused here, in one line, before lerobot is imported.
 MAX_SIDE = 8192
 

@@ -52,8 +52,10 @@ def measure(case: str, dtype: torch.dtype, copies: int, gap_s: float) -> dict[st
     def lane() -> None:
         thread, process = time.thread_time(), time.process_time()
         for _ in range(copies):
-            if dtype == torch.uint8:
-                batch[1].copy_(frame) if case == "torch" else copy_row(batch[1], frame)
+            if dtype == torch.uint8 and case == "torch":
+                batch[1].copy_(frame)
+            elif dtype == torch.uint8:
+                copy_row(batch[1], frame)
             elif case == "torch":
                 to_unit_float(frame, out=batch[1])
             else:
