@@ -3,21 +3,25 @@
 `reader.errors` and `reshard.errors` add their own classes under `LrsError`; the CLI turns any
 `LrsError` into a one-line message and a non-zero exit, tracebacks only with `--debug`. Every message is
 redacted when the error is made (`cache.redaction`), so no error of lrs carries a credential, whoever
-prints it.
+prints it, nor does the chain of exceptions that led to it (`cache.redaction.scrub_exception`).
 """
 
 from __future__ import annotations
 
 import errno
+import sys
 
-from cache.redaction import redact
+from cache.redaction import redact, scrub_exception
 
 
 class LrsError(Exception):
-    """Base class of every error lrs raises on purpose; its text arguments are redacted on creation."""
+    """Base class of every error lrs raises on purpose; its text arguments are redacted on creation, and so
+    is the exception being handled where it is made (with its chain), which `raise ... from exc` makes its
+    cause: a library's error that quoted a credentialed URL prints redacted in the traceback above it."""
 
     def __init__(self, *args: object) -> None:
         super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
+        scrub_exception(sys.exc_info()[1])
 
 
 class FetchError(LrsError):

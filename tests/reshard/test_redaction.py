@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from click.testing import CliRunner
 
 from cache.backoff import RetryPolicy
 from cache.errors import FetchError
-from cache.redaction import redact
+from cache.redaction import redact, scrub_exception
 from cache.remote import resolve
 from reader.errors import DatasetError
 from reader.plan.spec import ReadSpec
@@ -32,8 +33,16 @@ QUERY_TOKEN = "PlantedQueryToken42"
 SIG, API_KEY, GOOG_SIGNATURE = "PlantedSig42", "PlantedApiKey42", "PlantedGoogSignature42"
 QUERY = f"sig={SIG}&api_key={API_KEY}&X-Goog-Signature={GOOG_SIGNATURE}&token={QUERY_TOKEN}"
 # Per way of putting credentials in a URL: the secrets, and how the URL's start reads once redacted.
-SECRETS = {"userinfo": (PASSWORD,), "query": (SIG, API_KEY, GOOG_SIGNATURE, QUERY_TOKEN)}
-SHOWN = {"userinfo": "http://<redacted>@127.0.0.1:", "query": "?<redacted>"}
+SECRETS = {
+    "userinfo": (PASSWORD,),
+    "quote": (PASSWORD,),
+    "query": (SIG, API_KEY, GOOG_SIGNATURE, QUERY_TOKEN),
+}
+SHOWN = {
+    "userinfo": "http://<redacted>@127.0.0.1:",
+    "quote": "http://<redacted>@127.0.0.1:",
+    "query": "?<redacted>",
+}
 
 
 def _with_userinfo(url: str) -> str:
@@ -41,7 +50,10 @@ def _with_userinfo(url: str) -> str:
 
 
 def _credentialed(url: str, kind: str) -> str:
-    """`url` with credentials of `kind`: a `user:password@`, or a query of secrets."""
+    """`url` with credentials of `kind`: a `user:password@`, one whose password holds a quote (a legal
+    userinfo that a regex stopping at quotes missed), or a query of secrets."""
+    if kind == "quote":
+        return url.replace("http://", f"http://alice:it's-{PASSWORD}@")
     return _with_userinfo(url) if kind == "userinfo" else f"{url}?{QUERY}"
 
 
@@ -73,7 +85,24 @@ def _files_text(root: Path) -> str:
         (f"Remote('http://h/ds?{QUERY}')", "Remote('http://h/ds?<redacted>')"),
         (f'{{"url": "http://h/ds?{QUERY}", "n": 1}}', '{"url": "http://h/ds?<redacted>", "n": 1}'),
         (f"GET /ds/meta/info.json?{QUERY} HTTP/1.1", "GET /ds/meta/info.json?<redacted> HTTP/1.1"),
-        (f"Authorization: token={QUERY_TOKEN}", "Authorization: token=<redacted>"),
+        (f"Authorization: token={QUERY_TOKEN}", "Authorization: <redacted>"),
+        (f"http://alice:it's-{PASSWORD}@host/ds", "http://<redacted>@host/ds"),
+        (
+            f'EpisodeStream("http://alice:it\'s-{PASSWORD}@host/ds")',
+            'EpisodeStream("http://<redacted>@host/ds")',
+        ),
+        (f"Remote('http://alice:it\\'s-{PASSWORD}@host/ds')", "Remote('http://<redacted>@host/ds')"),
+        (
+            f'{{"url": "http://alice:it\'s-{PASSWORD}@h/ds", "n": 1}}',
+            '{"url": "http://<redacted>@h/ds", "n": 1}',
+        ),
+        (f"AWS_SECRET_ACCESS_KEY={PASSWORD} next", "AWS_SECRET_ACCESS_KEY=<redacted> next"),
+        (f"aws_secret_access_key = {PASSWORD}", "aws_secret_access_key = <redacted>"),
+        (f"{{'hf_token': '{PASSWORD}'}}", "{'hf_token': '<redacted>'}"),
+        (f"Authorization: Bearer {PASSWORD}", "Authorization: <redacted>"),
+        (f"sent Bearer {PASSWORD} to", "sent Bearer <redacted> to"),
+        (f"see //lrs:{PASSWORD}@host/ds", "see //<redacted>@host/ds"),
+        ("signal=15 design=2", "signal=15 design=2"),
         ("hf_abcdefghijklmnop in text", "<redacted> in text"),
         ("s3://bucket/x and a@b.c", "s3://bucket/x and a@b.c"),
         ("hf://datasets/owner/name@main/prefix", "hf://datasets/owner/name@main/prefix"),
@@ -90,7 +119,18 @@ def _files_text(root: Path) -> str:
         "in-repr",
         "in-json",
         "path-query",
-        "secret-parameter",
+        "authorization-header",
+        "password-with-quote",
+        "quoted-url-in-call",
+        "escaped-quote-in-repr",
+        "quote-in-json",
+        "aws-secret-env",
+        "aws-secret-ini",
+        "secret-in-dict-repr",
+        "bearer-header",
+        "bearer-in-text",
+        "userinfo-without-scheme",
+        "words-not-secrets",
         "hf-token",
         "nothing-secret",
         "hub-revision",
@@ -100,6 +140,49 @@ def _files_text(root: Path) -> str:
 def test_redact(text: str, expected: str) -> None:
     assert redact(text) == expected
     assert redact(expected) == expected
+
+
+class _QuotesItsUrl(Exception):
+    """A library error whose text comes from an attribute, not from its arguments (as aiohttp's do)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__("failed")
+        self.url = url
+
+    def __str__(self) -> str:
+        return f"failed, url={self.url!r}"
+
+
+def test_scrub_exception_redacts_the_whole_chain_in_place() -> None:
+    """Arguments, an OSError's file names, notes, and a `__str__` of its own, through causes and contexts:
+    what `traceback` prints of each holds no credential, and each keeps its class for `except`."""
+    url = f"http://alice:it's-{PASSWORD}@host/ds/meta/info.json?token={QUERY_TOKEN}"
+    errors: list[BaseException] = [
+        FileNotFoundError(url),
+        PermissionError(13, "Permission denied", url),
+        _QuotesItsUrl(url),
+        ValueError("context", url),
+    ]
+    errors[0].add_note(f"while reading {url}")
+    errors[0].__cause__, errors[1].__context__, errors[2].__cause__ = errors[1], errors[2], errors[3]
+    scrub_exception(errors[0])
+    text = "".join(traceback.format_exception(errors[0]))
+    assert PASSWORD not in text and QUERY_TOKEN not in text, text
+    assert text.count("http://<redacted>@host/ds/meta/info.json?<redacted>") == 5, text
+    assert isinstance(errors[0], FileNotFoundError) and isinstance(errors[2], _QuotesItsUrl)
+    assert str(errors[0]) == "http://<redacted>@host/ds/meta/info.json?<redacted>"
+    assert errors[1].filename == "http://<redacted>@host/ds/meta/info.json?<redacted>"
+    assert "_QuotesItsUrl: failed, url=" in text
+
+
+def test_an_error_made_while_handling_another_redacts_that_one() -> None:
+    """`raise LrsError(...) from exc`: the cause printed above it in a traceback is redacted too."""
+    with pytest.raises(FetchError) as raised:
+        try:
+            raise FileNotFoundError(f"http://lrs:{PASSWORD}@host/ds")
+        except FileNotFoundError as exc:
+            raise FetchError("Reading failed") from exc
+    assert PASSWORD not in "".join(traceback.format_exception(raised.value))
 
 
 def test_display_redacts_the_url() -> None:
@@ -139,7 +222,7 @@ def test_reshard_doctor_and_verify_write_no_password(
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("kind", ["userinfo", "query"])
+@pytest.mark.parametrize("kind", ["userinfo", "quote", "query"])
 def test_commands_print_and_write_no_credentials(sample_ds: Path, tmp_path: Path, kind: str) -> None:
     """describe, inspect, doctor and reshard (and its rerun) over a credentialed URL: what they print and
     write, and their errors for a URL where no dataset is."""
@@ -177,7 +260,7 @@ def test_commands_print_and_write_no_credentials(sample_ds: Path, tmp_path: Path
     assert SHOWN[kind] in failed[f"describe {missing}"].output
 
 
-@pytest.mark.parametrize("kind", ["userinfo", "query"])
+@pytest.mark.parametrize("kind", ["userinfo", "quote", "query"])
 def test_stream_spec_reprs_and_errors_hold_no_credentials(
     sample_resharded_ds: Path, tmp_path: Path, kind: str
 ) -> None:
@@ -200,7 +283,9 @@ def test_stream_spec_reprs_and_errors_hold_no_credentials(
         remote=repr(remote),
         error=str(missing.value),
         error_file=str(missing.value.file),
+        traceback="".join(traceback.format_exception(missing.value)),
     )
+    assert isinstance(missing.value.__cause__, FileNotFoundError)  # fsspec's, which quoted the whole URL
     assert stream.spec.sources[0].url == url  # in memory, where it is read through, the URL is whole
 
 
