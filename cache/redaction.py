@@ -25,11 +25,17 @@ No import of the rest of lrs, so that `cache.errors` can redact every error's me
 
 from __future__ import annotations
 
+import functools
 import re
 import urllib.parse
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["REDACTED", "is_redacted", "redact", "redact_url", "scrub_exception"]
+__all__ = ["REDACTED", "is_redacted", "redact", "redact_url", "scrub_exception", "scrubbed", "scrubbed_iter"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_T = TypeVar("_T")
 
 REDACTED = "<redacted>"
 
@@ -115,6 +121,30 @@ def scrub_exception(exc: BaseException | None) -> None:
         seen.add(id(current))
         _scrub_one(current)
         stack += [current.__cause__, current.__context__]
+
+
+def scrubbed(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """`function`, whose exceptions leave it scrubbed (`scrub_exception`): for the entry points of the public
+    API, which a training script's traceback shows whatever raised inside."""
+
+    @functools.wraps(function)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return function(*args, **kwargs)
+        except BaseException as exc:
+            scrub_exception(exc)
+            raise
+
+    return wrapper
+
+
+def scrubbed_iter(items: Iterator[_T]) -> Iterator[_T]:
+    """`items`, whose exceptions leave the iteration scrubbed (`scrub_exception`)."""
+    try:
+        yield from items
+    except BaseException as exc:
+        scrub_exception(exc)
+        raise
 
 
 def _scrub_one(exc: BaseException) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from cache.redaction import scrubbed
 from reader.decode.depth import MM_PER_METRE, is_depth
 from reader.errors import DatasetError
 from reader.format.jsonfile import parse_json
@@ -267,6 +268,7 @@ class DatasetMeta:
         )
 
     @classmethod
+    @scrubbed
     def open(
         cls,
         source: str,

@@ -28,6 +28,7 @@ from cache.arguments import check_int
 from cache.counter_files import discard_counter_files
 from cache.exits import cleanup_on_sigterm
 from cache.process import ProcessLocal
+from cache.redaction import scrubbed, scrubbed_iter
 from reader.decode.video import Decoders, check_device
 from reader.errors import StateError
 from reader.format.catalog import Catalog, EpisodeRef
@@ -127,6 +128,7 @@ class EpisodeStream(IterableDataset):
         DatasetError: the dataset's metadata is missing or malformed.
     """
 
+    @scrubbed  # a traceback of the caller's shows the whole chain of what it raises: none of it credentialed
     def __init__(
         self,
         source: ReadSpec | str | os.PathLike[str] | Remote | Sequence[str | os.PathLike[str] | Remote],
@@ -367,7 +369,7 @@ class EpisodeStream(IterableDataset):
         info = get_worker_info()
         num_workers, physical = (info.num_workers, info.id) if info is not None else (0, 0)
         consumer, process = self._consumer(num_workers, physical)
-        return iter(()) if consumer is None else publishing(consumer, process)
+        return iter(()) if consumer is None else scrubbed_iter(publishing(consumer, process))
 
     def batches(
         self, batch_size: int, *, threads: int | None = None, ahead: int = 2, channels_last: bool = False

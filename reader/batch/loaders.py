@@ -11,6 +11,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from cache.arguments import check_int
+from cache.redaction import scrubbed_iter
 from reader.plan.resume.loader_math import batches_per_epoch
 from reader.stream import EpisodeStream
 
@@ -126,7 +127,7 @@ class BatchLoader(_CountedBatches):
         batches = self.stream.batches(
             self.batch_size, threads=self.threads, ahead=self.batches_ahead, channels_last=self.channels_last
         )
-        yield from self._counted(batches)
+        yield from scrubbed_iter(self._counted(batches))
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration streams (`EpisodeStream.set_epoch`)."""

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import logging
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,9 +19,10 @@ from click.testing import CliRunner
 
 from cache.backoff import RetryPolicy
 from cache.errors import FetchError
-from cache.redaction import redact, scrub_exception
+from cache.redaction import redact, scrub_exception, scrubbed_iter
 from cache.remote import resolve
 from reader.errors import DatasetError
+from reader.metadata import DatasetMeta
 from reader.plan.spec import ReadSpec
 from reader.stream import EpisodeStream
 from reshard.cli import cli
@@ -183,6 +184,25 @@ def test_an_error_made_while_handling_another_redacts_that_one() -> None:
         except FileNotFoundError as exc:
             raise FetchError("Reading failed") from exc
     assert PASSWORD not in "".join(traceback.format_exception(raised.value))
+
+
+def test_public_entry_points_scrub_what_leaves_them(tmp_path: Path) -> None:
+    """`DatasetMeta.open` of a credentialed URL where no dataset is, and an iteration that fails with a
+    library's error: the tracebacks a training script prints hold no credential."""
+    with RangeServer(tmp_path) as server:
+        url = _credentialed(f"{server.url}/nothing", "quote")
+        with pytest.raises(DatasetError) as missing:
+            DatasetMeta.open(url)
+
+    def failing() -> Iterator[int]:
+        yield 1
+        raise ConnectionResetError(f"reset, url={url!r}")
+
+    with pytest.raises(ConnectionResetError) as reset:
+        list(scrubbed_iter(failing()))
+    for raised in (missing.value, reset.value):
+        text = "".join(traceback.format_exception(raised))
+        assert PASSWORD not in text and "<redacted>@127.0.0.1" in text, text
 
 
 def test_display_redacts_the_url() -> None:
