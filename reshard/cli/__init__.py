@@ -50,6 +50,7 @@ with _quiet_sigint_while_importing():
         cli,
         handle_errors,
         hoist_global_flags,
+        interrupt_message,
         quiet_requested,
     )
     from reshard.cli.demo_command import demo
@@ -100,9 +101,9 @@ def main() -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except click.Abort:  # click's form of KeyboardInterrupt
-        click.echo("Interrupted (SIGINT); rerun the same command to resume.", err=True)
+        click.echo(interrupt_message("SIGINT"), err=True)
         sys.exit(EXIT_SIGINT)
     except Terminated:
-        click.echo("Terminated (SIGTERM); rerun the same command to resume.", err=True)
+        click.echo(interrupt_message("SIGTERM"), err=True)
         sys.exit(EXIT_SIGTERM)
     sys.exit(code if isinstance(code, int) else 0)

@@ -55,6 +55,25 @@ def handle_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+# What `main` says after "Interrupted (SIGINT)" or "Terminated (SIGTERM)": set by the command that runs, as it
+# knows what resumes it (`set_interrupt_hint`); a command that changes nothing sets none.
+RERUN_TO_RESUME = "rerun the same command to resume"
+_interrupt_hint: list[Callable[[], str]] = []
+
+
+def set_interrupt_hint(hint: Callable[[], str]) -> None:
+    """What to tell the user when this command is interrupted: `hint()` is called then, as what resumes it
+    may have changed meanwhile (a checkpoint saved)."""
+    _interrupt_hint[:] = [hint]
+
+
+def interrupt_message(signal_name: str) -> str:
+    """The line `main` prints when a command was interrupted by `signal_name` ("SIGINT", "SIGTERM")."""
+    what = "Interrupted" if signal_name == "SIGINT" else "Terminated"
+    hint = _interrupt_hint[0]() if _interrupt_hint else ""
+    return f"{what} ({signal_name}); {hint}." if hint else f"{what} ({signal_name})."
+
+
 # What to do instead of a URL where a command writes a local directory.
 PUSH_HINT = "write it locally, then upload it with `lrs push DIR URL` (or `lrs reshard --push-bucket URL`)"
 

@@ -19,7 +19,15 @@ import click
 
 from cache.arguments import format_index_list
 from cache.redaction import redact
-from reshard.cli.base import F, dry_run_option, handle_errors, quiet_option, quiet_requested
+from reshard.cli.base import (
+    RERUN_TO_RESUME,
+    F,
+    dry_run_option,
+    handle_errors,
+    quiet_option,
+    quiet_requested,
+    set_interrupt_hint,
+)
 from reshard.cli.types import ByteSize, IndexList, LocalDir, Weights
 
 if TYPE_CHECKING:
@@ -220,6 +228,7 @@ def prewarm_command(
     Without --num-episodes or --max-bytes it fetches everything the node reads in one epoch, within the
     cache budget. Files already cached are skipped, so a rerun resumes an interrupted prewarm.
     """
+    set_interrupt_hint(lambda: RERUN_TO_RESUME)
     from reader.plan import node_ranks
     from reshard.prewarm import prewarm
 

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import click
 
-from reshard.cli.base import dry_run_option, handle_errors, quiet_option, quiet_requested
+from reshard.cli.base import (
+    RERUN_TO_RESUME,
+    dry_run_option,
+    handle_errors,
+    quiet_option,
+    quiet_requested,
+    set_interrupt_hint,
+)
 from reshard.cli.types import LocalDir
 from reshard.push import push
 
@@ -54,6 +61,7 @@ def push_command(
     store's hash, a local file's sha256, or the sha256 the published index lists), so rerunning an
     interrupted push uploads only the rest, and a push of another version replaces every changed file.
     """
+    set_interrupt_hint(lambda: RERUN_TO_RESUME)
     _one_line_per_hub_warning()
     summary = push(
         local_dir,

@@ -10,9 +10,11 @@ import click
 from cache.arguments import format_index_list
 from cache.redaction import redact
 from reshard.cli.base import (
+    RERUN_TO_RESUME,
     handle_errors,
     quiet_option,
     quiet_requested,
+    set_interrupt_hint,
 )
 from reshard.cli.types import LocalDir, PartType
 from reshard.job import DEFAULT_EPISODES_PER_FILE, ReshardOptions, reshard, slurm_part
@@ -138,6 +140,7 @@ def reshard_cmd(
     One row group per episode, one MP4 per episode and camera, and an index in meta/lrs/. Runs every
     task then finalizes; with --part I/N (or in a SLURM array) runs one part, then `--finalize` once.
     """
+    set_interrupt_hint(lambda: RERUN_TO_RESUME)
     if part is not None and finalize:
         raise click.UsageError("--part and --finalize are exclusive: run the parts, then --finalize once.")
     if part is None and not finalize:

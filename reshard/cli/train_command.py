@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from reshard.cli.base import cache_dir_option, handle_errors
+from reshard.cli.base import cache_dir_option, handle_errors, set_interrupt_hint
 from reshard.cli.types import ByteSize
 
 # The reader's largest frame side (`reader.plan.spec.MAX_FRAME_SIDE`, internal to the reader; a test holds
@@ -69,7 +69,10 @@ def train_cmd(
     lrs's. Needs lerobot 0.6 and accelerate in this environment. Under `accelerate launch` or `torchrun`
     each rank reads its own share.
     """
-    from reshard.train import StreamOptions, run
+    from reshard.train import StreamOptions, interrupted_hint, run
+
+    output_dirs: list[Path] = []
+    set_interrupt_hint(lambda: interrupted_hint(output_dirs[-1] if output_dirs else None))
 
     options = StreamOptions(
         cache_dir=str(cache_dir) if cache_dir is not None else None,
@@ -79,7 +82,7 @@ def train_cmd(
         decode_threads=decode_threads,
         resize=resize,
     )
-    run(list(lerobot_args), options)
+    run(list(lerobot_args), options, on_output_dir=output_dirs.append)
 
 
 def _frame_size(value: str | None) -> tuple[int, int] | None:

@@ -17,12 +17,14 @@ from cache.lazy_exports import lazy_exports
 if TYPE_CHECKING:
     from reshard.train.hooks import run
     from reshard.train.options import StreamOptions
+    from reshard.train.resume import interrupted_hint
 
-__all__ = ["StreamOptions", "run"]
+__all__ = ["StreamOptions", "interrupted_hint", "run"]
 
 _LAZY = {
     "StreamOptions": "reshard.train.options",
     "run": "reshard.train.hooks",
+    "interrupted_hint": "reshard.train.resume",
 }
 
 __getattr__, __dir__ = lazy_exports("reshard.train", _LAZY, globals())

@@ -29,7 +29,7 @@ import contextlib
 import importlib
 import logging
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +103,9 @@ def first_tasks(catalog: Catalog) -> list[str]:
 class Session:
     """The state `lrs train`'s replacements share: lrs's options, the eval stream and the train loader."""
 
-    def __init__(self, options: StreamOptions) -> None:
+    def __init__(self, options: StreamOptions, on_output_dir: Callable[[Path], None] | None = None) -> None:
         self.options = options
+        self.on_output_dir = on_output_dir
         self.loader: TrainLoader | None = None
         self.eval_stream: EpisodeStream | None = None
 
@@ -115,6 +116,8 @@ class Session:
         from lerobot.transforms import ImageTransforms
         from lerobot.utils.constants import IMAGENET_STATS
 
+        if self.on_output_dir is not None and cfg.output_dir is not None:
+            self.on_output_dir(Path(cfg.output_dir))
         settings = settings_of(cfg.dataset, cfg)
         kwargs = stream_kwargs(settings, self.options)
         catalog = Catalog.open(kwargs["source"])
@@ -241,8 +244,11 @@ def _argv(argv: list[str]) -> Iterator[None]:
         sys.argv = old
 
 
-def run(args: Sequence[str], options: StreamOptions) -> None:
-    """Run lerobot-train with `args` (its own flags) on an `EpisodeStream` (see the module docstring).
+def run(
+    args: Sequence[str], options: StreamOptions, *, on_output_dir: Callable[[Path], None] | None = None
+) -> None:
+    """Run lerobot-train with `args` (its own flags) on an `EpisodeStream` (see the module docstring);
+    `on_output_dir` is told the run's output directory once lerobot has chosen it.
 
     Raises:
         MissingLerobot: lerobot or accelerate is not installed.
@@ -251,7 +257,7 @@ def run(args: Sequence[str], options: StreamOptions) -> None:
     lerobot_train = import_lerobot_train()
     import accelerate
 
-    session = Session(options)
+    session = Session(options, on_output_dir)
     with contextlib.ExitStack() as stack:
         stack.enter_context(_argv(["lrs train", *args]))
         stack.enter_context(_replaced(lerobot_train, "make_train_eval_datasets", session.make_datasets))

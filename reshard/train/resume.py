@@ -19,6 +19,19 @@ from typing import Any
 from reshard.train.options import TrainConfigError
 
 STATE_FILE = "lrs_stream.json"
+# Where lerobot keeps a run's newest checkpoint, and the config that `--config_path` resumes it from.
+LAST_CONFIG = Path("checkpoints/last/pretrained_model/train_config.json")
+
+
+def interrupted_hint(output_dir: Path | None) -> str:
+    """What resumes a `lrs train` run that was interrupted, writing into `output_dir` (None: stopped before
+    lerobot chose it). lerobot refuses to rerun into an existing output directory without `--resume`."""
+    if output_dir is None:
+        return "nothing was trained yet: rerun the same command"
+    config = output_dir / LAST_CONFIG
+    if config.is_file():
+        return f"resume from the last checkpoint with `lrs train --resume=true --config_path={config}` (and the same lrs options)"
+    return f"no checkpoint was saved yet: remove {output_dir} (or give another --output_dir) and rerun"
 
 
 @dataclass(frozen=True)

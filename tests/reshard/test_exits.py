@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -138,30 +139,84 @@ def test_a_default_and_the_same_value_given_are_the_same_options() -> None:
     assert ReshardOptions(video="hevc", crf=22) != ReshardOptions(video="hevc")
 
 
-@pytest.mark.parametrize(
-    ("raised", "code", "message"),
-    [
-        (KeyboardInterrupt, 130, "Interrupted (SIGINT); rerun the same command to resume."),
-        (Terminated, 143, "Terminated (SIGTERM); rerun the same command to resume."),
-    ],
-    ids=["sigint", "sigterm"],
-)
-def test_an_interrupt_exits_128_plus_the_signal(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], raised: type, code: int, message: str
-) -> None:
-    def interrupted(*args: object, **kwargs: object) -> None:
-        raise raised()
+def _interrupted(*args: object, **kwargs: object) -> None:
+    raise KeyboardInterrupt
 
-    monkeypatch.setattr(sys.modules["reshard.cli.describe_command"], "open_source", interrupted)
-    monkeypatch.setattr(sys, "argv", ["lrs", "describe", "x"])
+
+def _main_with(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> int:
+    """`lrs ARGV`'s exit code."""
+    monkeypatch.setattr(sys, "argv", ["lrs", *argv])
     previous = signal.getsignal(signal.SIGTERM)
     try:
         with pytest.raises(SystemExit) as caught:
             main()
     finally:
         signal.signal(signal.SIGTERM, previous)
-    assert caught.value.code == code
+    return int(caught.value.code or 0)
+
+
+@pytest.mark.parametrize(
+    ("raised", "code", "message"),
+    [
+        (KeyboardInterrupt, 130, "Interrupted (SIGINT)."),
+        (Terminated, 143, "Terminated (SIGTERM)."),
+    ],
+    ids=["sigint", "sigterm"],
+)
+def test_an_interrupt_exits_128_plus_the_signal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], raised: type, code: int, message: str
+) -> None:
+    """describe changes nothing: the line says what stopped it and promises no resume."""
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise raised()
+
+    monkeypatch.setattr(sys.modules["reshard.cli.describe_command"], "open_source", interrupted)
+    assert _main_with(monkeypatch, ["describe", "x"]) == code
     assert capsys.readouterr().err.strip().splitlines()[-1] == message
+
+
+def test_an_interrupted_reshard_says_a_rerun_resumes(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setattr(sys.modules["reshard.cli.reshard_command"], "reshard", _interrupted)
+    assert _main_with(monkeypatch, ["reshard", str(tmp_path), "--out", str(tmp_path / "out")]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "Interrupted (SIGINT); rerun the same command to resume."
+    )
+
+
+@pytest.mark.parametrize("saved", [False, True], ids=["before-a-checkpoint", "after-a-checkpoint"])
+def test_an_interrupted_train_says_what_resumes_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, saved: bool
+) -> None:
+    """lerobot refuses to rerun into its output directory without --resume: after a checkpoint the line gives
+    lerobot's resume flags with that checkpoint's config, before one it says to clear the directory."""
+    import reshard.train
+
+    out = tmp_path / "outputs" / "act"
+    config = out / "checkpoints/last/pretrained_model/train_config.json"
+    if saved:
+        config.parent.mkdir(parents=True)
+        config.write_text("{}")
+
+    def run(args: list[str], options: object, *, on_output_dir: Callable[[Path], None]) -> None:
+        on_output_dir(out)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reshard.train, "run", run, raising=False)
+    assert _main_with(monkeypatch, ["train", "--policy.type=act"]) == 130
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    if saved:
+        assert line == (
+            f"Interrupted (SIGINT); resume from the last checkpoint with `lrs train --resume=true "
+            f"--config_path={config}` (and the same lrs options)."
+        ), line
+    else:
+        assert line == (
+            f"Interrupted (SIGINT); no checkpoint was saved yet: remove {out} (or give another --output_dir) "
+            "and rerun."
+        ), line
 
 
 def test_debug_prints_the_traceback_and_keeps_the_exit_code(tmp_path: Path) -> None:
