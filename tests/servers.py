@@ -48,6 +48,9 @@ class Faults:
         corrupt: path -> number of first `GET`s answered with flipped bytes (same length).
         short: path -> number of first `GET`s answered with half the body, announced as complete.
         stall: path -> number of first `GET`s that send half the body then block until release.
+        gather: each answer waits until this many requests are being answered at once (or
+            `GATHER_TIMEOUT_S` passed): a client that sends them together reaches it whatever the
+            machine's load, one that waits for an answer before it asks again never does.
     """
 
     seed: int = 0
@@ -58,6 +61,7 @@ class Faults:
     corrupt: Mapping[str, int] = field(default_factory=dict)
     short: Mapping[str, int] = field(default_factory=dict)
     stall: Mapping[str, int] = field(default_factory=dict)
+    gather: int = 0
 
     def __post_init__(self) -> None:
         for name in ("fail_rate", "truncate_rate"):
@@ -98,6 +102,10 @@ class QuietServer(http.server.ThreadingHTTPServer):
 
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
+# How long an answer waits for `Faults.gather` requests at once before it goes anyway.
+GATHER_TIMEOUT_S = 10.0
 
 
 class RangeServer:
@@ -202,6 +210,7 @@ class RangeServer:
             self._in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self._in_flight)
             self._changed.notify_all()
+            self._changed.wait_for(lambda: self.max_in_flight >= self.faults.gather, GATHER_TIMEOUT_S)
         try:
             yield
         finally:

@@ -531,7 +531,11 @@ def test_forked_child_gets_its_own_remote_and_counters(source, serve, open_cache
     assert read(cache.path("b.bin")) == read(root / "b.bin")
 
 
-def _wait_for(event: multiprocessing.synchronize.Event) -> None:
+def _wait_for(
+    event: multiprocessing.synchronize.Event, started: multiprocessing.synchronize.Event | None = None
+) -> None:
+    if started is not None:
+        started.set()
     event.wait(60)
 
 
@@ -539,10 +543,13 @@ def test_forked_child_does_not_keep_its_parents_pins(source, serve, open_cache):
     root, _files = source
     cache = open_cache(serve(root).url, max_bytes=2 * UNIT)
     fork = multiprocessing.get_context("fork")
-    done = fork.Event()
-    child = fork.Process(target=_wait_for, args=(done,))
+    done, started = fork.Event(), fork.Event()
+    child = fork.Process(target=_wait_for, args=(done, started))
     with cache.hold("a.bin", size=UNIT):
         child.start()  # the child inherits the descriptor of the parent's shared lock on a
+    # The child closes its copy as it starts (an at-fork hook, before its target runs): on a loaded machine
+    # that is later than `start()` returns, so what is guaranteed is the state once the child runs.
+    assert started.wait(60)
     try:
         cache.fetch("b.bin", size=UNIT)
         cache.fetch("c.bin", size=UNIT)  # a is released by the parent: evictable though the child lives
