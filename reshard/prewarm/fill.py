@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +23,7 @@ from cache import FetchError, NodeCache, Remote
 from cache.arguments import check_int
 from cache.ordered_fetch import FetchSummary, FileRequest, fetch_in_order
 from cache.progress import human_bytes
+from cache.store import CacheLayout
 from cache.trust import check_owned_dir
 from reader.errors import LayoutError
 from reader.format.catalog import Catalog
@@ -52,7 +54,9 @@ class PrewarmSummary(FetchSummary):
             whole epoch) before the byte limits.
         needed_bytes: their bytes.
         limited_by: "max_bytes" or "cache_max_bytes" when that limit cut the plan, else None.
-        dry_run: nothing was fetched.
+        dry_run: nothing was fetched; `files_cached` counts the planned files the cache holds already at
+            their listed size, which the run would skip.
+        bytes_cached: their bytes (dry runs only).
         in_place: the source is a local path: the reader reads its files where they are (the cache's
             fast path), nothing is copied (its files count as cached).
         plan: the plan itself.
@@ -65,15 +69,24 @@ class PrewarmSummary(FetchSummary):
     needed_bytes: int = 0
     limited_by: str | None = None
     dry_run: bool = False
+    bytes_cached: int = 0
     in_place: bool = False
     plan: FetchPlan | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(
-        cls, fetched: FetchSummary, plan: FetchPlan, *, seconds: float, dry_run: bool, in_place: bool
+        cls,
+        fetched: FetchSummary,
+        plan: FetchPlan,
+        *,
+        seconds: float,
+        dry_run: bool,
+        in_place: bool,
+        bytes_cached: int = 0,
     ) -> PrewarmSummary:
         """The summary of a run of `plan` that did `fetched`."""
         return cls(
+            bytes_cached=bytes_cached,
             **{**dataclasses.asdict(fetched), "seconds": seconds},
             consumers=len(plan.consumers),
             pieces=plan.pieces,
@@ -89,11 +102,17 @@ class PrewarmSummary(FetchSummary):
     def describe(self) -> str:
         """One line for the end of a run."""
         scope = (
-            f"{self.files} files, {human_bytes(self.bytes)} for {self.consumers} consumers "
-            f"({self.pieces} admissions, {self.episodes} episodes)"
+            f"{_count(self.files, 'file')}, {human_bytes(self.bytes)} for {_count(self.consumers, 'consumer')} "
+            f"({_count(self.pieces, 'admission')}, {_count(self.episodes, 'episode')})"
         )
-        if self.dry_run:
-            text = f"prewarm dry run: would fetch {scope}; nothing fetched"
+        if self.dry_run and self.in_place:
+            text = f"prewarm dry run: {scope}; nothing fetched"
+        elif self.dry_run:
+            todo, todo_bytes = self.files - self.files_cached, max(0, self.bytes - self.bytes_cached)
+            text = (
+                f"prewarm dry run: {scope}: would fetch {_count(todo, 'file')} ({human_bytes(todo_bytes)}), "
+                f"{self.files_cached} already cached; nothing fetched"
+            )
         elif self.in_place:
             text = f"prewarm: {scope}: checked in {self.seconds:.1f} s"
         else:
@@ -192,8 +211,11 @@ def prewarm(
         max_bytes=max_bytes,
         cache_max_bytes=None if in_place else cache_max_bytes,
     )
-    if dry_run:  # the node cache is not even opened
-        fetched = FetchSummary(len(planned.files), planned.bytes, 0, 0, 0, 0.0)
+    cached_bytes = 0
+    if dry_run:  # the node cache is not even opened: what it holds is looked at, nothing else
+        requests = planned.requests()
+        cached, cached_bytes = (0, 0) if in_place else _cached_by_size(cache_dir, plan, requests)
+        fetched = FetchSummary(len(requests), planned.bytes, 0, 0, cached, 0.0)
     else:
         # The caches the stream reads through: one directory, each dataset under its fingerprint.
         caches = [
@@ -217,7 +239,33 @@ def prewarm(
         seconds=time.monotonic() - started,
         dry_run=dry_run,
         in_place=in_place,
+        bytes_cached=cached_bytes,
     )
+
+
+def _count(n: int, noun: str) -> str:
+    """`1 file`, `2 files`."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _cached_by_size(
+    cache_dir: str | None, plan: ReadPlan, requests: Sequence[FileRequest]
+) -> tuple[int, int]:
+    """(files, bytes) of `requests` that the cache holds at their listed size, which a run skips unless a
+    hash check then fails. Read only: one `lstat` per file; a link or another user's cache counts nothing."""
+    if cache_dir is None or not os.path.isdir(cache_dir):
+        return 0, 0
+    check_owned_dir(os.path.abspath(cache_dir), what="cache directory")
+    layouts = [CacheLayout(os.path.abspath(cache_dir), s.catalog.fingerprint) for s in plan.sources]
+    files = total = 0
+    for request in requests:
+        try:
+            st = os.lstat(layouts[request.source].data_path(request.path))
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and request.bytes in (None, st.st_size):
+            files, total = files + 1, total + st.st_size
+    return files, total
 
 
 def file_requests(plan: ReadPlan, needs: Needs) -> dict[tuple[int, str], FileRequest]:
