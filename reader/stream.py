@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -33,7 +34,7 @@ from reader.decode.video import Decoders, check_device
 from reader.errors import StateError
 from reader.format.catalog import Catalog, EpisodeRef
 from reader.metadata import DatasetMeta
-from reader.plan.read_plan import ReadPlan
+from reader.plan.read_plan import EntryRefs, ReadPlan
 from reader.plan.resume.resumption import IterationCursor, Resumption
 from reader.plan.source import OpenedSource
 from reader.plan.spec import (
@@ -51,6 +52,7 @@ from reader.runtime.counters import ReaderProcessState, ReaderStats, read_publis
 from reader.runtime.pool import Consumer, Options
 from reader.runtime.rows import RowGroupReader
 from reader.schedule import Schedule
+from reader.schedule.single_frame import SingleFrame
 
 # The keywords of `__init__` that a `ReadSpec` holds (its fields are their one statement; a test checks that
 # the signature and the docstring agree with them).
@@ -343,6 +345,40 @@ class EpisodeStream(IterableDataset):
     def lengths(self) -> list[int]:
         """Frames of each selected episode, in selection order (a mixture's sources one after another)."""
         return self.plan.lengths
+
+    @scrubbed
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        """The frame at `index` of the selected episodes (ascending, a mixture's sources one after another),
+        with its windows: `LeRobotDataset(...)[index]`'s keys and values, as the stream yields that frame.
+
+        For looking at a frame, not for training: each call decodes from the frame's keyframe and does not
+        prefetch. Training iterates the stream (random order, in-order decode, exact resume).
+
+        Raises:
+            IndexError: `index` is not in [-num_frames, num_frames).
+        """
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(
+                f"Invalid index ({index!r}). Expected an int: the frame's position in the dataset."
+            )
+        total = self.num_frames
+        if not -total <= index < total:
+            raise IndexError(f"Invalid index ({index}). Expected -{total} <= index < {total} (num_frames).")
+        ends = np.cumsum(self.lengths)
+        entry = int(np.searchsorted(ends, index % total, side="right"))
+        frame = int(index % total - (ends[entry] - self.lengths[entry]))
+        process = self._runtime()
+        refs = EntryRefs(self.sources, [(s.catalog, s.episodes) for s in self.sources])
+        consumer = Consumer(
+            SingleFrame(entry, frame, self.lengths[entry]),
+            refs,
+            start=0,
+            rows=process.rows,
+            decoders=process.decoders,
+            options=replace(self.options, decode_threads=0, decode_ahead=0),
+            counters=process.counters,
+        )
+        return next(iter(consumer))
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch (across its DataLoader workers)."""

@@ -454,3 +454,30 @@ def test_published_stats_leave_out_a_damaged_file_and_say_so(tmp_path: Path) -> 
     damaged.write_text('{"pid": 1, "counters": {"samples": 3')  # cut short by a crash
     with pytest.warns(CountersWarning, match=r"Invalid counters file \(.+1-damaged\.json\): JSONDecodeError"):
         assert read_published(str(tmp_path), "run") == [ReaderStats(samples=5, decode_seconds=0.5)]
+
+
+@pytest.mark.parametrize("layout", ["v3", "lrs"])
+def test_a_frame_by_its_index_equals_the_reference(small: tuple[Path, Path], layout: str) -> None:
+    """`stream[i]` is `LeRobotDataset(...)[i]`: the i-th frame of the selected episodes, ascending, with its
+    windows; negative indices count from the end; a selection's frames only."""
+    root = small[0 if layout == "v3" else 1]
+    reference = ReferenceDataset(root, delta_timestamps=WINDOWS)
+    stream = EpisodeStream(root, delta_timestamps=WINDOWS, episodes=[4, 1, 2])
+    order = [(e, f) for e in (1, 2, 4) for f in range(stream.catalog.episodes[e].length)]
+    assert stream.num_frames == len(order)
+    for index in (0, 1, len(order) // 2, len(order) - 1, -1, -len(order)):
+        episode, frame = order[index]
+        assert_items_equal(stream[index], reference.get(episode, frame), context=f"stream[{index}]")
+
+
+def test_a_frame_index_out_of_range_or_of_another_type_is_refused(small: tuple[Path, Path]) -> None:
+    stream = EpisodeStream(small[1], episodes=[0])
+    n = stream.num_frames
+    with pytest.raises(IndexError, match=rf"Invalid index \({n}\)\. Expected -{n} <= index < {n}"):
+        stream[n]
+    with pytest.raises(TypeError, match=r"Invalid index \(slice"):
+        stream[0:2]  # type: ignore[index]
+    assert [int(item["index"]) for item in (stream[0], stream[n - 1])] == [
+        int(next(iter(EpisodeStream(small[1], episodes=[0], shuffle=False)))["index"]),
+        int(stream[-1]["index"]),
+    ]
