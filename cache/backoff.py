@@ -2,7 +2,10 @@
 
 `with_retries` runs one request (a read of `cache.remote.Remote`, an upload of `reshard.push`) until it
 succeeds: transient errors (timeouts, resets, truncated bodies, HTTP 408/429/5xx) are retried with
-exponential backoff and full jitter; permanent ones (missing file, 4xx, permission) raise at once. A
+exponential backoff and full jitter; permanent ones (missing file, 4xx, permission) raise at once. An
+endpoint that cannot be reached at all (its name does not resolve, or it refuses the connection: a
+wrong or forgotten `--endpoint-url`, a server that is not running) is tried `UNREACHABLE_ATTEMPTS` times,
+not the policy's count: 80 s of backoff against real AWS told the user nothing a second try did not. A
 request that still fails raises `FetchError` naming it, without credentials (`cache.redaction.redact`).
 """
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 import errno
 import logging
 import random
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +37,12 @@ _TRANSIENT_ERRNOS = {
     errno.EHOSTUNREACH,
     errno.ENETUNREACH,
 }
+
+
+# Tries of a request whose endpoint cannot be reached (see the module docstring).
+UNREACHABLE_ATTEMPTS = 2
+# Exception type names (aiohttp, urllib3) that say a host name did not resolve, outside `socket.gaierror`.
+_NAME_ERRORS = {"ClientConnectorDNSError", "NameResolutionError"}
 
 
 class TruncatedRead(OSError):
@@ -128,6 +138,22 @@ def is_transient(exc: BaseException) -> bool:
     return cause is not None and cause is not exc and is_transient(cause)
 
 
+def is_unreachable(exc: BaseException | None) -> bool:
+    """Whether `exc` (or an error it was raised from) says the endpoint cannot be reached: a host name that
+    does not resolve, or a refused connection."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, (socket.gaierror, ConnectionRefusedError)) or type(exc).__name__ in _NAME_ERRORS:
+            return True
+        if isinstance(exc, OSError) and exc.errno == errno.ECONNREFUSED:
+            return True
+        os_error = getattr(exc, "os_error", None)  # aiohttp's ClientConnectorError keeps it here
+        if isinstance(os_error, BaseException) and is_unreachable(os_error):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 def with_retries(
     fn: Callable[[], T],
     *,
@@ -156,6 +182,12 @@ def with_retries(
         except Exception as exc:  # noqa: BLE001 - classified right below
             if isinstance(exc, FileNotFoundError) and not is_transient(exc):
                 raise
+            unreachable = is_unreachable(exc)
+            if unreachable and (attempt + 1 >= UNREACHABLE_ATTEMPTS or not is_transient(exc)):
+                raise FetchError(
+                    f"{verb} {what} failed: its endpoint cannot be reached ({_describe(exc)}; "
+                    f"{_count(attempt + 1, 'attempt')}). Expected a reachable host{_endpoint_hint(what)}."
+                ) from exc
             if not is_transient(exc):
                 raise FetchError(f"{verb} {what} failed: {_describe(exc)}") from exc
             if attempt + 1 == policy.attempts:
@@ -177,6 +209,17 @@ def with_retries(
                 )
             time.sleep(delay)
     raise AssertionError("unreachable")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _endpoint_hint(what: str) -> str:
+    """For an S3 URL, where its endpoint comes from."""
+    if what.startswith(("s3://", "s3a://")):
+        return ": an S3-compatible store needs --endpoint-url (or AWS_ENDPOINT_URL)"
+    return ""
 
 
 def _describe(exc: BaseException) -> str:

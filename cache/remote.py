@@ -300,6 +300,10 @@ def resolve(
     if protocol == "s3":
         options = _s3_options(options)
     fs = filesystem(protocol, text, options)
+    if protocol == "s3":
+        # One retry policy (`cache.backoff`), not three nested: s3fs retries a failed call 5 times and
+        # botocore each of those again, which turned one refused connection into minutes of waiting.
+        fs.retries = 1
     # A filesystem that takes arguments from the URL reads its path its own way (`ftp://host/x`: host
     # `host`, path `/x`); for the others (buckets) the path is the rest of the URL.
     root = fs._strip_protocol(text).rstrip("/") if _url_kwargs(fs, text) else rest
@@ -412,4 +416,10 @@ def _s3_options(options: dict[str, Any]) -> dict[str, Any]:
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     if endpoint and "endpoint_url" not in options and "client_kwargs" not in options:
         options["endpoint_url"] = endpoint
-    return options
+    # botocore's own retries off (`cache.backoff` retries every read), and bounded waits: a connection in
+    # 10 s, each read of a response in 60 s.
+    config = dict(options.get("config_kwargs") or {})
+    config.setdefault("retries", {"mode": "standard", "total_max_attempts": 1})
+    config.setdefault("connect_timeout", 10)
+    config.setdefault("read_timeout", 60)
+    return {**options, "config_kwargs": config}

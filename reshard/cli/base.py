@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -72,6 +73,43 @@ def interrupt_message(signal_name: str) -> str:
     what = "Interrupted" if signal_name == "SIGINT" else "Terminated"
     hint = _interrupt_hint[0]() if _interrupt_hint else ""
     return f"{what} ({signal_name}); {hint}." if hint else f"{what} ({signal_name})."
+
+
+ENDPOINT_HELP = (
+    "The S3-compatible endpoint of every s3:// URL this command reads or writes, e.g. http://127.0.0.1:9000 "
+    "(the same as AWS_ENDPOINT_URL, which it overrides for this command)."
+)
+
+
+def endpoint_url_option(*, expose: bool = False, help: str = ENDPOINT_HELP) -> Callable[[F], F]:  # noqa: A002
+    """`--endpoint-url URL`, the same on every command that opens a URL: it sets `AWS_ENDPOINT_URL` for the
+    command (its workers inherit it; `cache.remote` reads it for every s3:// URL) and restores it after.
+    With `expose`, the command gets the value too (push's Hub endpoint for hf:// targets)."""
+    return click.option(
+        "--endpoint-url",
+        metavar="URL",
+        expose_value=expose,
+        callback=_set_endpoint,
+        help=help,
+    )
+
+
+def _set_endpoint(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not value.startswith(("http://", "https://")):
+        raise click.BadParameter(f"{redact(value)}. Expected an http:// or https:// URL.")
+    before = os.environ.get("AWS_ENDPOINT_URL")
+    os.environ["AWS_ENDPOINT_URL"] = value
+
+    def restore() -> None:
+        if before is None:
+            os.environ.pop("AWS_ENDPOINT_URL", None)
+        else:
+            os.environ["AWS_ENDPOINT_URL"] = before
+
+    ctx.call_on_close(restore)
+    return value
 
 
 # What to do instead of a URL where a command writes a local directory.

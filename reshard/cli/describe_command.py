@@ -7,6 +7,7 @@ import json
 import click
 
 from reshard.cli.base import (
+    endpoint_url_option,
     handle_errors,
     json_option,
 )
@@ -21,6 +22,7 @@ from reshard.source import describe, open_source, validate
     is_flag=True,
     help="Also check every data file's index columns and every video header, and say so.",
 )
+@endpoint_url_option()
 @handle_errors
 def describe_cmd(source: str, as_json: bool, full: bool) -> None:
     """Open a v3 dataset (path, URL or Hub repo id), validate its metadata, and summarise it."""

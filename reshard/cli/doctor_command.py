@@ -8,6 +8,7 @@ import click
 
 from reshard.cli.base import (
     EXIT_CHECK_FAILED,
+    endpoint_url_option,
     handle_errors,
     json_option,
     quiet_option,
@@ -24,6 +25,7 @@ from reshard.cli.base import (
     help="Decode every video frame and count each episode's (default: headers only).",
 )
 @quiet_option
+@endpoint_url_option()
 @handle_errors
 def doctor_cmd(source: str, as_json: bool, decode: bool, quiet: bool) -> None:
     """List every defect of the v3 dataset SOURCE (a path or URL), read-only.

@@ -7,6 +7,7 @@ import json
 import click
 
 from reshard.cli.base import (
+    endpoint_url_option,
     handle_errors,
     json_option,
 )
@@ -23,6 +24,7 @@ from reshard.source import inspect_dataset, render
     show_default=True,
     help="Video files per camera whose keyframes are read (to check episode starts).",
 )
+@endpoint_url_option()
 @handle_errors
 def inspect_cmd(url: str, as_json: bool, probe_videos: int) -> None:
     """Describe the layout of any v3 dataset: files, row groups, page index, video GOPs, lrs/1 or not."""

@@ -23,6 +23,7 @@ from reshard.cli.base import (
     RERUN_TO_RESUME,
     F,
     dry_run_option,
+    endpoint_url_option,
     handle_errors,
     quiet_option,
     quiet_requested,
@@ -199,6 +200,7 @@ _SPEC_OPTIONS = {
 )
 @dry_run_option("the plan (consumers, episodes, files, bytes, the first files)")
 @quiet_option
+@endpoint_url_option()
 @handle_errors
 def prewarm_command(
     spec_file: Path | None,

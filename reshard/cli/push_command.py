@@ -10,6 +10,7 @@ import click
 from reshard.cli.base import (
     RERUN_TO_RESUME,
     dry_run_option,
+    endpoint_url_option,
     handle_errors,
     quiet_option,
     quiet_requested,
@@ -33,11 +34,10 @@ from reshard.push import push
     show_default=True,
     help="Create the bucket first if it does not exist.",
 )
-@click.option(
-    "--endpoint-url",
-    default=None,
-    show_default=True,
-    help="S3-compatible endpoint (overrides AWS_ENDPOINT_URL), or the Hub endpoint for hf:// targets.",
+@endpoint_url_option(
+    expose=True,
+    help="The S3-compatible endpoint of an s3:// URL (the same as AWS_ENDPOINT_URL, which it overrides), "
+    "or the Hub endpoint of an hf:// target.",
 )
 @click.option(
     "--workers", type=click.IntRange(min=1), default=8, show_default=True, help="Uploads in flight at once."

@@ -11,6 +11,7 @@ from cache.arguments import format_index_list
 from cache.redaction import redact
 from reshard.cli.base import (
     RERUN_TO_RESUME,
+    endpoint_url_option,
     handle_errors,
     quiet_option,
     quiet_requested,
@@ -109,7 +110,11 @@ from reshard.video import DEFAULT_RESIZE_FILTER, RESIZE_FILTERS, VIDEO_MODES
 )
 @click.option("--push-bucket", "push_url", help="After finishing, push the output to this URL (lrs push).")
 @click.option("--push-create", is_flag=True, help="With --push-bucket: create the bucket if missing.")
-@click.option("--endpoint-url", help="With --push-bucket: S3-compatible or Hub endpoint.")
+@endpoint_url_option(
+    expose=True,
+    help="The S3-compatible endpoint of an s3:// source or --push-bucket (the same as AWS_ENDPOINT_URL, "
+    "which it overrides), or the Hub endpoint of an hf:// --push-bucket.",
+)
 @quiet_option
 @handle_errors
 def reshard_cmd(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from reshard.cli.base import cache_dir_option, handle_errors
+from reshard.cli.base import cache_dir_option, endpoint_url_option, handle_errors
 
 
 def _png_path(ctx: click.Context, param: click.Parameter, value: str) -> Path:
@@ -44,6 +44,7 @@ def _png_path(ctx: click.Context, param: click.Parameter, value: str) -> Path:
 @cache_dir_option(
     "The node cache directory for a remote dataset (default: a temporary one; local ones are read in place)."
 )
+@endpoint_url_option()
 @handle_errors
 def show_cmd(dataset: str, episode: int, frames: int, out: Path, cache_dir: Path | None) -> None:
     """Draw one episode into a PNG: camera strips, state and action curves, the task.

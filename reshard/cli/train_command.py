@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from reshard.cli.base import cache_dir_option, handle_errors, set_interrupt_hint
+from reshard.cli.base import cache_dir_option, endpoint_url_option, handle_errors, set_interrupt_hint
 from reshard.cli.types import ByteSize
 
 # The reader's largest frame side (`reader.plan.spec.MAX_FRAME_SIDE`, internal to the reader; a test holds
@@ -51,6 +51,7 @@ MAX_SIDE = 8192
     "[default: the stored size].",
 )
 @click.argument("lerobot_args", nargs=-1, type=click.UNPROCESSED)
+@endpoint_url_option()
 @handle_errors
 def train_cmd(
     cache_dir: Path | None,

@@ -8,6 +8,7 @@ import click
 
 from reshard.cli.base import (
     EXIT_CHECK_FAILED,
+    endpoint_url_option,
     handle_errors,
     json_option,
 )
@@ -33,6 +34,7 @@ from reshard.video import DEFAULT_MIN_PSNR_DB
     help="Processes checking files, tables and videos at once (the report is the same for any number).",
 )
 @json_option
+@endpoint_url_option()
 @handle_errors
 def verify_cmd(dataset: str, against: str | None, min_psnr: float, workers: int, as_json: bool) -> None:
     """Check every lrs/1 invariant of DATASET (and with --against, equality with its source).

@@ -85,3 +85,46 @@ def test_each_retry_logs_one_warning(source, serve, caplog):
         assert message.startswith(f"Reading {remote.display(rel)} failed (attempt {k} of {attempts})")
         assert "HTTP 500" in message
     assert f"after {attempts} attempts" in str(info.value)
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:{port}/ds",
+        "http://lrs-no-such-host.invalid/ds",
+        "s3://bucket/ds",
+    ],
+    ids=["refused", "name-not-resolved", "s3-endpoint-refused"],
+)
+def test_an_unreachable_endpoint_is_tried_at_most_twice_not_six_times(url: str, caplog, monkeypatch) -> None:
+    """A refused connection or a name that does not resolve (a forgotten --endpoint-url, a server not
+    running): two attempts, then one line that says the endpoint cannot be reached (was: six, 80 s)."""
+    import logging
+
+    from cache.backoff import UNREACHABLE_ATTEMPTS
+    from cache.errors import FetchError
+    from cache.remote import resolve
+
+    port = _closed_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    remote = resolve(url.format(port=port), probe_ranges=False)
+    with caplog.at_level(logging.WARNING, logger="cache.remote"), pytest.raises(FetchError) as info:
+        remote.cat("meta/info.json")
+    retries = [r for r in caplog.records if r.name == "cache.remote"]
+    # A name that does not resolve is not transient at all (one attempt); a refused connection is (two).
+    tries = 1 if "invalid" in url else UNREACHABLE_ATTEMPTS
+    assert len(retries) == tries - 1, [r.getMessage() for r in retries]
+    assert "its endpoint cannot be reached" in str(info.value), str(info.value)
+    assert f"; {tries} attempt" in str(info.value), str(info.value)
+    assert ("--endpoint-url" in str(info.value)) == url.startswith("s3://")
+    assert remote.retry.attempts > UNREACHABLE_ATTEMPTS

@@ -112,6 +112,31 @@ def test_endpoint_url_option_overrides_environment(
 
 
 @pytest.mark.integration
+def test_every_command_that_opens_a_url_takes_endpoint_url(
+    sample_resharded_ds: Path, aws: str, bucket: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """One endpoint rule: --endpoint-url on each command reads an s3:// dataset where AWS_ENDPOINT_URL
+    points nowhere, and the variable is as it was afterwards (was: push and reshard only)."""
+    pushed = CliRunner().invoke(cli, ["push", str(sample_resharded_ds), f"s3://{bucket}/ds", "-q"])
+    assert pushed.exit_code == 0, pushed.output
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens on the discard port
+    url = f"s3://{bucket}/ds"
+    for args in (
+        ["describe", url],
+        ["inspect", url, "--json"],
+        ["doctor", url],
+        ["verify", url],
+        ["prewarm", url, "--cache-dir", str(tmp_path / "cache"), "--num-episodes", "1"],
+        ["show", url, "--episode", "0", "--frames", "2", "--out", str(tmp_path / "show.png")],
+    ):
+        result = CliRunner().invoke(cli, [*args, "--endpoint-url", aws])
+        assert result.exit_code == 0, (args, result.output)
+        assert os.environ["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9"
+    refused = CliRunner().invoke(cli, ["describe", url, "--endpoint-url", "127.0.0.1:9000"])
+    assert refused.exit_code == 2 and "Expected an http:// or https:// URL" in refused.output, refused.output
+
+
+@pytest.mark.integration
 def test_publish_order_on_the_wire(push_dataset: Path, aws: str, bucket: str) -> None:
     with FaultProxy(aws) as proxy:
         push(push_dataset, f"s3://{bucket}/ds", endpoint_url=proxy.endpoint, workers=4, quiet=True)
