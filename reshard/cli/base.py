@@ -20,7 +20,7 @@ from cache import LrsError
 from cache.errors import os_error_message
 from cache.redaction import redact
 from reshard import DISTRIBUTION
-from reshard.cli.types import LocalDir
+from reshard.cli.types import InvalidValue, LocalDir
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -75,6 +75,12 @@ def interrupt_message(signal_name: str) -> str:
     return f"{what} ({signal_name}); {hint}." if hint else f"{what} ({signal_name})."
 
 
+def examples(*lines: str) -> str:
+    """A command's epilog: `lines`, commands that run as they stand in an empty folder, offline (a test runs
+    every command's, `tests/reshard/test_cli_grammar.py`). `\b` keeps click from rewrapping them."""
+    return "\b\nExample (runs offline, in an empty folder):\n" + "\n".join(f"  {line}" for line in lines)
+
+
 ENDPOINT_HELP = (
     "The S3-compatible endpoint of every s3:// URL this command reads or writes, e.g. http://127.0.0.1:9000 "
     "(the same as AWS_ENDPOINT_URL, which it overrides for this command)."
@@ -98,7 +104,7 @@ def _set_endpoint(ctx: click.Context, _param: click.Parameter, value: str | None
     if value is None:
         return None
     if not value.startswith(("http://", "https://")):
-        raise click.BadParameter(f"{redact(value)}. Expected an http:// or https:// URL.")
+        raise InvalidValue(f"Invalid --endpoint-url ({redact(value)}). Expected an http:// or https:// URL.")
     before = os.environ.get("AWS_ENDPOINT_URL")
     os.environ["AWS_ENDPOINT_URL"] = value
 
@@ -113,7 +119,9 @@ def _set_endpoint(ctx: click.Context, _param: click.Parameter, value: str | None
 
 
 # What to do instead of a URL where a command writes a local directory.
-PUSH_HINT = "write it locally, then upload it with `lrs push DIR URL` (or `lrs reshard --push-bucket URL`)"
+PUSH_HINT = (
+    "write it locally, then upload it with `lrs push DATASET URL` (or `lrs reshard --push-bucket URL`)"
+)
 
 
 def quiet_requested(local: bool = False) -> bool:
@@ -149,9 +157,11 @@ def hoist_global_flags(args: list[str]) -> list[str]:
 def cli(debug: bool, quiet: bool) -> None:
     """lrs: reshard LeRobot v3 datasets for fast training from object storage, and stream them.
 
-    Typical flow: `lrs reshard SRC --out DIR`, `lrs verify DIR --against SRC`, `lrs push DIR URL`,
-    `lrs prewarm URL --cache-dir DIR`, then `from reader import EpisodeStream` in training.
+    Typical flow: `lrs reshard DATASET --out DIR`, `lrs verify DIR --against DATASET`, `lrs push DIR URL`,
+    `lrs prewarm URL --cache-dir CACHE`, then `from reader import EpisodeStream` in training. DATASET is
+    always a dataset's path or URL (an s3://, hf://, http(s):// URL, or a Hub repo id where it is read).
     """
+    _interrupt_hint.clear()  # a command that resumes says so when it starts (`set_interrupt_hint`)
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

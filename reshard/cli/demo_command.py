@@ -10,12 +10,13 @@ import click
 
 from reshard.cli.base import (
     EXIT_CHECK_FAILED,
+    examples,
     handle_errors,
 )
 from reshard.cli.types import LocalDir
 
 
-@click.command()
+@click.command(epilog=examples("lrs demo --num-episodes 4"))
 @click.option(
     "--workdir",
     type=LocalDir(hint="the demo writes locally (its bucket is a local file:// one)"),
@@ -25,7 +26,6 @@ from reshard.cli.types import LocalDir
 )
 @click.option(
     "--num-episodes",
-    "episodes",
     type=click.IntRange(2),
     default=12,
     show_default=True,
@@ -33,7 +33,7 @@ from reshard.cli.types import LocalDir
 )
 @click.option("--keep", is_flag=True, help="Keep the sample, output, bucket and cache afterwards.")
 @handle_errors
-def demo(workdir: Path | None, episodes: int, keep: bool) -> None:
+def demo(workdir: Path | None, num_episodes: int, keep: bool) -> None:
     """Run the whole pipeline on a generated sample, check it, and print a summary table.
 
     sample -> reshard (H.265) -> verify -> push to a local bucket -> prewarm a cache -> stream one epoch
@@ -51,7 +51,7 @@ def demo(workdir: Path | None, episodes: int, keep: bool) -> None:
     )
     click.echo(f"lrs demo in {root}{beside}")
     try:
-        result = run_demo(root, DemoConfig(replace(DEMO_SAMPLE, episodes=episodes)), echo=click.echo)
+        result = run_demo(root, DemoConfig(replace(DEMO_SAMPLE, episodes=num_episodes)), echo=click.echo)
     except DemoCheckError as exc:
         click.echo(f"check failed: {exc}\nfiles kept in {root}", err=True)
         click.get_current_context().exit(EXIT_CHECK_FAILED)

@@ -1,4 +1,4 @@
-"""`lrs describe SRC`: open a v3 dataset, validate it and summarise it."""
+"""`lrs describe DATASET`: open a v3 dataset, validate it and summarise it."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ import click
 
 from reshard.cli.base import (
     endpoint_url_option,
+    examples,
     handle_errors,
     json_option,
 )
 from reshard.source import describe, open_source, validate
 
 
-@click.command(name="describe")
-@click.argument("source")
+@click.command(name="describe", epilog=examples("lrs sample v3 --num-episodes 4", "lrs describe v3"))
+@click.argument("source", metavar="DATASET")
 @json_option
 @click.option(
     "--full",

@@ -1,4 +1,4 @@
-"""`lrs doctor SRC`: the click layer over `reshard.source.doctor`."""
+"""`lrs doctor DATASET`: the click layer over `reshard.source.doctor`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import click
 from reshard.cli.base import (
     EXIT_CHECK_FAILED,
     endpoint_url_option,
+    examples,
     handle_errors,
     json_option,
     quiet_option,
@@ -16,8 +17,8 @@ from reshard.cli.base import (
 )
 
 
-@click.command(name="doctor")
-@click.argument("source")
+@click.command(name="doctor", epilog=examples("lrs sample v3 --num-episodes 4", "lrs doctor v3"))
+@click.argument("source", metavar="DATASET")
 @json_option
 @click.option(
     "--decode",
@@ -28,7 +29,7 @@ from reshard.cli.base import (
 @endpoint_url_option()
 @handle_errors
 def doctor_cmd(source: str, as_json: bool, decode: bool, quiet: bool) -> None:
-    """List every defect of the v3 dataset SOURCE (a path or URL), read-only.
+    """List every defect of the v3 dataset DATASET (a path or URL), read-only.
 
     Runs the checks reshard and verify make, to the end instead of stopping at the first: metadata,
     episode ranges, referenced files, orphan files, each data file's rows, each video's frames. Each

@@ -8,14 +8,15 @@ import click
 
 from reshard.cli.base import (
     endpoint_url_option,
+    examples,
     handle_errors,
     json_option,
 )
 from reshard.source import inspect_dataset, render
 
 
-@click.command(name="inspect")
-@click.argument("url")
+@click.command(name="inspect", epilog=examples("lrs sample v3 --num-episodes 4", "lrs inspect v3 --json"))
+@click.argument("url", metavar="DATASET")
 @json_option
 @click.option(
     "--probe-videos",

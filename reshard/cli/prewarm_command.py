@@ -1,4 +1,4 @@
-"""`lrs prewarm URL... --cache-dir DIR`: the click layer over `reshard.prewarm.prewarm`;
+"""`lrs prewarm DATASET... --cache-dir DIR`: the click layer over `reshard.prewarm.prewarm`;
 `reader.plan.topology.node_ranks` reads its topology options.
 
 The library (and torch, which the reader needs) is imported when the command runs, so `lrs --help`
@@ -24,12 +24,13 @@ from reshard.cli.base import (
     F,
     dry_run_option,
     endpoint_url_option,
+    examples,
     handle_errors,
     quiet_option,
     quiet_requested,
     set_interrupt_hint,
 )
-from reshard.cli.types import ByteSize, IndexList, LocalDir, Weights
+from reshard.cli.types import ByteSize, IndexList, InvalidValue, LocalDir, Weights
 
 if TYPE_CHECKING:
     from reader import ReadSpec
@@ -145,8 +146,15 @@ _SPEC_OPTIONS = {
 }
 
 
-@click.command("prewarm")
-@click.argument("urls", metavar="[URL...]", nargs=-1)
+@click.command(
+    "prewarm",
+    epilog=examples(
+        "lrs sample v3 --num-episodes 4",
+        "lrs reshard v3 --out lrs",
+        "lrs prewarm lrs --cache-dir cache --num-workers 2 --dry-run",
+    ),
+)
+@click.argument("urls", metavar="[DATASET...]", nargs=-1)
 @click.option(
     "--spec",
     "spec_file",
@@ -328,7 +336,7 @@ def _with_urls(spec: ReadSpec, path: Path, urls: tuple[str, ...] | None) -> Read
     if not urls:
         if spec.redacted_urls:
             raise click.UsageError(
-                f"Missing argument 'URL...': the spec {path} holds {', '.join(spec.redacted_urls)} without "
+                f"Missing argument 'DATASET...': the spec {path} holds {', '.join(spec.redacted_urls)} without "
                 f"its credentials (redacted when it was saved). Expected the URL again: lrs prewarm --spec "
                 f"{path} URL..."
             )
@@ -359,7 +367,7 @@ def _spec_from_options(given: dict[str, Any], recorded_pool: int | None) -> Read
 
     urls, pool, batch = given["urls"], given["pool_size"], given["batch_size"]
     if not urls:
-        raise click.UsageError("Missing argument 'URL...'. Expected the dataset(s), or --spec FILE.")
+        raise click.UsageError("Missing argument 'DATASET...'. Expected the dataset(s), or --spec FILE.")
     if given["cache_dir"] is None:
         raise click.UsageError("Missing option '--cache-dir'.")
     if pool is None and batch is None and recorded_pool is not None:
@@ -424,13 +432,13 @@ def _read_state(path: Path | None) -> dict[str, Any] | None:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise click.BadParameter(f"Invalid resume state file ({exc}).", param_hint="--resume-state") from None
+        raise InvalidValue(f"Invalid resume state file ({exc}).", param_hint="--resume-state") from None
     try:
         state = json.loads(data)
     except ValueError:
         state = _torch_state(path)
         if state is None:
-            raise click.BadParameter(
+            raise InvalidValue(
                 f"Invalid resume state file ({path}). Expected JSON or a torch.save checkpoint.",
                 param_hint="--resume-state",
             ) from None

@@ -1,4 +1,4 @@
-"""`lrs push DIR URL`: the click layer over `reshard.push.publish.push`."""
+"""`lrs push DATASET URL`: the click layer over `reshard.push.publish.push`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from reshard.cli.base import (
     RERUN_TO_RESUME,
     dry_run_option,
     endpoint_url_option,
+    examples,
     handle_errors,
     quiet_option,
     quiet_requested,
@@ -20,11 +21,14 @@ from reshard.cli.types import LocalDir
 from reshard.push import push
 
 
-@click.command("push")
+@click.command(
+    "push",
+    epilog=examples("lrs sample v3 --num-episodes 4", "lrs reshard v3 --out lrs", "lrs push lrs bucket/lrs"),
+)
 @click.argument(
     "local_dir",
-    metavar="DIR",
-    type=LocalDir(exists=True, hint="DIR is the local dataset to upload; the target URL comes second"),
+    metavar="DATASET",
+    type=LocalDir(exists=True, hint="DATASET is the local dataset to upload; the target URL comes second"),
 )
 @click.argument("url")
 @click.option(
@@ -57,7 +61,7 @@ def push_command(
     """Upload a resharded dataset to a bucket, resumably, its index last.
 
     URL is hf://buckets/<owner>/<name>[/prefix], s3://bucket/prefix, a local path, or another writable
-    fsspec URL outside DIR. A file already there is skipped only on proof of the same content (the
+    fsspec URL outside DATASET. A file already there is skipped only on proof of the same content (the
     store's hash, a local file's sha256, or the sha256 the published index lists), so rerunning an
     interrupted push uploads only the rest, and a push of another version replaces every changed file.
     """

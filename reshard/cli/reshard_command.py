@@ -1,4 +1,4 @@
-"""`lrs reshard SRC --out DIR`: the click layer over `reshard.job.reshard`."""
+"""`lrs reshard DATASET --out DIR`: the click layer over `reshard.job.reshard`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from cache.redaction import redact
 from reshard.cli.base import (
     RERUN_TO_RESUME,
     endpoint_url_option,
+    examples,
     handle_errors,
     quiet_option,
     quiet_requested,
@@ -23,8 +24,10 @@ from reshard.source import DROPPED_JSON
 from reshard.video import DEFAULT_RESIZE_FILTER, RESIZE_FILTERS, VIDEO_MODES
 
 
-@click.command(name="reshard")
-@click.argument("src")
+@click.command(
+    name="reshard", epilog=examples("lrs sample v3 --num-episodes 4", "lrs reshard v3 --out lrs --video h264")
+)
+@click.argument("src", metavar="DATASET")
 @click.option(
     "--out",
     required=True,
@@ -45,7 +48,12 @@ from reshard.video import DEFAULT_RESIZE_FILTER, RESIZE_FILTERS, VIDEO_MODES
     type=click.IntRange(1),
     help="Keyframe interval of re-encodes [default: source's video.g, else 2].",
 )
-@click.option("--crf", type=click.IntRange(0, 63), help="Quality of re-encodes [default: the codec's].")
+@click.option(
+    "--crf",
+    type=click.IntRange(0, 63),
+    help="Quality of re-encodes, lower is better: 0-51 for hevc and h264 [default: 21 and 18]; 0-63 for the "
+    "AV1 episodes --video copy re-encodes [default: 30].",
+)
 @click.option("--preset", help="Encoder preset of re-encodes [default: the codec's].")
 @click.option(
     "--tune",

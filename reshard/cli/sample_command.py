@@ -9,6 +9,7 @@ import click
 from cache.progress import progress_bar
 from reshard.cli.base import (
     F,
+    examples,
     handle_errors,
     quiet_option,
     quiet_requested,
@@ -71,8 +72,10 @@ def _spec_options(fn: F) -> F:
     return fn
 
 
-@click.command()
-@click.argument("directory", type=LocalDir(hint="write it locally, then upload it with `lrs push DIR URL`"))
+@click.command(epilog=examples("lrs sample v3 --num-episodes 4"))
+@click.argument(
+    "directory", type=LocalDir(hint="write it locally, then upload it with `lrs push DATASET URL`")
+)
 @_spec_options
 @click.option(
     "--converted",

@@ -6,22 +6,23 @@ from pathlib import Path
 
 import click
 
-from reshard.cli.base import cache_dir_option, endpoint_url_option, handle_errors
+from reshard.cli.base import cache_dir_option, endpoint_url_option, examples, handle_errors
+from reshard.cli.types import InvalidValue
 
 
 def _png_path(ctx: click.Context, param: click.Parameter, value: str) -> Path:
     """`--out` is a local file ending in .png whose directory exists (checked before anything is read)."""
     path = Path(value)
     if "://" in value or path.suffix.lower() != ".png":
-        raise click.BadParameter(f"Invalid --out ({value}). Expected a local file path ending in .png.")
+        raise InvalidValue(f"Invalid --out ({value}). Expected a local file path ending in .png.")
     if not path.parent.is_dir():
-        raise click.BadParameter(f"Invalid --out ({value}). Expected a file in an existing directory.")
+        raise InvalidValue(f"Invalid --out ({value}). Expected a file in an existing directory.")
     return path
 
 
 @click.command(
     name="show",
-    epilog="Example: lrs show lerobot/pusht --episode 3 --out pusht-3.png",
+    epilog=examples("lrs sample v3 --num-episodes 4", "lrs show v3 --episode 1 --out episode-1.png"),
 )
 @click.argument("dataset")
 @click.option(

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from reshard.cli.base import cache_dir_option, endpoint_url_option, handle_errors, set_interrupt_hint
-from reshard.cli.types import ByteSize
+from reshard.cli.types import ByteSize, InvalidValue
 
 # The reader's largest frame side (`reader.plan.spec.MAX_FRAME_SIDE`, internal to the reader; a test holds
 # the two equal): a bigger --resize is refused here, in one line, before lerobot is imported.
@@ -92,7 +92,7 @@ def _frame_size(value: str | None) -> tuple[int, int] | None:
         return None
     match = re.fullmatch(r"\s*([0-9]+)x([0-9]+)\s*", value.lower())
     if match is None or not all(0 < int(side) <= MAX_SIDE for side in match.groups()):
-        raise click.BadParameter(
-            f"{value!r}. Expected WIDTHxHEIGHT in pixels, each 1..{MAX_SIDE}, e.g. 224x224."
+        raise InvalidValue(
+            f"Invalid --resize ({value}). Expected WIDTHxHEIGHT in pixels, each 1..{MAX_SIDE}, e.g. 224x224."
         )
     return int(match.group(2)), int(match.group(1))

@@ -8,17 +8,37 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from cache.arguments import index_range, local_dir
 
+
+class InvalidValue(click.BadParameter):
+    """A bad value whose message names it already (`Invalid --out (s3://b/x): ...`): shown as it stands,
+    without click's `Invalid value for '--out': ` before it."""
+
+    def format_message(self) -> str:
+        return self.message
+
+
+class _OwnMessages(click.ParamType):
+    """A parameter type whose failures are `InvalidValue`s when they name the value themselves."""
+
+    def fail(
+        self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None
+    ) -> NoReturn:
+        if message.startswith("Invalid "):
+            raise InvalidValue(message, ctx=ctx, param=param)
+        super().fail(message, param, ctx)
+
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 
 
-class LocalDir(click.Path):
+class LocalDir(_OwnMessages, click.Path):
     """A local directory, never a URL: `file:///abs/dir` is the directory it names; `s3://...`, `hf://...`
     and every other URL are a usage error saying what to do instead (`hint`), so that no URL becomes a
     local folder named after its scheme."""
@@ -39,7 +59,7 @@ class LocalDir(click.Path):
         return super().convert(value, param, ctx)
 
 
-class CommaList(click.ParamType):
+class CommaList(_OwnMessages, click.ParamType):
     """Comma-separated items, each part parsed by `parse`; a tuple (a default, or a value click converted
     before) passes through.
 
@@ -83,7 +103,7 @@ class IndexList(CommaList):
         )
 
 
-class ByteSize(click.ParamType):
+class ByteSize(_OwnMessages, click.ParamType):
     """A byte count with the units' true meanings: `50GB` is 50 x 1000^3 bytes, `50GiB` 50 x 1024^3;
     a bare letter (`50G`, `500M`) is binary, as `du -h` and `ls -h` print sizes; `1048576` is bytes."""
 
@@ -107,7 +127,7 @@ class ByteSize(click.ParamType):
         return count
 
 
-class PartType(click.ParamType):
+class PartType(_OwnMessages, click.ParamType):
     """`I/N`: part I (0-based) of N."""
 
     name = "I/N"

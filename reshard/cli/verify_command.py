@@ -1,4 +1,4 @@
-"""`lrs verify DATASET [--against SRC]`: the click layer over `reshard.verify.verify`."""
+"""`lrs verify DATASET [--against DATASET]`: the click layer over `reshard.verify.verify`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import click
 from reshard.cli.base import (
     EXIT_CHECK_FAILED,
     endpoint_url_option,
+    examples,
     handle_errors,
     json_option,
 )
@@ -16,7 +17,12 @@ from reshard.verify import verify
 from reshard.video import DEFAULT_MIN_PSNR_DB
 
 
-@click.command(name="verify")
+@click.command(
+    name="verify",
+    epilog=examples(
+        "lrs sample v3 --num-episodes 4", "lrs reshard v3 --out lrs", "lrs verify lrs --against v3"
+    ),
+)
 @click.argument("dataset")
 @click.option("--against", help="The v3 source it was resharded from: also check every value and frame.")
 @click.option(

@@ -545,5 +545,5 @@ def test_cli_spec_options_must_agree_with_the_file(sample_resharded_ds: Path, tm
     result = lrs("prewarm", "--cache-dir", str(tmp_path / "c"), "--dry-run")
     assert (
         result.exit_code == 2
-        and "Missing argument 'URL...'. Expected the dataset(s), or --spec FILE." in result.output
+        and "Missing argument 'DATASET...'. Expected the dataset(s), or --spec FILE." in result.output
     )

@@ -330,7 +330,9 @@ def test_prewarm_asks_a_saved_spec_for_its_url_again(
         with pytest.raises(DatasetError, match=r"credentials were redacted where it was shown or saved"):
             EpisodeStream(saved)
         assert len(EpisodeStream(saved.with_urls([url]))) == 244
-    assert without.exit_code == 2 and "Missing argument 'URL...': the spec" in without.output, without.output
+    assert without.exit_code == 2 and "Missing argument 'DATASET...': the spec" in without.output, (
+        without.output
+    )
     assert f"{redact(url)} without its credentials" in without.output
     assert other.exit_code == 2 and "Invalid URL (" in other.output, other.output
     assert dry.exit_code == 0 and again.exit_code == 0 and "fetched" in again.output, again.output
