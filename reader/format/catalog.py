@@ -155,6 +155,8 @@ class Catalog(OpenedDataset):
         edited after its reshard), which is then named in one warning per process.
 
         Raises:
+            IntegrityError: read in place, a data or video file the index lists is missing or of another
+                size while `meta/` is exactly what the index lists (damage or tampering, not an edit).
             DatasetError: metadata missing or malformed (LayoutError for a broken lrs/1 index).
             FetchError: a metadata file could not be read.
         """
@@ -252,7 +254,8 @@ _WARNED: set[tuple[str, str]] = set()
 
 
 def _open_checked(remote: Remote, reads: Reads) -> Catalog:
-    """An lrs/1 dataset opened as lrs/1 when its index is fresh, else as plain v3 (with one warning)."""
+    """An lrs/1 dataset opened as lrs/1 when its index is fresh, as plain v3 (with one warning) when it
+    was edited, and refused when a listed file is damaged under unchanged metadata."""
     try:
         files = read_files_index(remote, reads.cat)
     except LayoutError:
@@ -260,6 +263,8 @@ def _open_checked(remote: Remote, reads: Reads) -> Catalog:
     stale = check_fresh(remote, files, reads)
     if stale is None:
         return _open_lrs(remote, reads, files)
+    if stale.damaged:
+        raise stale.refusal(remote)
     key = (remote.shown, stale.file)
     if key not in _WARNED:
         _WARNED.add(key)
