@@ -6,7 +6,10 @@ first defect; `doctor` runs every check to the end and lists them all, each nami
 and the field. The checks are the ones `reshard` and `verify` make (`reshard.source.checks`), collected instead
 of raised, plus what only a whole-dataset view can see (orphans):
 
-1. `metadata`: `meta/info.json`, `meta/episodes/` and the tasks load (a failure ends the report);
+1. `metadata`: `meta/info.json`, `meta/episodes/` and the tasks load (a failure ends the report), and no
+   feature name, camera key or task string holds a control character (`cache.printable`: every command
+   prints such a name escaped, and `reshard` copies it as it is, as lerobot reads it; a tool that prints
+   it raw would let it retitle a terminal or forge a line);
 2. `episodes`: episode ranges tile `[0, total_frames)` in order, and video spans match lengths;
 3. `files`: every file an episode points at exists;
 4. `orphans`: no parquet or video file under `data/` or `videos/` that no episode references (where the
@@ -40,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cache.errors import LrsError
+from cache.printable import has_control, printable_lines
 from cache.progress import progress_bar
 from cache.redaction import redact
 from cache.remote import Remote, resolve
@@ -49,7 +53,7 @@ from reader.format.fresh import Stale
 from reader.format.index import LAYOUT_JSON
 from reader.format.jsonfile import parse_json
 from reader.format.layout import read_files_index
-from reader.format.v3 import INFO_PATH
+from reader.format.v3 import INFO_PATH, TASKS_PATH
 from reshard.source.checks import frame_size_defects, iter_row_defects, iter_video_defects
 from reshard.source.model import (
     V3Source,
@@ -137,7 +141,7 @@ class Report:
                 + (f", in {len(episodes)} episode{'s' if len(episodes) != 1 else ''}" if episodes else "")
                 + "."
             )
-        return "\n".join(lines)
+        return printable_lines(lines)  # a name from the dataset, quoted in a defect, stays on its line
 
 
 def doctor(
@@ -164,9 +168,35 @@ def doctor(
         _check_index(report, url, storage_options)
         return report
     report.checks.append("metadata")
+    report.defects += [Defect.of("metadata", e) for e in name_defects(source)]
     report = examine(source, report, decode=decode, progress=progress)
     _check_index(report, source.remote, storage_options)
     return report
+
+
+def name_defects(source: V3Source) -> list[DatasetError]:
+    """A defect for each feature name, camera key and task string of `source` that holds a control
+    character (`cache.printable.has_control`), quoted as `repr` quotes it."""
+    defects = []
+    info = source.remote.display(INFO_PATH)
+    for name, feature in source.info.features.items():
+        if has_control(name):
+            what = "camera key" if feature.get("dtype") in ("video", "image") else "feature name"
+            defects.append(_control_defect(what, name, file=info, field=f"features/{name}"))
+    tasks = source.remote.display(TASKS_PATH)
+    for index, task in enumerate(source.tasks):
+        if isinstance(task, str) and has_control(task):
+            defects.append(_control_defect(f"task {index}", task, file=tasks, field="task"))
+    return defects
+
+
+def _control_defect(what: str, name: str, *, file: str, field: str) -> DatasetError:
+    return DatasetError(
+        f"Invalid {what} ({name!r:.200}): it holds a control character. Expected printable text (lrs prints "
+        "it escaped; a tool that prints it raw lets it move the cursor, retitle the terminal or forge a line).",
+        file=file,
+        field=field,
+    )
 
 
 def _check_index(report: Report, url: str | Remote, storage_options: dict[str, Any] | None) -> None:
