@@ -17,7 +17,7 @@ import click
 
 from cache import LrsError
 from cache.errors import os_error_message
-from cache.printable import printable
+from cache.printable import printable, printable_lines
 from cache.redaction import redact
 from reshard import DISTRIBUTION
 from reshard.cli.types import LocalDir
@@ -44,14 +44,14 @@ def handle_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except LrsError as exc:
             if click.get_current_context().find_root().params.get("debug"):
-                click.echo(redact(traceback.format_exc()).rstrip(), err=True)
+                click.echo(printable_lines(redact(traceback.format_exc()).rstrip().splitlines()), err=True)
             raise LrsClickError(printable(redact(str(exc)))) from exc
         except OSError as exc:
             # A local path no deeper layer words (an unwritable or full folder): the same one line, exit 3.
             if exc.filename is None:
                 raise
             if click.get_current_context().find_root().params.get("debug"):
-                click.echo(redact(traceback.format_exc()).rstrip(), err=True)
+                click.echo(printable_lines(redact(traceback.format_exc()).rstrip().splitlines()), err=True)
             raise LrsClickError(printable(redact(os_error_message(exc)))) from exc
 
     return wrapper  # type: ignore[return-value]
