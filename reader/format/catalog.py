@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cache.printable import printable
 from cache.remote import Reads, Remote, resolve
 from reader.errors import DatasetError, LayoutError
 from reader.format.fresh import Stale, find_stale, metadata_paths
@@ -268,7 +269,7 @@ def _open_checked(remote: Remote, reads: Reads) -> Catalog:
     key = (remote.shown, stale.file)
     if key not in _WARNED:
         _WARNED.add(key)
-        log.warning("%s Reading it as plain LeRobot v3 meanwhile.", stale.describe(remote))
+        log.warning("%s Reading it as plain LeRobot v3 meanwhile.", printable(stale.describe(remote)))
     return _open_v3(remote, reads)
 
 
