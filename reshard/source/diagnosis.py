@@ -16,6 +16,7 @@ of raised, plus what only a whole-dataset view can see (orphans):
    store can list);
 5. `rows`: each data file's rows are exactly its episodes' (index, episode_index, frame_index), with
    finite, increasing timestamps at `frame_index / fps` and valid task indices, and its row count adds up;
+   it has a column for every feature `meta/info.json` declares (`reshard.source.checks.absent_feature`);
 6. `videos`: each video file is non-empty and readable, its frames are the size its camera's `shape`
    declares, its header's duration holds every episode's time range, and its frames are all there: a file cut short (its index first, so its header still
    promises every frame) makes exactly the episodes whose frames are missing defective
@@ -26,7 +27,9 @@ An lrs/1 dataset (one with `meta/lrs/layout.json`) gets one more check, `index`:
 the dataset (`reader.format.fresh`: the metadata files' sha256, every local file's size; and here, since
 `rows` reads every data file anyway, each data file's sha256). A tool that edits the dataset and copies
 `meta/lrs/` along unchanged (`lerobot-edit-dataset`) leaves a "stale lrs index", a defect naming the command
-that rebuilds it; the reader reads such a dataset as plain v3.
+that rebuilds it; the reader reads such a dataset as plain v3. A data or video file missing or of another size under a `meta/`
+that is exactly what the index lists is damage, not an edit: a defect naming the file, which the reader
+refuses.
 
 When `meta/episodes` cannot be read, the header counts what `meta/info.json` declares.
 
