@@ -349,6 +349,7 @@ CLI_ALLOWED = {
     "cache.arguments": frozenset({"format_index_list", "index_range", "local_dir"}),
     "cache.errors": frozenset({"os_error_message"}),
     "cache.exits": frozenset({"EXIT_SIGINT", "EXIT_SIGTERM", "Terminated", "raise_on_sigterm"}),
+    "cache.printable": frozenset({"printable", "printable_lines"}),
     "cache.progress": frozenset({"human_bytes", "progress_bar"}),
     "cache.redaction": frozenset({"redact"}),
 }

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cache.printable import printable
 from cache.remote import Reads, Remote, resolve
 from reader.errors import DatasetError, LayoutError
 from reader.format.fresh import Stale, find_stale, metadata_paths
@@ -155,6 +156,8 @@ class Catalog(OpenedDataset):
         edited after its reshard), which is then named in one warning per process.
 
         Raises:
+            IntegrityError: read in place, a data or video file the index lists is missing or of another
+                size while `meta/` is exactly what the index lists (damage or tampering, not an edit).
             DatasetError: metadata missing or malformed (LayoutError for a broken lrs/1 index).
             FetchError: a metadata file could not be read.
         """
@@ -252,7 +255,8 @@ _WARNED: set[tuple[str, str]] = set()
 
 
 def _open_checked(remote: Remote, reads: Reads) -> Catalog:
-    """An lrs/1 dataset opened as lrs/1 when its index is fresh, else as plain v3 (with one warning)."""
+    """An lrs/1 dataset opened as lrs/1 when its index is fresh, as plain v3 (with one warning) when it
+    was edited, and refused when a listed file is damaged under unchanged metadata."""
     try:
         files = read_files_index(remote, reads.cat)
     except LayoutError:
@@ -260,10 +264,12 @@ def _open_checked(remote: Remote, reads: Reads) -> Catalog:
     stale = check_fresh(remote, files, reads)
     if stale is None:
         return _open_lrs(remote, reads, files)
+    if stale.damaged:
+        raise stale.refusal(remote)
     key = (remote.shown, stale.file)
     if key not in _WARNED:
         _WARNED.add(key)
-        log.warning("%s Reading it as plain LeRobot v3 meanwhile.", stale.describe(remote))
+        log.warning("%s Reading it as plain LeRobot v3 meanwhile.", printable(stale.describe(remote)))
     return _open_v3(remote, reads)
 
 

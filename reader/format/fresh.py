@@ -14,6 +14,12 @@ the hashes alone: there a data or video file of another size under unchanged met
 publish in progress than an edit, and the cache refuses it when it is fetched (sizes and sha256 are
 checked), naming the file; it is never served. A same-size edit of a data file with the metadata unchanged is caught by the CRC-32 of each
 row group the index keeps (`reader.runtime.rows`), an error naming the fix.
+
+An edit is not damage. Every editor rewrites `meta/` with the files it changes (new tasks, episodes, stats,
+or the video info a re-encode refreshes), so an index whose metadata files all still hash as listed, and
+with no unlisted file under `meta/`, while a listed data or video file is missing or of another size,
+describes a dataset that was damaged or tampered with, not edited: that `Stale` is `damaged`, and the
+reader refuses it (`Stale.refusal`, one line naming the file), as the cache refuses such a file over a URL.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cache.errors import IntegrityError
 from cache.remote import Remote
 from cache.store import TEMP_SUFFIX
 from reader.format.index import LRS_DIR, FileIndex
@@ -43,17 +50,31 @@ class Stale:
     Attributes:
         file: the dataset-relative path that differs.
         problem: what differs, e.g. "another sha256 than meta/lrs/files.parquet lists".
+        damaged: a listed data or video file differs while `meta/` is exactly what the index lists: damage
+            or tampering, not an edit (editors rewrite `meta/` with the files they change).
     """
 
     file: str
     problem: str
+    damaged: bool = False
 
     def describe(self, remote: Remote) -> str:
-        """One line: the index is stale, which file differs, and the command that rebuilds it."""
+        """One line: the index is stale, which file differs, and the command that rebuilds it (where the
+        file is `damaged`, the line of `refusal`)."""
+        if self.damaged:
+            return str(self.refusal(remote))
         return (
             f"stale lrs index: {remote.display(self.file)} {self.problem} (the dataset was changed after "
             f"its reshard). Expected the files meta/lrs/ indexes: rebuild it with `lrs reshard "
             f"{remote.shown} --out NEW`."
+        )
+
+    def refusal(self, remote: Remote) -> IntegrityError:
+        """The one-line error for a damaged dataset: the file, how it differs, and what to do."""
+        return IntegrityError(
+            f"Invalid file ({remote.display(self.file)}): {self.problem}, while meta/ is exactly what the "
+            "index recorded. Expected the file the index lists: it was damaged or replaced after the "
+            f"reshard (restore it, or rebuild the index with `lrs reshard {remote.shown} --out NEW`)."
         )
 
 
@@ -90,22 +111,34 @@ def find_stale(remote: Remote, files: FileIndex, cat: Callable[[str], bytes]) ->
 
 
 def _size_change(remote: Remote, files: FileIndex) -> Stale | None:
-    """The first file of a local dataset that is missing, unlisted or of another size than listed (by
-    arrays: one lookup of every path at once)."""
+    """How the files of a local dataset differ from the index, by arrays (one lookup of every path at
+    once): an unlisted file under `meta/` first (an edit), then a listed file missing or of another size
+    (`damaged`: the metadata files were found as listed before this is called), then an unlisted file."""
     present = sorted(_local_files(remote))
     paths = [rel for rel, _ in present]
     rows = files.positions(pa.array(paths, pa.string()))
     sizes = np.array([size for _, size in present], dtype=np.int64)
     listed = np.append(files.sizes, -1)[rows]  # row -1: not listed
-    for i in np.flatnonzero(listed != sizes)[:1].tolist():
-        if rows[i] < 0:
-            return Stale(paths[i], "is not listed in meta/lrs/files.parquet")
-        return Stale(paths[i], f"has {sizes[i]} bytes, not the {listed[i]} meta/lrs/files.parquet lists")
+    differ = np.flatnonzero(listed != sizes).tolist()
+    unlisted = [Stale(paths[i], "is not listed in meta/lrs/files.parquet") for i in differ if rows[i] < 0]
+    changed = [
+        _listed(paths[i], f"has {sizes[i]} bytes, not the {listed[i]} meta/lrs/files.parquet lists")
+        for i in differ
+        if rows[i] >= 0
+    ]
     seen = set(paths) | {INFO_PATH, TASKS_PATH}  # those two missing: their own error where they are read
-    for rel in files:
-        if rel not in seen and not rel.startswith(f"{LRS_DIR}/"):
-            return Stale(rel, "is missing, which meta/lrs/files.parquet lists")
-    return None
+    missing = [
+        _listed(rel, "is missing, which meta/lrs/files.parquet lists")
+        for rel in files
+        if rel not in seen and not rel.startswith(f"{LRS_DIR}/")
+    ]
+    edited = [s for s in unlisted if s.file.startswith("meta/")]
+    return next(iter(edited + sorted(changed + missing, key=lambda s: s.file) + unlisted), None)
+
+
+def _listed(rel: str, problem: str) -> Stale:
+    """A listed file that differs: damage where it is a data or video file (`meta/` is as listed)."""
+    return Stale(rel, problem, damaged=not rel.startswith("meta/"))
 
 
 def _local_files(remote: Remote) -> Iterator[tuple[str, int]]:

@@ -43,6 +43,15 @@ def parse_parquet(
         raise error(f"not a readable parquet file ({exc})", file=file) from exc
 
 
+def parquet_columns(data: bytes, *, file: str) -> list[str]:
+    """The top-level column names of a parquet file's bytes (its footer only), or DatasetError naming
+    `file`, as `parse_parquet` words it."""
+    try:
+        return list(pq.ParquetFile(pa.BufferReader(data), pre_buffer=False).schema_arrow.names)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DatasetError(f"not a readable parquet file ({exc})", file=file) from exc
+
+
 def leaf_columns(metadata: pq.FileMetaData) -> list[str]:
     """The leaf column paths of a parquet footer, in the order `row_group(i).column(j)` numbers them (empty
     without row groups).

@@ -44,6 +44,7 @@ with _quiet_sigint_while_importing():
     import click
 
     from cache.exits import EXIT_SIGINT, EXIT_SIGTERM, Terminated, raise_on_sigterm
+    from cache.printable import printable
     from reshard.cli.base import (
         EXIT_CHECK_FAILED,
         EXIT_ERROR,
@@ -95,7 +96,7 @@ def main() -> None:
     except click.UsageError as exc:
         # One line, as every other failure: click's own form adds "Usage:" and "Try ..." lines.
         command = exc.ctx.command_path if exc.ctx is not None else "lrs"
-        click.echo(f"Error: {exc.format_message()} (see `{command} --help`)", err=True)
+        click.echo(f"Error: {printable(exc.format_message())} (see `{command} --help`)", err=True)
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()

@@ -18,6 +18,7 @@ import click
 
 from cache import LrsError
 from cache.errors import os_error_message
+from cache.printable import printable, printable_lines
 from cache.redaction import redact
 from reshard import DISTRIBUTION
 from reshard.cli.types import InvalidValue, LocalDir
@@ -34,7 +35,8 @@ class LrsClickError(click.ClickException):
 
 
 def handle_errors(fn: F) -> F:
-    """Turn an `LrsError`, or an `OSError` on a local path, into a one-line message and exit code 3;
+    """Turn an `LrsError`, or an `OSError` on a local path, into a one-line message (redacted, its control
+    characters escaped: a name from a dataset prints as `cache.printable` escapes it) and exit code 3;
     `--debug` prints the traceback before that line and changes nothing else (the exit code stays 3)."""
 
     @functools.wraps(fn)
@@ -43,15 +45,15 @@ def handle_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except LrsError as exc:
             if click.get_current_context().find_root().params.get("debug"):
-                click.echo(redact(traceback.format_exc()).rstrip(), err=True)
-            raise LrsClickError(redact(str(exc))) from exc
+                click.echo(printable_lines(redact(traceback.format_exc()).rstrip().splitlines()), err=True)
+            raise LrsClickError(printable(redact(str(exc)))) from exc
         except OSError as exc:
             # A local path no deeper layer words (an unwritable or full folder): the same one line, exit 3.
             if exc.filename is None:
                 raise
             if click.get_current_context().find_root().params.get("debug"):
-                click.echo(redact(traceback.format_exc()).rstrip(), err=True)
-            raise LrsClickError(redact(os_error_message(exc))) from exc
+                click.echo(printable_lines(redact(traceback.format_exc()).rstrip().splitlines()), err=True)
+            raise LrsClickError(printable(redact(os_error_message(exc)))) from exc
 
     return wrapper  # type: ignore[return-value]
 
@@ -172,12 +174,19 @@ def cli(debug: bool, quiet: bool) -> None:
             handler.addFilter(_Redact())
 
 
+# The loggers of lrs's own packages, whose lines may quote a name from a dataset.
+_OWN_LOGGERS = ("cache", "reader", "reshard")
+
+
 class _Redact(logging.Filter):
-    """Redact secrets (tokens, a URL's user:password@) from every log line, whichever library wrote it."""
+    """Redact secrets (tokens, a URL's user:password@) from every log line, whichever library wrote it,
+    and escape the control characters of lrs's own lines (`cache.printable`: names from a dataset)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         clean = redact(message)
+        if record.name.split(".")[0] in _OWN_LOGGERS:
+            clean = printable(clean)
         if clean != message:
             record.msg, record.args = clean, None
         return True

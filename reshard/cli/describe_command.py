@@ -6,6 +6,7 @@ import json
 
 import click
 
+from cache.printable import printable_lines
 from reshard.cli.base import (
     endpoint_url_option,
     examples,
@@ -39,7 +40,7 @@ def describe_cmd(source: str, as_json: bool, full: bool) -> None:
 
 
 def render_description(summary: dict[str, object]) -> str:
-    """`describe`'s summary as aligned lines for people."""
+    """`describe`'s summary as aligned lines for people, each `printable` (names come from the dataset)."""
     from reshard.source import plural
 
     length: dict[str, float] = summary["episode_length"]  # type: ignore[assignment]
@@ -60,4 +61,4 @@ def render_description(summary: dict[str, object]) -> str:
     ]
     if "checked" in summary:
         lines.append("checked   every data file's index columns and every video header: ok")
-    return "\n".join(lines)
+    return printable_lines(lines)

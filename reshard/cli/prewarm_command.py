@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cache.arguments import format_index_list
+from cache.printable import printable
 from cache.redaction import redact
 from reshard.cli.base import (
     RERUN_TO_RESUME,
@@ -417,7 +418,7 @@ def _echo_plan(
         need = item.need
         source = f"dataset {need.source}, " if mixture else ""
         click.echo(
-            f"  {number:>4}. {need.path}  {human_bytes(item.request.bytes or 0)}  ({source}rank {need.rank}, "
+            f"  {number:>4}. {printable(need.path)}  {human_bytes(item.request.bytes or 0)}  ({source}rank {need.rank}, "
             f"worker {need.worker}, step {need.step}, episode {need.episode_index})"
         )
     if len(plan.files) > _SHOWN_FILES:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from cache.printable import printable
 from reshard.cli.base import (
     RERUN_TO_RESUME,
     dry_run_option,
@@ -78,9 +79,9 @@ def push_command(
     )
     if dry_run:
         for rel in summary.uploaded:
-            click.echo(f"upload {rel}")
+            click.echo(f"upload {printable(rel)}")
         for rel in summary.skipped:
-            click.echo(f"skip   {rel}")
+            click.echo(f"skip   {printable(rel)}")
     click.echo(summary.describe())
 
 

@@ -58,7 +58,7 @@ from reshard.job.execute import (
 from reshard.job.lock import job_lock
 from reshard.job.meta import Record, build_meta, reencoded_videos
 from reshard.job.plan import ReshardPlan, VideoTask, make_plan
-from reshard.source.checks import iter_video_defects
+from reshard.source.checks import absent_feature, iter_video_defects
 from reshard.source.defects import defects_error, describe_defect, raise_defects
 from reshard.source.diagnosis import Defect, examine
 from reshard.source.dropped import SKIPPED_BY_USER, Dropped, Selection, make_selection, parse_episode_list
@@ -173,8 +173,19 @@ def source_sizes(source: V3Source) -> dict[str, int]:
 
 
 def _context(source: V3Source, work: Path, options: ReshardOptions) -> TaskContext:
+    """What every task needs, from the first data file's footer (every other file must have its schema,
+    `SourceFileRows`).
+
+    Raises:
+        DatasetError: the first data file lacks a feature `meta/info.json` declares (`absent_feature`).
+    """
     first = source.data_files()[0]
     footer = read_footer(source.remote, first)
+    absent = absent_feature(
+        source.info, footer.schema.to_arrow_schema().names, file=source.remote.display(first)
+    )
+    if absent is not None:
+        raise absent
     codec = footer.row_group(0).column(0).compression.lower() if footer.num_row_groups else "snappy"
     return TaskContext(
         source=source,

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from cache.printable import printable
 from cache.store import atomic_write
 from reshard.preview.episode_view import CameraFrames, EpisodeView
 from reshard.preview.plot import TEXT, Font, draw_panel, fit_text
@@ -112,7 +113,7 @@ def _strip(
     small: Font,
 ) -> None:
     tiles, note = camera_tiles(camera)
-    draw.text((layout.margin, top + 4), f"{camera.key}  {note}", fill=TEXT, font=small)
+    draw.text((layout.margin, top + 4), printable(f"{camera.key}  {note}"), fill=TEXT, font=small)
     y = top + layout.label_height
     for i, (tile, frame) in enumerate(zip(tiles, camera.frame_indices, strict=True)):
         x = layout.margin + i * (layout.tile_width + layout.gap)

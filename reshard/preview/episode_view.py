@@ -143,6 +143,22 @@ def read_episode_view(
     return _collect(stream, meta, episode=episode, source=source, picks=picks, keys=keys)
 
 
+def _value(item: Mapping[str, Any], key: str, source: str, episode: int) -> Any:
+    """The sample's value of feature `key`, which `meta/info.json` declares.
+
+    Raises:
+        DatasetError: the sample has none (the data files lack the column).
+    """
+    if key not in item:
+        raise DatasetError(
+            f"Invalid sample (no {key!r} value). Expected every feature meta/info.json declares: the data "
+            f"files lack its column (`lrs doctor {redact(source)}` names them).",
+            file=redact(source),
+            episode=episode,
+        )
+    return item[key]
+
+
 def _collect(
     items: Iterable[Mapping[str, Any]],
     meta: DatasetMeta,
@@ -161,7 +177,7 @@ def _collect(
     for position, item in enumerate(items):
         length = position + 1
         for key in keys:
-            values[key].append(np.asarray(item[key], dtype=np.float64).reshape(-1))
+            values[key].append(np.asarray(_value(item, key, source, episode), dtype=np.float64).reshape(-1))
         if position in wanted:
             for key in shots:
                 shots[key].append(np.asarray(item[key]))

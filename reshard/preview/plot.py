@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import ImageDraw, ImageFont
 
+from cache.printable import printable
 from reshard.preview.episode_view import Curve
 
 Font = ImageFont.ImageFont | ImageFont.FreeTypeFont
@@ -102,7 +103,9 @@ def draw_panel(
     g = geometry
     values, ranges = per_dimension(curve.values)
     scaled = "; each dimension scaled to its own range, written in the legend" if ranges else ""
-    draw.text((x0, y0 + 2), f"{curve.key}  ({len(curve.names)} dims{scaled})", fill=TEXT, font=font)
+    draw.text(
+        (x0, y0 + 2), printable(f"{curve.key}  ({len(curve.names)} dims{scaled})"), fill=TEXT, font=font
+    )
     axes = (x0 + g.y_labels, y0 + g.header, x1 - g.legend - g.right, y1 - g.x_labels)
     t_max = max(len(values) - 1, 1) / fps
     v_lo, v_hi = (-0.05, 1.05) if ranges else value_limits(values)
@@ -189,7 +192,9 @@ def _legend(
 
 
 def fit_text(text: str, width: float, font: Font) -> str:
-    """`text`, cut with an ellipsis to `width` pixels."""
+    """`text`, `printable` (a name from the dataset draws as it prints), cut with an ellipsis to `width`
+    pixels."""
+    text = printable(text)
     if font.getlength(text) <= width:
         return text
     while text and font.getlength(text + "…") > width:

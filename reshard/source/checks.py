@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 
 from reader.errors import DatasetError
-from reader.format.parquet import parse_parquet
-from reader.format.v3 import INFO_PATH, EpisodeInfo, VideoSegment, frame_size
+from reader.format.parquet import parquet_columns, parse_parquet
+from reader.format.v3 import INDEX_COLUMNS, INFO_PATH, EpisodeInfo, Info, VideoSegment, frame_size
 from reshard.source.defects import describe_defect, raise_defects
 from reshard.video.extent import VideoExtent, frames_in_range, video_extent
 
@@ -66,14 +66,17 @@ def iter_row_defects(
     `frame_index / fps` within `TIMESTAMP_TOLERANCE_S`: lerobot finds video frames by timestamp) and
     `task_index` (a row of the tasks table).
 
-    Yields the first defect of each episode (naming the file, the episode and the column), then a row
-    count that does not add up.
+    Yields, where it reads the file itself (`table` None), a feature `meta/info.json` declares that the
+    file lacks (`absent_feature`); then the first defect of each episode (naming the file, the episode and
+    the column), then a row count that does not add up.
     """
     where = source.remote.display(data_file)
     if table is None:
-        table = parse_parquet(
-            source.remote.cat(data_file), file=where, columns=list(CHECKED_COLUMNS), missing_ok=True
-        )
+        data = source.remote.cat(data_file)
+        absent = absent_feature(source.info, parquet_columns(data, file=where), file=where)
+        if absent is not None:
+            yield absent
+        table = parse_parquet(data, file=where, columns=list(CHECKED_COLUMNS), missing_ok=True)
     index = table.column("index").to_numpy()
     ep_col = table.column("episode_index").to_numpy()
     frame = table.column("frame_index").to_numpy()
@@ -135,6 +138,33 @@ def _check_episode_rows(
         )
     _check_timestamps(source, table, order[lo:hi], frame[lo:hi], episode.episode_index, where)
     _check_task_index(source, table, order[lo:hi], episode.episode_index, where)
+
+
+# Feature dtypes whose values need not be data file columns: videos are files of their own, and lerobot's
+# writers keep image features in the parquet files or as files beside them.
+_FILE_DTYPES = ("video", "image")
+
+
+def absent_feature(info: Info, columns: Iterable[str], *, file: str) -> DatasetError | None:
+    """The defect of a data file with `columns` that lacks a feature `info` declares, or None.
+
+    Video and image features are not checked (`_FILE_DTYPES`), nor lerobot's index columns (`index`,
+    `task_index`, ...), which the row checks read where a file has them.
+    """
+    names = set(columns)
+    absent = [
+        name
+        for name, feature in info.features.items()
+        if feature.get("dtype") not in _FILE_DTYPES and name not in INDEX_COLUMNS and name not in names
+    ]
+    if not absent:
+        return None
+    return DatasetError(
+        f"Invalid data file (no {', '.join(repr(a) for a in absent)} column{'s' if len(absent) > 1 else ''}). "
+        f"Expected a column for every feature {INFO_PATH} declares, but video and image features.",
+        file=file,
+        field=absent[0],
+    )
 
 
 # The columns `check_rows` reads; those after the first three are checked where a file has them.

@@ -6,13 +6,17 @@ first defect; `doctor` runs every check to the end and lists them all, each nami
 and the field. The checks are the ones `reshard` and `verify` make (`reshard.source.checks`), collected instead
 of raised, plus what only a whole-dataset view can see (orphans):
 
-1. `metadata`: `meta/info.json`, `meta/episodes/` and the tasks load (a failure ends the report);
+1. `metadata`: `meta/info.json`, `meta/episodes/` and the tasks load (a failure ends the report), and no
+   feature name, camera key or task string holds a control character (`cache.printable`: every command
+   prints such a name escaped, and `reshard` copies it as it is, as lerobot reads it; a tool that prints
+   it raw would let it retitle a terminal or forge a line);
 2. `episodes`: episode ranges tile `[0, total_frames)` in order, and video spans match lengths;
 3. `files`: every file an episode points at exists;
 4. `orphans`: no parquet or video file under `data/` or `videos/` that no episode references (where the
    store can list);
 5. `rows`: each data file's rows are exactly its episodes' (index, episode_index, frame_index), with
    finite, increasing timestamps at `frame_index / fps` and valid task indices, and its row count adds up;
+   it has a column for every feature `meta/info.json` declares (`reshard.source.checks.absent_feature`);
 6. `videos`: each video file is non-empty and readable, its frames are the size its camera's `shape`
    declares, its header's duration holds every episode's time range, and its frames are all there: a file cut short (its index first, so its header still
    promises every frame) makes exactly the episodes whose frames are missing defective
@@ -23,7 +27,9 @@ An lrs/1 dataset (one with `meta/lrs/layout.json`) gets one more check, `index`:
 the dataset (`reader.format.fresh`: the metadata files' sha256, every local file's size; and here, since
 `rows` reads every data file anyway, each data file's sha256). A tool that edits the dataset and copies
 `meta/lrs/` along unchanged (`lerobot-edit-dataset`) leaves a "stale lrs index", a defect naming the command
-that rebuilds it; the reader reads such a dataset as plain v3.
+that rebuilds it; the reader reads such a dataset as plain v3. A data or video file missing or of another size under a `meta/`
+that is exactly what the index lists is damage, not an edit: a defect naming the file, which the reader
+refuses.
 
 When `meta/episodes` cannot be read, the header counts what `meta/info.json` declares.
 
@@ -40,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cache.errors import LrsError
+from cache.printable import has_control, printable_lines
 from cache.progress import progress_bar
 from cache.redaction import redact
 from cache.remote import Remote, resolve
@@ -49,7 +56,7 @@ from reader.format.fresh import Stale
 from reader.format.index import LAYOUT_JSON
 from reader.format.jsonfile import parse_json
 from reader.format.layout import read_files_index
-from reader.format.v3 import INFO_PATH
+from reader.format.v3 import INFO_PATH, TASKS_PATH
 from reshard.source.checks import frame_size_defects, iter_row_defects, iter_video_defects
 from reshard.source.model import (
     V3Source,
@@ -137,7 +144,7 @@ class Report:
                 + (f", in {len(episodes)} episode{'s' if len(episodes) != 1 else ''}" if episodes else "")
                 + "."
             )
-        return "\n".join(lines)
+        return printable_lines(lines)  # a name from the dataset, quoted in a defect, stays on its line
 
 
 def doctor(
@@ -164,9 +171,35 @@ def doctor(
         _check_index(report, url, storage_options)
         return report
     report.checks.append("metadata")
+    report.defects += [Defect.of("metadata", e) for e in name_defects(source)]
     report = examine(source, report, decode=decode, progress=progress)
     _check_index(report, source.remote, storage_options)
     return report
+
+
+def name_defects(source: V3Source) -> list[DatasetError]:
+    """A defect for each feature name, camera key and task string of `source` that holds a control
+    character (`cache.printable.has_control`), quoted as `repr` quotes it."""
+    defects = []
+    info = source.remote.display(INFO_PATH)
+    for name, feature in source.info.features.items():
+        if has_control(name):
+            what = "camera key" if feature.get("dtype") in ("video", "image") else "feature name"
+            defects.append(_control_defect(what, name, file=info, field=f"features/{name}"))
+    tasks = source.remote.display(TASKS_PATH)
+    for index, task in enumerate(source.tasks):
+        if isinstance(task, str) and has_control(task):
+            defects.append(_control_defect(f"task {index}", task, file=tasks, field="task"))
+    return defects
+
+
+def _control_defect(what: str, name: str, *, file: str, field: str) -> DatasetError:
+    return DatasetError(
+        f"Invalid {what} ({name!r:.200}): it holds a control character. Expected printable text (lrs prints "
+        "it escaped; a tool that prints it raw lets it move the cursor, retitle the terminal or forge a line).",
+        file=file,
+        field=field,
+    )
 
 
 def _check_index(report: Report, url: str | Remote, storage_options: dict[str, Any] | None) -> None:

@@ -18,6 +18,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cache.printable import printable_lines
 from cache.remote import Remote
 from reader.errors import DatasetError, LayoutError
 from reader.format.index import LAYOUT_JSON, parse_layout_json
@@ -220,7 +221,7 @@ def _params(params: dict[str, Any]) -> str:
 
 
 def render(report: dict[str, Any]) -> str:
-    """The report as text for humans."""
+    """The report as text for humans, each line `printable` (camera keys come from the dataset)."""
 
     def spread(s: dict[str, float] | None) -> str:
         return "-" if s is None else f"{s['min']:g}/{s['median']:g}/{s['max']:g}"
@@ -249,4 +250,4 @@ def render(report: dict[str, Any]) -> str:
                 f"          probed {plural(video['probed_files'], 'file')}: {video['probed_codec']} GOP "
                 f"{video['probed_gop']}, {starts['aligned']}/{starts['probed']} episode starts on a keyframe"
             )
-    return "\n".join(lines)
+    return printable_lines(lines)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from cache.printable import printable_lines
 from cache.redaction import redact
 from reshard.verify.context import VideoQuality, Violation
 
@@ -74,7 +75,7 @@ class VerifyReport:
             lines += [f"        {v}" for v in self.violations[:_MAX_LISTED]]
             if len(self.violations) > _MAX_LISTED:
                 lines.append(f"        ... and {len(self.violations) - _MAX_LISTED} more")
-        return "\n".join(lines)
+        return printable_lines(lines)  # a name from the dataset, quoted in a violation, stays on its line
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able form (infinite PSNR, for identical frames, as null)."""

@@ -1,5 +1,6 @@
 """Hostile cases of the fault suite (docs/security.md): another user's cache or work
-directory, a planted ledger row, a link out of a source, and metadata built to exhaust time or memory.
+directory, a planted ledger row, a link out of a source, metadata built to exhaust time or memory, names
+that hold control characters, a declared feature no data file holds, and a video swapped under an index.
 
 Cases that give a directory to another uid (4321) need root; elsewhere they report that they did not run.
 """
@@ -8,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
-from harness import Case, Ctx, Verdict, both, error_verdict, probe_error_verdict, register
+from harness import Case, Ctx, Verdict, both, epoch_options, error_verdict, probe_error_verdict, register
 
 OTHER_UID = 4321
 
@@ -141,7 +144,10 @@ def nested_json(ctx: Ctx, case: Case) -> Verdict:
 @register("hostile-video-other-size", "hostile")
 def video_other_size(ctx: Ctx, case: Case) -> Verdict:
     """A camera's video at 128x96 where info.json declares 96x64 (was: no defect, the reader returned the
-    big frames): a doctor defect and a reshard refusal."""
+    big frames): a doctor defect and a reshard refusal. In a reshard, another camera's video (another
+    size) in place of one meta/lrs/files.parquet lists, meta/ untouched (was: a "stale lrs index" warning,
+    then the replaced frames, exit 0): refused in one line naming the file, exit 3, read in place (`lrs
+    show`, a stream) and over a URL alike."""
     from tests.reshard.defects import CAM1, resize, video
 
     src = ctx.copy(ctx.sample, case.dir / "src")
@@ -153,4 +159,93 @@ def video_other_size(ctx: Ctx, case: Case) -> Verdict:
     return both(
         Verdict(named, f"doctor exit {doctor.rc}" + (": names the size" if named else "")),
         error_verdict(reshard, match=r"Invalid frame size \(128x96\)"),
+        *_swapped_camera(ctx, case),
     )
+
+
+def _swapped_camera(ctx: Ctx, case: Case) -> list[Verdict]:
+    """The resharded sample with camera 0's episode 1 replaced by camera 1's, read in place and by URL."""
+    from tests.reshard.defects import CAM0, CAM1, video
+
+    out = ctx.copy(ctx.resharded, case.dir / "lrs")
+    swapped = video(out, CAM0, 1)
+    swapped.write_bytes(video(out, CAM1, 1).read_bytes())
+    refused = rf"Invalid file \({re.escape(str(swapped))}\): has \d+ bytes, not the \d+ meta/lrs/files\.parquet lists"
+    shown = case.lrs("show", "lrs", "--episode", "1", "--out", "e.png")
+    in_place = case.probe("epoch", {"url": str(out), "options": epoch_options(0)})
+    url = {"url": f"file://{out}", "options": epoch_options(0, cache_dir=str(case.dir / "cache"))}
+    fetched = case.probe("epoch", url)
+    return [
+        error_verdict(shown, match=refused),
+        probe_error_verdict(in_place, match=refused),
+        probe_error_verdict(fetched, match=rf"{re.escape(CAM0)}/chunk-000/file-001\.mp4.*size \d+"),
+    ]
+
+
+# A feature name that retitles the terminal (OSC 0 ... BEL), then forges a line of a report.
+_HOSTILE_NAME = "obs\x1b]0;pwned\x07\nverify: OK - FORGED LINE"
+
+
+@register("hostile-control-chars-in-names", "hostile")
+def control_chars_in_names(ctx: Ctx, case: Case) -> Verdict:
+    """A feature named with an escape sequence and a newline, and a task that clears the screen (was:
+    printed raw by describe, no doctor defect): describe prints them escaped, doctor names each as a
+    defect, escaped."""
+    src = ctx.copy(ctx.sample, case.dir / "src")
+    features = json.loads((src / "meta/info.json").read_text())["features"]
+    _edit_info(src, features={**features, _HOSTILE_NAME: {"dtype": "float32", "shape": [1]}})
+    _edit_task(src, 0, lambda task: f"pick\x1b[2J{task}")
+    describe = case.lrs("describe", "src")
+    doctor = case.lrs("doctor", "src", "-q")
+    escaped = repr(_HOSTILE_NAME)[1:-1]
+    raw = [p for p in (describe, doctor) if _raw_control(p.stdout + p.stderr) or "\nverify: OK" in p.stdout]
+    shown = describe.rc == 0 and escaped in describe.stdout and not raw
+    names = [f"Invalid feature name ('{escaped}')", r"Invalid task 0 ('pick\x1b[2J"]
+    named = doctor.rc == 1 and all(name in doctor.stdout for name in names)
+    return both(
+        Verdict(shown, f"describe exit {describe.rc}: " + ("escaped" if shown else "raw control characters")),
+        Verdict(named, f"doctor exit {doctor.rc}: " + ("names both" if named else "misses a name")),
+    )
+
+
+@register("hostile-feature-absent", "hostile")
+def feature_absent(ctx: Ctx, case: Case) -> Verdict:
+    """A feature info.json declares that no data file holds (was: no defect, reshard exit 0): a doctor
+    defect naming the data file and the feature, and a reshard refusal in one line, exit 3."""
+    src = ctx.copy(ctx.sample, case.dir / "src")
+    features = json.loads((src / "meta/info.json").read_text())["features"]
+    _edit_info(src, features={**features, "observation.extra": {"dtype": "float32", "shape": [2]}})
+    doctor = case.lrs("doctor", "src", "-q")
+    reshard = case.lrs("reshard", "src", "--out", "out", "-q")
+    shutil.rmtree(case.dir / ".out.lrs-work", ignore_errors=True)
+    named = doctor.rc == 1 and "Invalid data file (no 'observation.extra' column)" in doctor.stdout
+    made = (case.dir / "out").exists()
+    refused = r"data/chunk-000/file-000\.parquet, field 'observation\.extra': Invalid data file"
+    return both(
+        Verdict(named, f"doctor exit {doctor.rc}" + (": names the feature" if named else "")),
+        error_verdict(reshard, match=refused),
+        Verdict(not made, "no output" if not made else "output made"),
+    )
+
+
+def _raw_control(text: str) -> bool:
+    """Whether `text` holds a control character other than the newlines between its lines."""
+    return any(not c.isprintable() and c != "\n" for c in text)
+
+
+def _edit_task(root: Path, index: int, change: Callable[[str], str]) -> None:
+    """Task `index` changed in meta/tasks.parquet and in every episode's `tasks` that lists it."""
+    import pyarrow.parquet as pq
+
+    from reader.format.parquet import replace_columns
+
+    tasks = pq.read_table(root / "meta/tasks.parquet")
+    texts = tasks.column("task").to_pylist()
+    old, texts[index] = texts[index], change(texts[index])
+    pq.write_table(replace_columns(tasks, {"task": texts}), root / "meta/tasks.parquet")
+    for path in sorted((root / "meta/episodes").rglob("*.parquet")):
+        episodes = pq.read_table(path)
+        column = [
+            [texts[index] if t == old else t for t in ts] for ts in episodes.column("tasks").to_pylist()
+        ]
+        pq.write_table(replace_columns(episodes, {"tasks": column}), path)

@@ -2,7 +2,9 @@
 as `lerobot-edit-dataset` does) is never trusted: the stream warns once, naming the file that differs and
 the command that rebuilds the index, and reads the dataset as plain v3, sample for sample what the same
 folder without `meta/lrs/` gives. A same-size edit of a data file alone is caught by the row groups'
-CRC-32, an error naming the fix."""
+CRC-32, an error naming the fix. A data or video file of another size (or missing) under a `meta/` that is
+exactly what the index lists is no edit but damage or tampering: refused in one line naming the file, in
+place and over a URL alike."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 
 from reader import EpisodeStream
-from reader.errors import RowGroupMismatch
+from reader.errors import DecodeError, IntegrityError, RowGroupMismatch
 from reader.format.catalog import Catalog
 from tests.reader.reference import assert_items_equal
 from tests.support import edits
@@ -29,7 +31,7 @@ def _same_size_edits(root: Path) -> None:
 
 EDITS: dict[str, tuple[Callable[[Path], Any], str]] = {
     "modify-task": (edits.modify_task, edits.EPISODES),
-    "reencode-video": (lambda root: edits.reencode_video(root, VIDEO), VIDEO),
+    "reencode-video": (lambda root: edits.reencode_video(root, VIDEO), "meta/info.json"),
     "same-size-task-and-value": (_same_size_edits, edits.EPISODES),
     "delete-episode": (edits.delete_last_episode, edits.EPISODES),
 }
@@ -112,3 +114,66 @@ def test_a_same_size_edit_of_a_data_file_alone_is_an_error_naming_the_fix(
     ):
         for _ in EpisodeStream(root, shuffle=False):
             pass
+
+
+OTHER_CAMERA = VIDEO.replace(edits.CAM0, "observation.images.cam1")
+
+
+def _swap_camera(root: Path) -> None:
+    """Another camera's video (another size) in place of one the index lists; `meta/` untouched."""
+    assert (root / OTHER_CAMERA).stat().st_size != (root / VIDEO).stat().st_size
+    (root / VIDEO).write_bytes((root / OTHER_CAMERA).read_bytes())
+
+
+def _remove_data_file(root: Path) -> None:
+    (root / edits.DATA).unlink()
+
+
+DAMAGES: dict[str, tuple[Callable[[Path], Any], str, str]] = {
+    "other-camera-video": (_swap_camera, VIDEO, r"has \d+ bytes, not the \d+ meta/lrs/files\.parquet lists"),
+    "data-file-removed": (_remove_data_file, edits.DATA, "is missing, which meta/lrs/files.parquet lists"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES), ids=list(DAMAGES))
+def test_a_damaged_file_under_unchanged_metadata_is_refused_in_place(
+    damage: str,
+    sample_resharded_ds: Path,
+    copy_ds: Callable[[Path, str], Path],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    change, rel, problem = DAMAGES[damage]
+    root = copy_ds(sample_resharded_ds, "damaged")
+    change(root)
+    match = rf"^Invalid file \({root}/{rel}\): {problem}, while meta/ is exactly what the index recorded\. "
+    with caplog.at_level(logging.WARNING), pytest.raises(IntegrityError, match=match) as refused:
+        for _ in EpisodeStream(root, shuffle=False):
+            pass
+    assert "\n" not in str(refused.value) and not _stale_warnings(caplog)
+
+
+def test_a_video_of_another_size_is_refused_over_a_url(
+    sample_resharded_ds: Path, copy_ds: Callable[[Path, str], Path], tmp_path: Path
+) -> None:
+    root = copy_ds(sample_resharded_ds, "damaged")
+    _swap_camera(root)
+    # The cache checks what it fetches: the size, then the sha256 the index lists.
+    with pytest.raises(DecodeError, match=rf"Invalid video .*{VIDEO} .*size \d+ after 3 downloads"):
+        for _ in EpisodeStream(f"file://{root}", shuffle=False, cache_dir=str(tmp_path / "cache")):
+            pass
+
+
+def test_an_edit_of_the_metadata_with_the_file_keeps_the_warning(
+    sample_resharded_ds: Path,
+    copy_ds: Callable[[Path, str], Path],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The same swap with `meta/info.json` rewritten as an editor rewrites it: an edit, read as v3."""
+    root = copy_ds(sample_resharded_ds, "edited")
+    _swap_camera(root)
+    info = root / "meta/info.json"
+    info.write_text(info.read_text() + "\n")
+    with caplog.at_level(logging.WARNING):
+        assert Catalog.open(str(root)).kind == "v3"
+    warnings = _stale_warnings(caplog)
+    assert len(warnings) == 1 and f"{root}/meta/info.json has another sha256" in warnings[0], warnings

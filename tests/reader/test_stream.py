@@ -209,25 +209,41 @@ def _broken_copy(root: Path, tmp_path: Path, rel: str, content: bytes | None) ->
     ("layout", "content", "problem"),
     [
         ("v3", None, "missing"),
-        ("lrs", None, "missing"),
         ("v3", b"\x00garbage" * 64, "cannot open"),
-        # Another size than the index lists: a stale index, read as plain v3 (`reader.format.fresh`).
-        ("lrs", b"\x00garbage" * 64, "cannot open"),
+        # The size the index lists, other bytes: the sha256 checked when the video is first opened.
+        ("lrs", "same-size", "corrupt"),
     ],
-    ids=["v3-missing", "lrs-missing", "v3-corrupt", "lrs-corrupt"],
+    ids=["v3-missing", "v3-corrupt", "lrs-same-size"],
 )
 def test_broken_video_is_a_decode_error_naming_episode_camera_file(
-    small: tuple[Path, Path], tmp_path: Path, layout: str, content: bytes | None, problem: str
+    small: tuple[Path, Path], tmp_path: Path, layout: str, content: bytes | str | None, problem: str
 ) -> None:
     root = small[0 if layout == "v3" else 1]
     episode = 2
     rel = str(ReferenceDataset(root).video_path(episode, CAM1).relative_to(root))
-    copy = _broken_copy(root, tmp_path, rel, content)
+    if content == "same-size":
+        content = b"\x00" * (root / rel).stat().st_size
+    copy = _broken_copy(root, tmp_path, rel, content if isinstance(content, bytes) else None)
     stream = EpisodeStream(copy, episodes=[episode], shuffle=False)
     with pytest.raises(
         DecodeError, match=rf"Invalid video .*{rel} \(episode {episode}, camera '{CAM1}'\): {problem}"
     ):
         list(stream)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(None, "is missing, which"), (b"\x00garbage" * 64, "has 512 bytes, not the \\d+")],
+    ids=["missing", "other-size"],
+)
+def test_a_video_missing_or_of_another_size_under_the_index_is_refused_at_open(
+    small: tuple[Path, Path], tmp_path: Path, content: bytes | None, problem: str
+) -> None:
+    """`meta/` as the index lists it: damage, not an edit (`reader.format.fresh`), refused in one line."""
+    rel = str(ReferenceDataset(small[1]).video_path(2, CAM1).relative_to(small[1]))
+    copy = _broken_copy(small[1], tmp_path, rel, content)
+    with pytest.raises(IntegrityError, match=rf"^Invalid file \({copy}/{rel}\): {problem}"):
+        EpisodeStream(copy, episodes=[2], shuffle=False)
 
 
 def test_missing_video_over_http_is_a_decode_error(small: tuple[Path, Path], tmp_path: Path) -> None:

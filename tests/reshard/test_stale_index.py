@@ -75,3 +75,19 @@ def test_doctor_header_counts_what_info_json_declares_when_episodes_cannot_be_re
     result = CliRunner().invoke(cli, ["doctor", str(root), "-q"])
     assert result.exit_code == 1
     assert result.output.splitlines()[0].startswith(f"doctor: {root}: 8 episodes, 244 frames;"), result.output
+
+
+def test_doctor_and_verify_name_a_damaged_video_under_unchanged_metadata(
+    sample_resharded_ds: Path, copy_ds: Callable[[Path, str], Path]
+) -> None:
+    """Another camera's video in place of one the index lists, `meta/` untouched: damage, not an edit."""
+    root = copy_ds(sample_resharded_ds, "damaged")
+    (root / VIDEO).write_bytes((root / VIDEO.replace(edits.CAM0, "observation.images.cam1")).read_bytes())
+    doctor = CliRunner().invoke(cli, ["doctor", str(root), "--json", "-q"])
+    assert doctor.exit_code == 1, doctor.output
+    damaged = [d for d in json.loads(doctor.output)["defects"] if d["check"] == "index"]
+    assert len(damaged) == 1 and damaged[0]["problem"].startswith(f"Invalid file ({root}/{VIDEO}): has ")
+    assert "while meta/ is exactly what the index recorded" in damaged[0]["problem"]
+    verify = CliRunner().invoke(cli, ["verify", str(root)])
+    assert verify.exit_code == 1
+    assert verify.output.startswith(f"verify {root}: Invalid file ({root}/{VIDEO}): has "), verify.output

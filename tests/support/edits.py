@@ -53,11 +53,19 @@ def modify_task(root: Path, episode: int = 0, task: str = "new task zero") -> No
 
 
 def reencode_video(root: Path, rel: str) -> None:
-    """`reencode_videos`: one video file re-encoded (H.264, same frames and timing), another size."""
+    """`reencode_videos`: one video file re-encoded (H.264, same frames and timing), another size, and
+    its camera's video info in `meta/info.json` refreshed (lerobot's `reencode_dataset` writes it)."""
     path = root / rel
     before = path.stat().st_size
     rewrite_video(path, options={"crf": "10"})
     assert path.stat().st_size != before
+    info_path = root / "meta/info.json"
+    info = json.loads(info_path.read_text())
+    camera = info["features"][rel.split("/")[1]]
+    video_info = camera.setdefault("info", {})
+    assert video_info.get("video.codec") != "h264"
+    video_info["video.codec"] = "h264"
+    info_path.write_text(json.dumps(info, indent=4))
 
 
 def same_size_task_edit(root: Path) -> None:
