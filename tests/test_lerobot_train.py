@@ -61,7 +61,7 @@ def test_lrs_train_trains_resumes_and_splits_ranks(lerobot_python: str, tmp_path
 
 def readme_train_commands() -> list[str]:
     """The `lrs train` lines of the first bash block of docs/lerobot-train.md, "With lerobot-train"
-    (continuations joined); the README's own `lrs train` line is the first of them."""
+    (continuations joined): the README's own `lrs train` line at a small model's size."""
     text = (ROOT / "docs" / "lerobot-train.md").read_text()
     block = re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M)[0]
     joined = re.sub(r"\\\n\s*", " ", block)
