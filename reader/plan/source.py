@@ -20,7 +20,7 @@ from cache.redaction import redact
 from reader.decode.depth import Quantizer, is_depth
 from reader.errors import DatasetError
 from reader.format.catalog import Catalog
-from reader.format.v3 import INFO_PATH
+from reader.format.v3 import INFO_PATH, with_frame_size
 from reader.plan.spec import ReadSpec, SourceSpec
 from reader.plan.windows import Windows, delta_indices
 
@@ -114,7 +114,7 @@ def open_sources(
     selections = [
         _selection(s.episodes, len(c.episodes)) for s, c in zip(spec.sources, catalogs, strict=True)
     ]
-    drops = _disabled_keys(catalogs) if mixture else [frozenset[str]()] * len(catalogs)
+    drops = _disabled_keys(catalogs, spec.resize) if mixture else [frozenset[str]()] * len(catalogs)
     common = set(catalogs[0].info.features) - drops[0] if mixture else None
     sources = []
     for i, (source_spec, catalog) in enumerate(zip(spec.sources, catalogs, strict=True)):
@@ -194,9 +194,10 @@ def _open_source(
         raise DatasetError(f"Invalid source {index} of the mixture ({url}): {exc}") from exc
 
 
-def _disabled_keys(catalogs: list[Catalog]) -> list[frozenset[str]]:
+def _disabled_keys(catalogs: list[Catalog], resize: tuple[int, int] | None) -> list[frozenset[str]]:
     """Per source, the features a mixture leaves out: those not every source has (lerobot's
-    `MultiLeRobotDataset` rule).
+    `MultiLeRobotDataset` rule). With `resize`, colour cameras are compared at that size, which the stream
+    gives every one of them.
 
     Raises:
         DatasetError: a common feature differs in dtype or shape between two sources, or none is common.
@@ -208,12 +209,14 @@ def _disabled_keys(catalogs: list[Catalog]) -> list[frozenset[str]]:
     for key in sorted(common):
         for i in range(1, len(features)):
             for name in ("dtype", "shape"):
-                a, b = _plain(features[0][key].get(name)), _plain(features[i][key].get(name))
+                a, b = _as_read(features[0][key], name, resize), _as_read(features[i][key], name, resize)
                 if a != b:
+                    camera = _colour_camera(features[0][key])
+                    fix = " or resize=(H, W), which gives every colour camera one size" if camera else ""
                     raise DatasetError(
                         f"Invalid mixture: feature {key!r} has {name} {a!r} in source 0 "
                         f"({catalogs[0].remote.shown}) and {b!r} in source {i} ({catalogs[i].remote.shown}). "
-                        "Expected the same dtype and shape wherever a key is common to every source."
+                        f"Expected the same dtype and shape wherever a key is common to every source{fix}."
                     )
     disabled = [frozenset(set(f) - common) for f in features]
     for catalog, keys in zip(catalogs, disabled, strict=True):
@@ -228,6 +231,19 @@ def _disabled_keys(catalogs: list[Catalog]) -> list[frozenset[str]]:
 
 def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def _colour_camera(feature: dict[str, Any]) -> bool:
+    return feature.get("dtype") in ("video", "image") and not is_depth(feature)
+
+
+def _as_read(feature: dict[str, Any], name: str, resize: tuple[int, int] | None) -> Any:
+    """The feature's `name` ("dtype", "shape") as the stream yields it: a colour camera's shape at `resize`."""
+    if name == "shape" and resize is not None and _colour_camera(feature):
+        resized = with_frame_size(feature, *resize)
+        if resized is not None:
+            return resized
+    return _plain(feature.get(name))
 
 
 def _selection(episodes: Sequence[int] | None, total: int) -> Sequence[int]:

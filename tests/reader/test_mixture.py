@@ -274,3 +274,19 @@ def test_a_single_source_list_is_a_mixture_of_one(small: tuple[Path, Path]) -> N
     assert "dataset_index" not in a[0] and int(b[0]["dataset_index"]) == 0
     with pytest.raises(AttributeError, match="one catalog per source"):
         _ = listed.catalog
+
+
+def test_cameras_of_other_sizes_mix_at_one_resize(tmp_path: Path) -> None:
+    """Two datasets whose camera is 64x96 and 48x64: refused as they are, with the fix named; with
+    `resize=(H, W)` every frame comes at that size and the stream's meta says so."""
+    from reshard.demo.sample import write_sample
+
+    a = write_sample(tmp_path / "a", episodes=2, cameras=1)
+    b = write_sample(tmp_path / "b", episodes=2, cameras=1, seed=3, height=48, width=64)
+    with pytest.raises(DatasetError, match=r"has shape \[64, 96, 3\] in source 0 .* or resize=\(H, W\)"):
+        EpisodeStream([str(a), str(b)], weights=[1, 1])
+    stream = EpisodeStream([str(a), str(b)], weights=[1, 1], resize=(32, 40))
+    items = list(stream)
+    assert {tuple(item["observation.images.cam0"].shape) for item in items} == {(3, 32, 40)}
+    assert {int(item["dataset_index"]) for item in items} == {0, 1}
+    assert list(stream.meta.features["observation.images.cam0"]["shape"]) == [32, 40, 3]
