@@ -25,6 +25,7 @@ No import of the rest of lrs, so that `cache.errors` can redact every error's me
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import urllib.parse
@@ -150,10 +151,11 @@ def scrubbed_iter(items: Iterator[_T]) -> Iterator[_T]:
 def _scrub_one(exc: BaseException) -> None:
     exc.args = tuple(_redacted(a) for a in exc.args)
     if isinstance(exc, OSError):  # set only when present: OSError's text changes once either is set at all
-        if exc.filename is not None:
-            exc.filename = _redacted(exc.filename)
-        if exc.filename2 is not None:
-            exc.filename2 = _redacted(exc.filename2)
+        for name in ("filename", "filename2"):
+            value = getattr(exc, name, None)
+            if value is not None:
+                with contextlib.suppress(AttributeError):  # PyAV's errors make it a read-only property
+                    setattr(exc, name, _redacted(value))
     notes = getattr(exc, "__notes__", None)
     if isinstance(notes, list):
         notes[:] = [_redacted(n) for n in notes]

@@ -120,7 +120,7 @@ def test_an_episode_out_of_range_is_one_line_exit_3(
 )
 def test_out_must_be_a_local_png_usage_error(datasets: dict[str, Path], out: str, why: str) -> None:
     code, lines = lrs("show", str(datasets["v3-depth"]), "--out", out)
-    assert (code, lines[-1]) == (2, f"Error: Invalid value for '--out': Invalid --out ({out}). {why}")
+    assert (code, lines[-1]) == (2, f"Error: Invalid --out ({out}). {why}")
 
 
 def test_help_explains_what_is_drawn() -> None:
