@@ -237,6 +237,7 @@ def plant_link(cache_dir: Path, tmp_path: Path) -> Path:
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "important.txt").write_bytes(b"x" * (10 * UNIT))
+    (cache_dir / "zz").symlink_to(victim)  # a dataset folder
     (cache_dir / FINGERPRINT / "zz").symlink_to(victim)
     (cache_dir / FINGERPRINT / "file-link.bin").symlink_to(victim / "important.txt")
     return victim
@@ -262,6 +263,7 @@ def test_the_rebuild_and_eviction_never_follow_a_symlink(
         assert snapshot.files == ((f"{FINGERPRINT}/a.bin", UNIT),)  # neither link recorded
         with ledger_of(str(cache_dir)).transaction() as tx:  # a row through the link, oldest of all
             tx.record(f"{FINGERPRINT}/zz/important.txt", 10 * UNIT, 0)
+            tx.record("zz/important.txt", 10 * UNIT, 0)
             tx.record(f"{FINGERPRINT}/file-link.bin", 10 * UNIT, 0)
         for rel in ("b.bin", "c.bin", "d.bin"):
             cache.fetch(rel, size=UNIT)
