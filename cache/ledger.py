@@ -26,7 +26,9 @@ killed between the two leaves one of two states, each repaired where it is met:
   eviction that reaches it. Files may have been removed behind the cache's back, so this triggers a
   rebuild.
 A rebuild is one scan of the directory, under the lock, that writes the ledger afresh (LRU order from
-each file's atime and mtime). It happens when the database is missing, unreadable, of another schema
+each file's atime and mtime). The scan, the sweep of dead temp files and eviction reach files through
+directory descriptors from one descriptor of the cache directory per connection, never through a
+symbolic link (`cache.nofollow`). It happens when the database is missing, unreadable, of another schema
 version or of an earlier boot of the machine (the last writes before a power loss may be lost), when a
 rebuild was interrupted, or when a recorded file is missing; and only then.
 

@@ -96,8 +96,19 @@ def _make_private(path: str) -> None:
 
 def check_owned_dir(path: str, *, what: str) -> None:
     """Raise TrustError unless `path` is a directory lrs may reuse (see `owned_dir`); when it does not
-    exist yet, unless the ancestors of it that exist let nobody else replace what lrs would make there."""
-    path = os.path.abspath(path)
+    exist yet, unless the ancestors of it that exist let nobody else replace what lrs would make there.
+
+    Raises:
+        TrustError: as `owned_dir`.
+        PathError: a part of it vanished while it was checked, or an ancestor is a dangling link.
+    """
+    try:
+        _check(os.path.abspath(path), what=what)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise PathError(os_error_message(exc)) from exc
+
+
+def _check(path: str, *, what: str) -> None:
     if not os.path.lexists(path):
         existing = os.path.dirname(path)
         while not os.path.lexists(existing):

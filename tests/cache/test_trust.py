@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from cache import NodeCache, TrustError
+from cache.errors import PathError
 from cache.ledger import ledger_of
 from cache.store import is_key
 from cache.trust import owned_dir
@@ -332,3 +333,9 @@ def test_reader_stats_are_private_under_umask_022(tmp_path: Path) -> None:
     stats = tmp_path / "c" / ".lrs" / "reader-stats"
     assert [oct(mode(p)) for p in (tmp_path / "c" / ".lrs", stats, stats / "run")] == [oct(0o700)] * 3
     assert {oct(mode(p)) for p in (stats / "run").iterdir()} == {oct(0o600)}
+
+
+def test_a_dangling_link_above_is_one_path_error(tmp_path: Path) -> None:
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(PathError, match=r"^Invalid path \(.*nowhere\): No such file"):
+        owned_dir(str(tmp_path / "gone" / "cache"), what="cache directory")
