@@ -135,7 +135,7 @@ def _refused_before_work(case: Case, ctx: Ctx, parent: Path, ancestor: Path, who
     )
 
 
-@register("hostile-group-writable-parent", "hostile", quick=True)
+@register("hostile-group-writable-parent", "hostile")
 def group_writable_parent(ctx: Ctx, case: Case) -> Verdict:
     """A cache in a group's project directory (setgid 2775, not sticky), where a member can swap it for
     theirs holding `zz -> victim` mid-prewarm: prewarm refuses the path in one line, exit 3, before any
