@@ -21,7 +21,8 @@ import logging
 import os
 from dataclasses import dataclass
 
-from cache.ledger import Transaction, dataset_dirs
+from cache.ledger import Ledger, Transaction, dataset_files
+from cache.nofollow import DIR_FLAGS
 from cache.store import FileLock, lock_path_of
 
 log = logging.getLogger(__name__)
@@ -61,8 +62,8 @@ class Budget:
         (holding the lock proves them dead).
         """
         for stale in tx.unreserve_all(key):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self.root, stale))
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                tx.ledger.unlink(stale)
         result = self.make_room(tx, size or 0)
         tx.reserve(self._key(temp), key, size or 0)
         return result
@@ -70,8 +71,8 @@ class Budget:
     def release(self, tx: Transaction, key: str) -> None:
         """Drop the reservations of a failed download of `key` (deleting any temp file left)."""
         for temp in tx.unreserve_all(key):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self.root, temp))
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                tx.ledger.unlink(temp)
 
     def publish(self, tx: Transaction, key: str, temp: str, size: int, *, reserved: int | None) -> Eviction:
         """Rename the verified `temp` onto the file of `key` and record it in place of its reservation
@@ -108,7 +109,7 @@ class Budget:
             for key, size in batch:
                 if used + need <= self.max_bytes:
                     break
-                outcome = _evict(self.root, key)
+                outcome = _evict(tx.ledger, key)
                 if outcome == "in use":
                     skipped += 1
                     continue
@@ -147,25 +148,24 @@ class Budget:
         return path[len(self.root) + 1 :]
 
 
-def _evict(root: str, key: str) -> str:
-    """Delete one published file unless it is in use: "evicted", "in use" or "missing"."""
-    path = os.path.join(root, key)
-    with FileLock(lock_path_of(root, path)) as lock:
+def _evict(ledger: Ledger, key: str) -> str:
+    """Delete one published file unless it is in use: "evicted", "in use" or "missing" (a key whose path
+    crosses a symbolic link counts as missing: the link is never followed, see `Ledger.unlink`)."""
+    with FileLock(lock_path_of(ledger.root, os.path.join(ledger.root, key))) as lock:
         if not lock.acquire(shared=False, blocking=False):
             return "in use"
         try:
-            os.unlink(path)
-        except FileNotFoundError:
+            ledger.unlink(key)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return "missing"
         return "evicted"
 
 
 def disk_usage(root: str) -> int:
-    """Bytes of every file under the dataset directories of `root`, temp files included (for checks)."""
-    total = 0
-    for directory in dataset_dirs(root):
-        for dirpath, _dirnames, filenames in os.walk(directory):
-            for name in filenames:
-                with contextlib.suppress(FileNotFoundError):
-                    total += os.stat(os.path.join(dirpath, name)).st_size
-    return total
+    """Bytes of every file under the dataset directories of `root`, temp files included, links not
+    followed (for checks)."""
+    fd = os.open(root, DIR_FLAGS)
+    try:
+        return sum(st.st_size for _key, _dir_fd, st in dataset_files(fd))
+    finally:
+        os.close(fd)

@@ -26,7 +26,9 @@ killed between the two leaves one of two states, each repaired where it is met:
   eviction that reaches it. Files may have been removed behind the cache's back, so this triggers a
   rebuild.
 A rebuild is one scan of the directory, under the lock, that writes the ledger afresh (LRU order from
-each file's atime and mtime). It happens when the database is missing, unreadable, of another schema
+each file's atime and mtime). The scan, the sweep of dead temp files and eviction reach files through
+directory descriptors from one descriptor of the cache directory per connection, never through a
+symbolic link (`cache.nofollow`). It happens when the database is missing, unreadable, of another schema
 version or of an earlier boot of the machine (the last writes before a power loss may be lost), when a
 rebuild was interrupted, or when a recorded file is missing; and only then.
 
@@ -44,13 +46,16 @@ import errno
 import logging
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from cache.errors import CacheError
+from cache.errors import CacheError, TrustError
+from cache.nofollow import DIR_FLAGS, open_subdir, walk_files
 from cache.store import META_DIR, FileLock, at_exit, is_key, lock_path_of, parse_temp
+from cache.trust import private_makedirs
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +125,54 @@ class Ledger:
         self._last_ns = 0
         self._flushed_at = float("-inf")
         self._purged_at = float("-inf")
+        self._fd_guard = threading.Lock()
+        self._root_fd: int | None = None
+
+    def open_dir(self, rel: str = "") -> int:
+        """A new descriptor of the directory `rel` of the cache ("" for the cache directory), reached
+        from this process's descriptor of the cache directory without following a link (see
+        `cache.nofollow`). The caller closes it.
+
+        Raises:
+            FileNotFoundError: it is missing.
+            NotADirectoryError: a directory on its way is a symbolic link or not a directory.
+            TrustError: the cache directory is no longer the user's own.
+        """
+        with self._fd_guard:
+            if self._root_fd is None:
+                self._root_fd = _open_root(self.root)
+            return open_subdir(self._root_fd, rel)
+
+    def unlink(self, key: str) -> None:
+        """Delete the file `key` (a path relative to the cache directory) through `open_dir`: a link on
+        its way is never followed, a link at its end is deleted itself.
+
+        Raises:
+            FileNotFoundError, NotADirectoryError: as `open_dir`, or the file is missing.
+            IsADirectoryError: it is a directory.
+        """
+        directory, _, name = key.rpartition("/")
+        fd = self.open_dir(directory)
+        try:
+            os.unlink(name, dir_fd=fd)
+        finally:
+            os.close(fd)
+
+    def regular_size(self, key: str) -> int | None:
+        """The size of the regular file `key`, or None when it is missing, not a regular file, or reached
+        only through a symbolic link."""
+        directory, _, name = key.rpartition("/")
+        try:
+            fd = self.open_dir(directory)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        finally:
+            os.close(fd)
+        return st.st_size if stat.S_ISREG(st.st_mode) else None
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Transaction]:
@@ -198,6 +251,7 @@ class Ledger:
             if self._flock is not None:
                 self._flock.close()
                 self._flock = None
+            self._close_root()
 
     def purge_due(self) -> bool:
         """Whether this process last looked for dead reservations long enough ago."""
@@ -244,6 +298,8 @@ class Ledger:
             return self._conn
         damaged = self._ino == -1
         self._drop_connection()
+        # A new database (first use, or the cache directory made again): the directory is opened anew.
+        self._close_root()
         self._conn = self._open(exists=ino is not None, damaged=damaged)
         self._ino = os.stat(self.path).st_ino
         return self._conn
@@ -271,6 +327,12 @@ class Ledger:
         Transaction(self, conn).rebuild()
         conn.execute("COMMIT")
         return conn
+
+    def _close_root(self) -> None:
+        with self._fd_guard:
+            if self._root_fd is not None:
+                os.close(self._root_fd)
+                self._root_fd = None
 
     def _drop_connection(self) -> None:
         if self._conn is not None:
@@ -349,8 +411,8 @@ class Transaction:
                 continue
             if download_alive(self.ledger.root, os.path.join(self.ledger.root, key)):
                 continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self.ledger.root, temp))
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                self.ledger.unlink(temp)
             self.unreserve(temp)
             self._reconcile(key, None)
             released += size
@@ -358,11 +420,10 @@ class Transaction:
 
     def rebuild(self) -> None:
         """Write the ledger afresh from one scan of the cache directory (deleting dead temp files)."""
-        root = self.ledger.root
         self.conn.execute("DELETE FROM files")
         self.conn.execute("DELETE FROM reservations")
         self.conn.execute("UPDATE totals SET bytes = 0")
-        files, reservations = _scan(root)
+        files, reservations = _scan(self.ledger)
         self.conn.executemany("INSERT INTO files VALUES (?, ?, ?)", files)
         self.conn.executemany("INSERT INTO reservations VALUES (?, ?, ?)", reservations)
         self.conn.executemany(
@@ -376,9 +437,8 @@ class Transaction:
         if not is_key(key):
             self.forget(key)
             return
-        try:
-            size = os.stat(os.path.join(self.ledger.root, key)).st_size
-        except FileNotFoundError:
+        size = self.ledger.regular_size(key)
+        if size is None:
             self.forget(key)
             return
         self.conn.execute(
@@ -404,67 +464,107 @@ def sweep_once(root: str, target: str) -> list[str]:
     per download); the ledger keys of those deleted.
 
     Dead downloads that reserved through the ledger are cleaned without it (their reservation names
-    their temp file); this catches temp files the ledger never knew, such as an older version's.
+    their temp file); this catches temp files the ledger never knew, such as an older version's. The
+    directory is reached without following a link (`Ledger.open_dir`).
     """
     directory, held = os.path.split(target)
     with _swept_guard:
         if directory in _swept:
             return []
         _swept.add(directory)
+    rel = os.path.relpath(directory, root)
+    try:
+        fd = ledger_of(root).open_dir(rel)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
     removed = []
     try:
-        with os.scandir(directory) as entries:
+        with os.scandir(fd) as entries:
             names = [e.name for e in entries]
-    except FileNotFoundError:
-        return []
-    for name in names:
-        temp = parse_temp(name)
-        if temp is None:
-            continue
-        # Ours to replace (we hold its lock), or nobody's: the lock of its target is free.
-        if temp[0] == held or not download_alive(root, os.path.join(directory, temp[0])):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(directory, name))
-                removed.append(os.path.relpath(os.path.join(directory, name), root))
+        for name in names:
+            temp = parse_temp(name)
+            if temp is None:
+                continue
+            # Ours to replace (we hold its lock), or nobody's: the lock of its target is free.
+            if temp[0] == held or not download_alive(root, os.path.join(directory, temp[0])):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=fd)
+                    removed.append(f"{rel}/{name}")
+    finally:
+        os.close(fd)
     return removed
 
 
-def _scan(root: str) -> tuple[list[tuple[str, int, int]], list[tuple[str, str, int]]]:
-    """(files, live reservations) of every dataset directory under `root`; dead temp files are deleted."""
+def _scan(ledger: Ledger) -> tuple[list[tuple[str, int, int]], list[tuple[str, str, int]]]:
+    """(files, live reservations) of every dataset directory of the ledger's cache directory; dead temp
+    files are deleted. Nothing behind a symbolic link is listed, entered or deleted (`cache.nofollow`)."""
+    root = ledger.root
     files: list[tuple[str, int, int]] = []
     reservations: list[tuple[str, str, int]] = []
-    for directory in dataset_dirs(root):
-        for dirpath, _dirnames, filenames in os.walk(directory):
-            for name in filenames:
-                path = os.path.join(dirpath, name)
-                try:
-                    st = os.stat(path)
-                except FileNotFoundError:
-                    continue
-                key = os.path.relpath(path, root)
-                temp = parse_temp(name)
-                if temp is None:
-                    files.append((key, st.st_size, max(st.st_atime_ns, st.st_mtime_ns)))
-                elif download_alive(root, os.path.join(dirpath, temp[0])):
-                    target = os.path.relpath(os.path.join(dirpath, temp[0]), root)
-                    reservations.append((key, target, max(st.st_size, temp[1] or 0)))
-                else:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(path)
+    top = ledger.open_dir()
+    try:
+        for key, fd, st in dataset_files(top):
+            directory, _, name = key.rpartition("/")
+            temp = parse_temp(name)
+            if temp is None:
+                files.append((key, st.st_size, max(st.st_atime_ns, st.st_mtime_ns)))
+            elif download_alive(root, os.path.join(root, directory, temp[0])):
+                reservations.append((key, f"{directory}/{temp[0]}", max(st.st_size, temp[1] or 0)))
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=fd)
+    finally:
+        os.close(top)
     return files, reservations
 
 
-def dataset_dirs(root: str) -> list[str]:
-    """The dataset directories of the cache directory `root` (everything but `.lrs` and other dot names)."""
+def dataset_files(root_fd: int) -> Iterator[tuple[str, int, os.stat_result]]:
+    """`cache.nofollow.walk_files` over every dataset directory of the cache directory open at `root_fd`
+    (every real directory but `.lrs` and other dot names), keys relative to the cache directory."""
+    listing = os.open(".", DIR_FLAGS, dir_fd=root_fd)  # its own offset: `root_fd` is shared by threads
     try:
-        with os.scandir(root) as entries:
-            return sorted(e.path for e in entries if e.is_dir() and not e.name.startswith("."))
-    except FileNotFoundError:
-        return []
+        with os.scandir(listing) as entries:
+            names = sorted(
+                e.name for e in entries if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")
+            )
+    finally:
+        os.close(listing)
+    for name in names:
+        try:
+            fd = open_subdir(root_fd, name)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        try:
+            yield from walk_files(fd, name)
+        finally:
+            os.close(fd)
+
+
+def _open_root(root: str) -> int:
+    """A descriptor of the cache directory `root` once it is still the user's own (`cache.trust` checked
+    its path; this checks what the descriptor names)."""
+    fd = os.open(root, DIR_FLAGS)
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        os.close(fd)
+        raise TrustError(
+            f"Invalid cache directory ({root}): owner uid {st.st_uid}, mode {stat.filemode(st.st_mode)}. "
+            "Expected a directory of your own that only you can write."
+        )
+    return fd
 
 
 def _connect(path: str) -> sqlite3.Connection:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    """Open the database at `path`, made 0600 first when new: SQLite gives its `-wal` and `-shm` files
+    the database's mode, and its own default (0644 less the umask) would let every user read the cache's
+    file names."""
+    private_makedirs(os.path.dirname(path))
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) != 0o600:
+            os.fchmod(fd, 0o600)  # made by an earlier version, or under an odd umask
+    finally:
+        os.close(fd)
     conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA synchronous = NORMAL")  # durable across a process crash; a power loss: see _boot_id
     return conn

@@ -37,7 +37,7 @@ from cache.store import (
     create_empty,
     read_span,
 )
-from cache.trust import PRIVATE_DIR_MODE, owned_dir
+from cache.trust import owned_dir, private_makedirs
 
 # How often `hold` re-downloads a file that other processes evict before it can be pinned.
 _PIN_ATTEMPTS = 3
@@ -98,7 +98,7 @@ class NodeCache:
         self._proc = ProcessLocal(self._make_state)
         owned_dir(root, what="cache directory")
         owned_dir(os.path.join(root, META_DIR), what="cache directory")
-        os.makedirs(os.path.join(root, fingerprint), mode=PRIVATE_DIR_MODE, exist_ok=True)
+        private_makedirs(os.path.join(root, fingerprint))
 
     def __repr__(self) -> str:
         return f"NodeCache({self._layout.root!r}, {self._remote!r}, fingerprint={self._layout.fingerprint!r})"

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from cache.errors import IntegrityError
+from cache.trust import private_makedirs
 
 META_DIR = ".lrs"
 TEMP_SUFFIX = ".lrs-part"
@@ -150,17 +151,18 @@ _known_dirs: set[str] = set()
 
 
 def in_dir(path: str, create: Callable[[], T]) -> T:
-    """`create()` a file at `path`, making its directory first unless this process has seen it."""
+    """`create()` a file at `path`, making its directory first (0700, as every directory it makes)
+    unless this process has seen it."""
     directory = os.path.dirname(path)
     if directory not in _known_dirs:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        private_makedirs(directory)
         _known_dirs.add(directory)
         return create()
     try:
         return create()
     except FileNotFoundError:
         _known_dirs.discard(directory)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        private_makedirs(directory)
         _known_dirs.add(directory)
         return create()
 

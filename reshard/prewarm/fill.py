@@ -185,8 +185,9 @@ def prewarm(
     if cache_dir is None and not dry_run:
         raise ValueError("Invalid cache_dir (None). Expected the node cache directory of the training run.")
     _check_arguments(ranks, episodes_per_consumer, max_bytes, resolved_world)
-    if cache_dir is not None and not dry_run and os.path.lexists(cache_dir):
-        # Before any read: a node cache that exists must be the user's own (a new one is made 0700 later).
+    if cache_dir is not None and not dry_run:
+        # Before any read: a node cache that exists must be the user's own, and a new one (made 0700
+        # later) must be in a place nobody else controls.
         check_owned_dir(os.path.abspath(cache_dir), what="cache directory")
     plan = ReadPlan.open(spec, storage_options=storage_options)
     seed, num_workers = spec.seed, spec.num_workers or 0

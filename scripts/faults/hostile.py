@@ -1,6 +1,7 @@
 """Hostile cases of the fault suite (docs/security.md): another user's cache or work
-directory, a planted ledger row, a link out of a source, metadata built to exhaust time or memory, names
-that hold control characters, a declared feature no data file holds, and a video swapped under an index.
+directory, a cache under a directory others may write, a planted ledger row or link in a cache, a link
+out of a source, metadata built to exhaust time or memory, names that hold control characters, a declared
+feature no data file holds, and a video swapped under an index.
 
 Cases that give a directory to another uid (4321) need root; elsewhere they report that they did not run.
 """
@@ -94,6 +95,92 @@ def planted_ledger_row(ctx: Ctx, case: Case) -> Verdict:
     return both(
         Verdict(first.rc == 0 and second.rc == 0, f"prewarm exit {first.rc}, {second.rc} (budget 64 KiB)"),
         Verdict(intact, "victim intact, no lock beside it" if intact else "victim touched"),
+    )
+
+
+def _victim(case: Case) -> Path:
+    """A file of another user's that an attacker wants lrs to delete: big, and the least recently used."""
+    victim = case.dir / "victim"
+    victim.mkdir()
+    (victim / "important.txt").write_bytes(b"mine" * 250_000)
+    os.utime(victim / "important.txt", (0, 0))
+    return victim
+
+
+def _intact(victim: Path) -> Verdict:
+    ok = (
+        os.listdir(victim) == ["important.txt"]
+        and (victim / "important.txt").read_bytes() == b"mine" * 250_000
+    )
+    return Verdict(ok, "victim intact" if ok else f"victim touched: {sorted(os.listdir(victim))}")
+
+
+def _swapped_cache(case: Case, parent: Path) -> Path:
+    """The cache as an attacker who may rename entries of `parent` leaves it: theirs in place of ours, a
+    dataset folder linked to the victim's directory (`zz -> victim`)."""
+    cache = parent / "cache"
+    cache.mkdir(mode=0o700)
+    (cache / "zz").symlink_to(_victim(case))
+    return cache
+
+
+def _refused_before_work(case: Case, ctx: Ctx, parent: Path, ancestor: Path, who: str) -> Verdict:
+    cache = _swapped_cache(case, parent)
+    before = sorted(os.listdir(cache))
+    url = f"file://{ctx.resharded}"
+    proc = case.lrs("prewarm", url, "--cache-dir", str(cache), "--cache-max-bytes", "64KiB", "-q")
+    named = rf"Invalid cache directory \({cache}\): its ancestor {ancestor} \(.*\) is writable by {who}"
+    untouched = sorted(os.listdir(cache)) == before
+    return both(
+        error_verdict(proc, match=named),
+        _intact(case.dir / "victim"),
+        Verdict(untouched, "cache untouched" if untouched else f"cache holds {sorted(os.listdir(cache))}"),
+    )
+
+
+@register("hostile-group-writable-parent", "hostile")
+def group_writable_parent(ctx: Ctx, case: Case) -> Verdict:
+    """A cache in a group's project directory (setgid 2775, not sticky), where a member can swap it for
+    theirs holding `zz -> victim` mid-prewarm: prewarm refuses the path in one line, exit 3, before any
+    work, and nothing outside the cache is deleted."""
+    group = case.dir / "projects" / "g"
+    group.mkdir(parents=True)
+    group.chmod(0o2775)
+    return _refused_before_work(case, ctx, group, group, "its group")
+
+
+@register("hostile-writable-grandparent", "hostile")
+def writable_grandparent(ctx: Ctx, case: Case) -> Verdict:
+    """/scratch/alice/cache with /scratch 0777 and not sticky: anyone can rename `alice` away and make the
+    path again with their cache in it. Prewarm refuses in one line, exit 3; nothing outside is deleted."""
+    scratch = case.dir / "scratch"
+    (scratch / "alice").mkdir(parents=True, mode=0o755)
+    scratch.chmod(0o777)
+    return _refused_before_work(case, ctx, scratch / "alice", scratch, "every user")
+
+
+@register("hostile-symlinked-dataset-folder", "hostile")
+def symlinked_dataset_folder(ctx: Ctx, case: Case) -> Verdict:
+    """`zz -> victim` planted as a cache's dataset folder and in one, its file the least recently used; the ledger
+    lost (a rebuild), then a prewarm under a small budget that evicts: the rebuild records nothing behind
+    the link and eviction deletes nothing through it."""
+    url = f"file://{ctx.resharded}"
+    first = case.lrs("prewarm", url, "--cache-dir", "c", "--num-episodes", "1", "-q")
+    cache = case.dir / "c"
+    folders = [p for p in cache.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    victim = _victim(case)
+    for folder in [cache, *folders]:  # a linked dataset folder, and a linked folder inside one
+        (folder / "zz").symlink_to(victim)
+    for suffix in ("", "-wal", "-shm"):
+        (cache / ".lrs" / f"ledger.sqlite{suffix}").unlink(missing_ok=True)
+    second = case.lrs("prewarm", url, "--cache-dir", "c", "--seed", "3", "--cache-max-bytes", "64KiB", "-q")
+    case.allow(r"c(/.*)?")
+    return both(
+        Verdict(
+            first.rc == 0 and second.rc == 0 and bool(folders),
+            f"prewarm exit {first.rc}, {second.rc} (budget 64 KiB, {len(folders)} dataset folder)",
+        ),
+        _intact(victim),
     )
 
 

@@ -124,3 +124,40 @@ def test_a_link_out_of_a_source_is_a_defect_and_a_refusal(sample_ds: Path, tmp_p
         f"Error: {src / rel}: Invalid file (a symbolic link to {outside}, outside the dataset)"
     )
     assert not (tmp_path / "out").exists()
+
+
+def group_writable(path: Path) -> Path:
+    """A group's project directory (setgid 2775, not sticky): any member may rename what it holds."""
+    path.mkdir(parents=True)
+    path.chmod(0o2775)
+    return path
+
+
+def test_prewarm_refuses_a_cache_under_a_group_writable_parent(
+    sample_resharded_ds: Path, tmp_path: Path
+) -> None:
+    group = group_writable(tmp_path / "projects" / "g")
+    with RangeServer(sample_resharded_ds) as server:
+        code, line = lrs("prewarm", server.url, "--cache-dir", str(group / "cache"), "--num-episodes", "1")
+        assert not server.requests
+    assert code == 3
+    assert line.startswith(f"Error: Invalid cache directory ({group}/cache): its ancestor {group} (owner "), (
+        line
+    )
+    assert "is writable by its group and not sticky" in line and "chmod g-w,o-w" in line
+    assert os.listdir(group) == []
+
+
+def test_reshard_refuses_a_work_dir_under_a_world_writable_grandparent(
+    sample_ds: Path, tmp_path: Path
+) -> None:
+    scratch = tmp_path / "scratch"
+    (scratch / "alice").mkdir(parents=True, mode=0o755)
+    scratch.chmod(0o777)
+    out = scratch / "alice" / "out"
+    code, line = lrs("reshard", str(sample_ds), "--out", str(out))
+    assert code == 3
+    assert line.startswith(
+        f"Error: Invalid work directory ({default_work_dir(out)}): its ancestor {scratch} "
+    )
+    assert os.listdir(scratch / "alice") == []
