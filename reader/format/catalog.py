@@ -23,6 +23,7 @@ from cache.remote import Reads, Remote, resolve
 from reader.errors import DatasetError, LayoutError
 from reader.format.fresh import Stale, find_stale, metadata_paths
 from reader.format.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON, EpisodeIndex, FileIndex, RowSequence
+from reader.format.jsonfile import json_limits
 from reader.format.layout import Layout, read_files_index
 from reader.format.locate import find_rows, list_data_files
 from reader.format.parquet import parse_parquet, release_memory
@@ -169,7 +170,7 @@ class Catalog(OpenedDataset):
         # Every metadata file either layout needs, read at once: on a bucket that takes the time of one
         # request instead of five, most of the time to a first batch. A failed read raises its error
         # where the file is used, so a missing or broken file gets the error it always had.
-        reads = remote.cat_many(_METADATA, probe_ranges=True)
+        reads = remote.cat_many(_METADATA, probe_ranges=True, limits=json_limits(*_METADATA))
         try:
             reads.cat(LAYOUT_JSON)
         except FileNotFoundError:
@@ -270,7 +271,9 @@ def _open_checked(remote: Remote, reads: Reads) -> Catalog:
 def check_fresh(remote: Remote, files: FileIndex, reads: Reads | None = None) -> Stale | None:
     """`find_stale`, with the metadata files not in `reads` read in one concurrent round."""
     paths = metadata_paths(files)
-    more = remote.cat_many([p for p in paths if reads is None or p not in _METADATA])
+    more = remote.cat_many(
+        [p for p in paths if reads is None or p not in _METADATA], limits=json_limits(*paths)
+    )
 
     def cat(rel: str) -> bytes:
         return reads.cat(rel) if reads is not None and rel in _METADATA else more.cat(rel)
@@ -318,7 +321,7 @@ def _reopen(remote: Remote, fingerprint: str) -> Catalog:
     """
     # The process that pickled it checked the index was fresh; the fingerprint check below tells a
     # re-published index, and each row group's CRC-32 an edited file.
-    reads = remote.cat_many(_METADATA)
+    reads = remote.cat_many(_METADATA, limits=json_limits(*_METADATA))
     try:
         reads.cat(LAYOUT_JSON)
     except FileNotFoundError:

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from reader.errors import DatasetError, NotADataset
-from reader.format.jsonfile import parse_json
+from reader.format.jsonfile import json_limits, parse_json
 from reader.format.parquet import parse_parquet
 
 if TYPE_CHECKING:
@@ -627,7 +627,7 @@ def read_v3_metadata(
         DatasetError: a file is missing or unreadable, the dataset has no episode, or the metadata is
             inconsistent; the message names the file.
     """
-    cat = cat or remote.cat
+    cat = cat or remote.bounded(json_limits(INFO_PATH)).cat
     try:
         info_bytes = cat(INFO_PATH)
     except FileNotFoundError as exc:

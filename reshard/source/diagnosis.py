@@ -47,7 +47,7 @@ from reader.errors import DatasetError, LayoutError, NotADataset
 from reader.format.catalog import check_fresh
 from reader.format.fresh import Stale
 from reader.format.index import LAYOUT_JSON
-from reader.format.jsonfile import parse_json
+from reader.format.jsonfile import cat_json, parse_json
 from reader.format.layout import read_files_index
 from reader.format.v3 import INFO_PATH
 from reshard.source.checks import frame_size_defects, iter_row_defects, iter_video_defects
@@ -185,7 +185,7 @@ def declared_totals(url: str, storage_options: dict[str, Any] | None = None) -> 
     """(total_episodes, total_frames) as `meta/info.json` declares them, (0, 0) where it cannot say."""
     try:
         remote = resolve(url, storage_options=storage_options)
-        raw = parse_json(remote.cat(INFO_PATH), file=remote.display(INFO_PATH))
+        raw = parse_json(cat_json(remote, INFO_PATH), file=remote.display(INFO_PATH))
     except (LrsError, OSError, ValueError):
         return 0, 0
     if not isinstance(raw, dict):

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from cache.remote import Remote, resolve
 from reader.errors import DatasetError
+from reader.format.jsonfile import cat_json
 from reader.format.locate import find_rows
 from reader.format.parquet import parse_parquet
 from reader.format.v3 import (
@@ -201,7 +202,7 @@ def open_source(
     metadata = {INFO_PATH: read.info_bytes, TASKS_PATH: read.tasks_bytes, **dict(read.episode_files)}
     stats: dict[str, Any] = {}
     if remote.exists(STATS_PATH):
-        metadata[STATS_PATH] = remote.cat(STATS_PATH)
+        metadata[STATS_PATH] = cat_json(remote, STATS_PATH)
         stats = parse_stats(metadata[STATS_PATH], file=remote.display(STATS_PATH))
     fingerprint = SourceFingerprint.of(
         metadata, episodes=len(read.episodes), frames=sum(e.length for e in read.episodes)

@@ -62,3 +62,20 @@ def test_a_file_that_keeps_failing_raises_its_fetch_error_once(root: Path) -> No
         with pytest.raises(FetchError):
             reads.cat("a.json")
         assert server.count() == asked == 2  # its two attempts, not retried again by the caller
+
+
+@pytest.mark.parametrize("announced", [None, 10**11], ids=["no-length", "lying-length"])
+def test_a_bounded_cat_stops_an_endless_body_one_byte_past_its_limit(
+    root: Path, announced: int | None
+) -> None:
+    with RangeServer(root, faults=Faults(endless={"a.json": announced})) as server:
+        remote = resolve(server.url, probe_ranges=False)
+        assert remote.cat("a.json", limit=1000) == FILES["a.json"] + b" " * (1001 - len(FILES["a.json"]))
+        assert len(remote.cat_many(["a.json"], limits={"a.json": 5000}).cat("a.json")) == 5001
+        assert len(remote.bounded({"a.json": 70}).cat("a.json")) == 71
+
+
+def test_a_bounded_cat_of_a_small_file_reads_it_whole(root: Path) -> None:
+    remote = resolve(str(root))
+    assert remote.cat("dir/b.bin", limit=1 << 20) == FILES["dir/b.bin"]
+    assert len(remote.cat("dir/b.bin", limit=10)) == 11
