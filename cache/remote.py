@@ -207,11 +207,21 @@ class Remote:
         if len(data) > 1:
             raise _range_ignored(self.display(rel), len(data), 1)
 
-    def get(self, rel: str, local: str, *, expect_size: int | None = None) -> None:
-        """Download `rel` to the local file `local` (overwritten), retried as a whole."""
+    def get(
+        self, rel: str, local: str, *, expect_size: int | None = None, max_size: int | None = None
+    ) -> None:
+        """Download `rel` to the local file `local` (overwritten), retried as a whole.
+
+        With `max_size`, the download stops one byte past it (`copy_bounded`): a body longer than the
+        file can be, under a lying Content-Length or none, fills neither the disk nor the time; the
+        caller finds the file too large and refuses it.
+        """
 
         def fetch() -> None:
-            self.fs.get_file(self.path(rel), local)
+            if max_size is None:
+                self.fs.get_file(self.path(rel), local)
+            else:
+                copy_bounded(self.fs, self.path(rel), local, max_size + 1)
             got = os.path.getsize(local)
             if expect_size is not None and got != expect_size:
                 raise TruncatedRead(f"got {got} of {expect_size} bytes")
@@ -277,6 +287,20 @@ def read_bounded(fs: Any, path: str, most: int, *, start: int | None = None) -> 
             parts.append(part)
             got += len(part)
     return b"".join(parts)
+
+
+def copy_bounded(fs: Any, path: str, local: str, most: int) -> None:
+    """Copy at most `most` bytes of `path` into the local file `local` (overwritten), in 1 MiB steps, read
+    as `read_bounded` reads (HTTP(S) as a stream: its Content-Length is not trusted)."""
+    kwargs: dict[str, Any] = {"block_size": 0, "size": most} if _is_http_fs(fs) else {}
+    got = 0
+    with fs.open(path, "rb", **kwargs) as source, open(local, "wb") as target:
+        while got < most:
+            part = source.read(min(most - got, 1 << 20))
+            if not part:
+                break
+            target.write(part)
+            got += len(part)
 
 
 def _is_http_fs(fs: Any) -> bool:
