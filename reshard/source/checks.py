@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from reader.errors import DatasetError
-from reader.format.parquet import parse_parquet
+from reader.format.parquet import data_row_bytes, parse_parquet
 from reader.format.v3 import INFO_PATH, EpisodeInfo, VideoSegment, frame_size
 from reshard.source.defects import describe_defect, raise_defects
 from reshard.video.extent import VideoExtent, frames_in_range, video_extent
@@ -71,8 +71,13 @@ def iter_row_defects(
     """
     where = source.remote.display(data_file)
     if table is None:
+        # A row group over its bound (`check_row_group_sizes`) is refused here, before it is decompressed.
         table = parse_parquet(
-            source.remote.cat(data_file), file=where, columns=list(CHECKED_COLUMNS), missing_ok=True
+            source.remote.cat(data_file),
+            file=where,
+            columns=list(CHECKED_COLUMNS),
+            missing_ok=True,
+            bytes_per_row=data_row_bytes(source.info.features),
         )
     index = table.column("index").to_numpy()
     ep_col = table.column("episode_index").to_numpy()

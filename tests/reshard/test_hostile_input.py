@@ -337,3 +337,61 @@ def test_an_info_json_whose_shape_and_video_size_disagree_is_not_written(sample_
 def test_the_declared_frame_size_follows_lerobots_names(shape: list[int], names: list[str] | None) -> None:
     assert frame_size({"shape": shape, "names": names}) == (64, 96)
     assert frame_size({"shape": shape[:2], "names": names}) is None
+
+
+def add_bomb(root: Path, row_bytes: int) -> None:
+    """Every data file of `root` with an extra, undeclared zstd column of `row_bytes` zeros per row (a few
+    KiB on disk), its row groups kept."""
+    for path in sorted((root / "data").rglob("*.parquet")):
+        source = pq.ParquetFile(path)
+        groups = [source.read_row_group(g) for g in range(source.metadata.num_row_groups)]
+        source.close()
+        schema = groups[0].schema.append(pa.field("bomb", pa.binary()))
+        with pq.ParquetWriter(path, schema, compression="zstd", use_dictionary=["index"]) as writer:
+            for group in groups:
+                bomb = pa.array([bytes(row_bytes)] * group.num_rows, pa.binary())
+                writer.write_table(group.append_column("bomb", bomb))
+
+
+BOMB = r"Invalid row group \d+ \(\d+ bytes uncompressed for \d+ rows\)\. Expected at most \d+ bytes"
+
+
+@pytest.fixture(scope="module")
+def bombed(sample_ds: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import shutil
+
+    root = Path(shutil.copytree(sample_ds, tmp_path_factory.mktemp("bombed") / "v3"))
+    add_bomb(root, 1 << 20)
+    return root
+
+
+def test_doctor_names_a_parquet_decompression_bomb(bombed: Path) -> None:
+    result = CliRunner().invoke(cli, ["doctor", str(bombed), "--json", "-q"])
+    assert result.exit_code == 1, result.output
+    defects = json.loads(result.output)["defects"]
+    assert defects and all(re.match(BOMB, d["problem"]) for d in defects), defects
+    assert {Path(d["file"]).name for d in defects} == {
+        "file-000.parquet",
+        "file-001.parquet",
+        "file-002.parquet",
+    }
+
+
+def test_reshard_and_the_stream_refuse_a_parquet_decompression_bomb(bombed: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["reshard", str(bombed), "--out", str(out), "-q"])
+    assert result.exit_code == 3, result.output
+    assert_one_line(result.output, rf"data/chunk-000/file-00\d\.parquet, episode \d+: {BOMB}")
+    from reader import EpisodeStream
+
+    with pytest.raises(DatasetError, match=rf"file-00\d\.parquet: {BOMB}"):
+        next(iter(EpisodeStream(str(bombed), cache_dir=str(tmp_path / "cache"))))
+
+
+def test_an_undeclared_column_within_the_bound_is_read_as_before(sample_ds: Path, tmp_path: Path) -> None:
+    import shutil
+
+    root = Path(shutil.copytree(sample_ds, tmp_path / "v3"))
+    add_bomb(root, 1 << 10)
+    result = CliRunner().invoke(cli, ["doctor", str(root), "--json", "-q"])
+    assert result.exit_code == 0, result.output
