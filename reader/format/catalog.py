@@ -33,7 +33,7 @@ from reader.format.v3 import (
     EpisodeInfo,
     Info,
     OpenedDataset,
-    parse_tasks,
+    read_tasks,
     read_v3_metadata,
 )
 
@@ -190,10 +190,10 @@ def _read_table(cat: Callable[[str], bytes], remote: Remote, rel: str) -> tuple[
 
 def _tasks(remote: Remote, reads: Reads) -> tuple[str, ...]:
     try:
-        table, _ = _read_table(reads.cat, remote, TASKS_PATH)
+        data = reads.cat(TASKS_PATH)
     except FileNotFoundError as exc:
         raise DatasetError("missing", file=remote.display(TASKS_PATH)) from exc
-    return tuple(parse_tasks(table, file=remote.display(TASKS_PATH)))
+    return tuple(read_tasks(data, file=remote.display(TASKS_PATH)))
 
 
 class _IndexRefs(RowSequence[EpisodeRef]):

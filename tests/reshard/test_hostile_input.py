@@ -28,7 +28,7 @@ from click.testing import CliRunner
 import reshard.cli.prewarm_command  # noqa: F401 - registers `lrs prewarm`
 from reader.errors import DatasetError, LayoutError
 from reader.format.layout import Layout
-from reader.format.v3 import frame_size
+from reader.format.v3 import check_episode_tasks, frame_size
 from reshard.cli import cli
 from reshard.job.meta import VideoRecord, check_video_sizes, info_json
 from reshard.source.model import open_source
@@ -395,3 +395,66 @@ def test_an_undeclared_column_within_the_bound_is_read_as_before(sample_ds: Path
     add_bomb(root, 1 << 10)
     result = CliRunner().invoke(cli, ["doctor", str(root), "--json", "-q"])
     assert result.exit_code == 0, result.output
+
+
+def set_task(root: Path, task_index: int, text: str) -> None:
+    """`meta/tasks.parquet` and every `meta/episodes` row of that task with `text` as the task string."""
+    path = root / "meta/tasks.parquet"
+    tasks = pq.read_table(path)
+    old = tasks.column("task")[task_index].as_py()
+    values = tasks.column("task").to_pylist()
+    values[task_index] = text
+    pq.write_table(tasks.set_column(1, tasks.schema.field(1), pa.array(values, pa.string())), path)
+    for episodes_path in sorted((root / "meta/episodes").rglob("*.parquet")):
+        table = pq.read_table(episodes_path)
+        lists = [[text if t == old else t for t in row] for row in table.column("tasks").to_pylist()]
+        position = table.schema.get_field_index("tasks")
+        table = table.set_column(
+            position, table.schema.field(position), pa.array(lists, pa.list_(pa.string()))
+        )
+        pq.write_table(table, episodes_path)
+
+
+@pytest.mark.parametrize(
+    ("size", "pattern"),
+    [
+        (
+            1 << 20,
+            r"meta/tasks\.parquet, field 'task': Invalid task string of task_index 0 \(1048576 bytes\)\. "
+            r"Expected a string of at most 65536 bytes\.",
+        ),
+        (64 << 20, r"meta/tasks\.parquet: Invalid row group 0 \(\d+ bytes uncompressed for \d rows\)"),
+    ],
+    ids=["1MiB", "64MiB"],
+)
+def test_a_huge_task_string_is_one_line_in_bounded_work(
+    sample_ds: Path, copy_ds: Callable[[Path], Path], size: int, pattern: str
+) -> None:
+    root = copy_ds(sample_ds, "src")
+    set_task(root, 0, "x" * size)
+    done = lrs("describe", str(root))
+    assert done.returncode == 3, (done.returncode, done.stderr[-2000:])
+    assert_one_line(done.stderr, pattern)
+
+
+def test_a_huge_task_string_in_meta_episodes_alone_names_its_episode(sample_ds: Path) -> None:
+    table = pa.table({"episode_index": [0, 1], "tasks": [["a"], ["x" * (65 << 10)]]})
+    with pytest.raises(
+        DatasetError, match=r"^e\.parquet, episode 1, field 'tasks': Invalid task string \(66560 bytes\)\."
+    ):
+        check_episode_tasks(table, file="e.parquet")
+    check_episode_tasks(table.slice(0, 1), file="e.parquet")
+
+
+def test_a_feature_name_longer_than_256_bytes_is_one_line(
+    sample_ds: Path, copy_ds: Callable[[Path], Path]
+) -> None:
+    root = copy_ds(sample_ds, "src")
+    info = json.loads((root / "meta/info.json").read_text())
+    edit_info(root, features={**info["features"], "n" * 300: {"dtype": "float32", "shape": [1]}})
+    result = CliRunner().invoke(cli, ["describe", str(root)])
+    assert result.exit_code == 3, result.output
+    assert_one_line(
+        result.output,
+        r"field 'features': Invalid feature name \('n+'\.\.\., 300 bytes\)\. Expected at most 256",
+    )
