@@ -116,6 +116,8 @@ class RangeServer:
         self._seen: Counter[tuple[str, ...]] = Counter()
         self._in_flight = 0
         self.max_in_flight = 0  # the most requests being answered at the same time
+        self.endless_bytes = 0  # what `endless` answers sent, in all
+        self._lock = threading.Lock()
         self._httpd = QuietServer(("127.0.0.1", 0), _make_handler(self))
         self._httpd.daemon_threads = True
         # A short poll interval only makes stop() quick (serve_forever checks for shutdown that often).
@@ -308,6 +310,8 @@ def _make_handler(server: RangeServer) -> type[http.server.BaseHTTPRequestHandle
                 while sent < ENDLESS_CAP and not server._released.is_set():
                     self.wfile.write(fill)
                     sent += len(fill)
+            with server._lock:
+                server.endless_bytes += len(data) + sent
 
         def _send_body(self, fault: Fault | None, sent: bytes) -> None:
             if fault == "stall":

@@ -33,7 +33,7 @@ from reshard.cli import cli
 from reshard.job.meta import VideoRecord, check_video_sizes, info_json
 from reshard.source.model import open_source
 from reshard.video.write import EpisodeVideo
-from tests.reshard.defects import CAM0, CAM1, resize, video
+from tests.reshard.defects import CAM0, CAM1, add_bomb, resize, set_task, video
 
 ROOT = Path(__file__).parents[2]
 # What one `lrs` process may allocate (torch's import included, about 600 MB), and how long it may take.
@@ -339,20 +339,6 @@ def test_the_declared_frame_size_follows_lerobots_names(shape: list[int], names:
     assert frame_size({"shape": shape[:2], "names": names}) is None
 
 
-def add_bomb(root: Path, row_bytes: int) -> None:
-    """Every data file of `root` with an extra, undeclared zstd column of `row_bytes` zeros per row (a few
-    KiB on disk), its row groups kept."""
-    for path in sorted((root / "data").rglob("*.parquet")):
-        source = pq.ParquetFile(path)
-        groups = [source.read_row_group(g) for g in range(source.metadata.num_row_groups)]
-        source.close()
-        schema = groups[0].schema.append(pa.field("bomb", pa.binary()))
-        with pq.ParquetWriter(path, schema, compression="zstd", use_dictionary=["index"]) as writer:
-            for group in groups:
-                bomb = pa.array([bytes(row_bytes)] * group.num_rows, pa.binary())
-                writer.write_table(group.append_column("bomb", bomb))
-
-
 BOMB = r"Invalid row group \d+ \(\d+ bytes uncompressed for \d+ rows\)\. Expected at most \d+ bytes"
 
 
@@ -395,24 +381,6 @@ def test_an_undeclared_column_within_the_bound_is_read_as_before(sample_ds: Path
     add_bomb(root, 1 << 10)
     result = CliRunner().invoke(cli, ["doctor", str(root), "--json", "-q"])
     assert result.exit_code == 0, result.output
-
-
-def set_task(root: Path, task_index: int, text: str) -> None:
-    """`meta/tasks.parquet` and every `meta/episodes` row of that task with `text` as the task string."""
-    path = root / "meta/tasks.parquet"
-    tasks = pq.read_table(path)
-    old = tasks.column("task")[task_index].as_py()
-    values = tasks.column("task").to_pylist()
-    values[task_index] = text
-    pq.write_table(tasks.set_column(1, tasks.schema.field(1), pa.array(values, pa.string())), path)
-    for episodes_path in sorted((root / "meta/episodes").rglob("*.parquet")):
-        table = pq.read_table(episodes_path)
-        lists = [[text if t == old else t for t in row] for row in table.column("tasks").to_pylist()]
-        position = table.schema.get_field_index("tasks")
-        table = table.set_column(
-            position, table.schema.field(position), pa.array(lists, pa.list_(pa.string()))
-        )
-        pq.write_table(table, episodes_path)
 
 
 @pytest.mark.parametrize(
