@@ -29,7 +29,7 @@ from reader.format.index import (
     parse_layout_json,
 )
 from reader.format.jsonfile import cat_json, json_limits
-from reader.format.parquet import parse_parquet, release_memory
+from reader.format.parquet import MAX_METADATA_PARQUET_BYTES, parquet_limits, parse_parquet, release_memory
 from reader.format.v3 import INFO_PATH, Info, OpenedDataset, check_tiling
 
 
@@ -77,7 +77,13 @@ class Layout(OpenedDataset):
             FetchError: a metadata file could not be read.
         """
         remote = url if isinstance(url, Remote) else resolve(url, storage_options=storage_options)
-        reads = prefetched if prefetched is not None else remote.bounded(json_limits(INFO_PATH, LAYOUT_JSON))
+        reads = (
+            prefetched
+            if prefetched is not None
+            else remote.bounded(
+                {**json_limits(INFO_PATH, LAYOUT_JSON), **parquet_limits(EPISODES_INDEX, FILES_INDEX)}
+            )
+        )
         cat = reads.cat
         try:
             info = Info.parse(cat(INFO_PATH), file=remote.display(INFO_PATH))
@@ -201,4 +207,7 @@ def _cat(cat: Callable[[str], bytes], remote: Remote, rel: str) -> bytes:
 
 
 def _read_table(cat: Callable[[str], bytes], remote: Remote, rel: str) -> pa.Table:
-    return parse_parquet(_cat(cat, remote, rel), file=remote.display(rel), error=LayoutError)
+    data = _cat(cat, remote, rel)
+    return parse_parquet(
+        data, file=remote.display(rel), max_bytes=MAX_METADATA_PARQUET_BYTES, error=LayoutError
+    )

@@ -87,6 +87,16 @@ def check_row_group_sizes(
             )
 
 
+# A metadata parquet file read whole (`meta/episodes/`, `meta/tasks.parquet`, the lrs/1 index files): lerobot
+# writes its `meta/episodes` files at about 100 MB at most, the lrs/1 index is kilobytes per episode.
+MAX_METADATA_PARQUET_BYTES = 512 << 20
+
+
+def parquet_limits(*rels: str) -> Mapping[str, int]:
+    """The read bound of each metadata parquet file among `rels` (`Remote.cat_many`'s `limits`)."""
+    return {rel: MAX_METADATA_PARQUET_BYTES for rel in rels if rel.endswith(".parquet")}
+
+
 def parse_parquet(
     data: bytes,
     *,
@@ -94,12 +104,14 @@ def parse_parquet(
     columns: list[str] | None = None,
     missing_ok: bool = False,
     bytes_per_row: int | None = None,
+    max_bytes: int | None = None,
     error: type[DatasetError] = DatasetError,
 ) -> pa.Table:
     """A parquet file's bytes as a table (`columns` only; with `missing_ok`, those of them it has), or
     `error` naming `file`: the one way the metadata readers turn a bad parquet file into a message.
     With `bytes_per_row`, a row group larger than `check_row_group_sizes` allows is refused before it
-    is decompressed.
+    is decompressed; with `max_bytes`, a file larger than that (read to `max_bytes + 1` bytes at most,
+    `parquet_limits`) is refused before it is parsed.
 
     The read is synchronous, in the calling thread (`ParquetFile.read` without threads or pre-buffering),
     not `pq.read_table`: that one scans with Arrow's dataset API, whose worker threads finish after it
@@ -108,6 +120,11 @@ def parse_parquet(
     thread that asks for the GIL while Python finalizes is ended by `pthread_exit`, whose unwinding
     through Arrow's destructors calls `std::terminate`.
     """
+    if max_bytes is not None and len(data) > max_bytes:
+        raise error(
+            f"Invalid parquet file ({len(data)} bytes or more). Expected at most {max_bytes} bytes.",
+            file=file,
+        )
     try:
         parquet = pq.ParquetFile(pa.BufferReader(data), pre_buffer=False)
         if bytes_per_row is not None:

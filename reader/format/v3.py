@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from reader.errors import DatasetError, NotADataset
 from reader.format.jsonfile import json_limits, parse_json
-from reader.format.parquet import parse_parquet
+from reader.format.parquet import MAX_METADATA_PARQUET_BYTES, parquet_limits, parse_parquet
 
 if TYPE_CHECKING:
     from cache.remote import Remote
@@ -366,7 +366,8 @@ def check_relative(path: str, *, what: str) -> None:
 def read_tasks(data: bytes, *, file: str = TASKS_PATH) -> list[str]:
     """`meta/tasks.parquet`'s bytes as task strings by `task_index` (`parse_tasks`), a row group larger
     than `TASK_ROW_BYTES` a row allows refused before it is decompressed."""
-    return parse_tasks(parse_parquet(data, file=file, bytes_per_row=TASK_ROW_BYTES), file=file)
+    table = parse_parquet(data, file=file, bytes_per_row=TASK_ROW_BYTES, max_bytes=MAX_METADATA_PARQUET_BYTES)
+    return parse_tasks(table, file=file)
 
 
 def parse_tasks(table: pa.Table, *, file: str = TASKS_PATH) -> list[str]:
@@ -610,7 +611,7 @@ def read_episode_files(
         chunk, index = divmod(len(found), chunks_size)
         rel = DEFAULT_EPISODES_PATH.format(chunk_index=chunk, file_index=index)
         try:
-            data = remote.cat(rel)
+            data = remote.cat(rel, limit=MAX_METADATA_PARQUET_BYTES)
         except FileNotFoundError as exc:
             if not found and not info.total_episodes:
                 return found  # an empty dataset may have no episodes file at all
@@ -626,7 +627,13 @@ def read_episode_files(
                 + unfinalized,
                 file=remote.display(rel),
             ) from exc
-        table = parse_parquet(data, file=remote.display(rel), columns=columns, missing_ok=True)
+        table = parse_parquet(
+            data,
+            file=remote.display(rel),
+            columns=columns,
+            missing_ok=True,
+            max_bytes=MAX_METADATA_PARQUET_BYTES,
+        )
         check_episode_tasks(table, file=remote.display(rel))
         counted += table.num_rows
         found.append((rel, table, data))
@@ -695,7 +702,7 @@ def read_v3_metadata(
         DatasetError: a file is missing or unreadable, the dataset has no episode, or the metadata is
             inconsistent; the message names the file.
     """
-    cat = cat or remote.bounded(json_limits(INFO_PATH)).cat
+    cat = cat or remote.bounded({**json_limits(INFO_PATH), **parquet_limits(TASKS_PATH)}).cat
     try:
         info_bytes = cat(INFO_PATH)
     except FileNotFoundError as exc:

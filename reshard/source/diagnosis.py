@@ -46,9 +46,10 @@ from cache.remote import Remote, resolve
 from reader.errors import DatasetError, LayoutError, NotADataset
 from reader.format.catalog import check_fresh
 from reader.format.fresh import Stale
-from reader.format.index import LAYOUT_JSON
+from reader.format.index import FILES_INDEX, LAYOUT_JSON
 from reader.format.jsonfile import cat_json, parse_json
 from reader.format.layout import read_files_index
+from reader.format.parquet import parquet_limits
 from reader.format.v3 import INFO_PATH
 from reshard.source.checks import frame_size_defects, iter_row_defects, iter_video_defects
 from reshard.source.model import (
@@ -203,7 +204,7 @@ def stale_index(remote: Remote) -> list[DatasetError]:
     then each data file's sha256 against `meta/lrs/files.parquet` (a same-size edit). A broken index
     (unreadable `files.parquet`) is `lrs verify`'s to report."""
     try:
-        files = read_files_index(remote, remote.cat)
+        files = read_files_index(remote, remote.bounded(parquet_limits(FILES_INDEX)).cat)
     except (LayoutError, FileNotFoundError):
         return []
     stale = check_fresh(remote, files)

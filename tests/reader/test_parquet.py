@@ -19,7 +19,13 @@ import pytest
 from cache.remote import resolve
 from reader.errors import DatasetError
 from reader.format.locate import FileRows, file_rows
-from reader.format.parquet import check_row_group_sizes, data_row_bytes, leaf_columns, parse_parquet
+from reader.format.parquet import (
+    check_row_group_sizes,
+    data_row_bytes,
+    leaf_columns,
+    parquet_limits,
+    parse_parquet,
+)
 
 
 @pytest.fixture(scope="module")
@@ -99,3 +105,34 @@ def test_data_row_bytes_follows_the_declared_features() -> None:
         "task": {"dtype": "string", "shape": [1]},
     }
     assert data_row_bytes(features) == (64 << 10) + 4 * (24 + 8) + (32 << 20) + (64 << 10)
+
+
+def test_a_metadata_parquet_file_over_its_bound_is_refused_before_it_is_parsed(data: bytes) -> None:
+    with pytest.raises(
+        DatasetError,
+        match=r"^f\.parquet: Invalid parquet file \(\d+ bytes or more\)\. Expected at most 100 bytes",
+    ):
+        parse_parquet(data, file="f.parquet", max_bytes=100)
+    assert parse_parquet(data, file="f.parquet", max_bytes=len(data)).num_rows == 1000
+    assert parquet_limits("meta/tasks.parquet", "meta/info.json") == {"meta/tasks.parquet": 512 << 20}
+
+
+def test_an_endless_meta_episodes_file_over_http_is_read_no_further_than_its_bound(
+    tmp_path,
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    from reader.format import v3
+    from reader.format.v3 import Info, read_episode_files
+    from tests.servers import Faults, RangeServer
+
+    monkeypatch.setattr(v3, "MAX_METADATA_PARQUET_BYTES", 1 << 20)
+    rel = "meta/episodes/chunk-000/file-000.parquet"
+    (tmp_path / rel).parent.mkdir(parents=True)
+    (tmp_path / rel).write_bytes(b"PAR1")
+    info = Info.parse(b'{"codebase_version": "v3.0", "fps": 30, "features": {}, "total_episodes": 1}')
+    with RangeServer(tmp_path, faults=Faults(endless={rel: None})) as server:
+        with pytest.raises(
+            DatasetError, match=r"file-000\.parquet: Invalid parquet file \(1048577 bytes or more\)"
+        ):
+            read_episode_files(resolve(server.url, probe_ranges=False), info)
+        assert server.endless_bytes < 64 << 20
