@@ -18,6 +18,7 @@ permission) raise at once. A read that still fails raises `FetchError` naming th
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -275,18 +276,17 @@ def read_bounded(fs: Any, path: str, most: int, *, start: int | None = None) -> 
         kwargs = {"block_size": 0, "size": most}
         if start is not None:
             kwargs["headers"] = {"Range": f"bytes={start}-{start + max(most - 2, 0)}"}
-    parts: list[bytes] = []
-    got = 0
+    # BytesIO hands its buffer over without a copy: the read costs `most` bytes at its peak, not twice.
+    buffer = io.BytesIO()
     with fs.open(path, "rb", **kwargs) as file:
         if start and not kwargs:
             file.seek(start)
-        while got < most:
-            part = file.read(min(most - got, 1 << 20))
+        while buffer.tell() < most:
+            part = file.read(min(most - buffer.tell(), 1 << 20))
             if not part:
                 break
-            parts.append(part)
-            got += len(part)
-    return b"".join(parts)
+            buffer.write(part)
+    return buffer.getvalue()
 
 
 def copy_bounded(fs: Any, path: str, local: str, most: int) -> None:

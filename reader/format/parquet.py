@@ -88,8 +88,9 @@ def check_row_group_sizes(
 
 
 # A metadata parquet file read whole (`meta/episodes/`, `meta/tasks.parquet`, the lrs/1 index files): lerobot
-# writes its `meta/episodes` files at about 100 MB at most, the lrs/1 index is kilobytes per episode.
-MAX_METADATA_PARQUET_BYTES = 512 << 20
+# writes its `meta/episodes` files at about 100 MB at most, the lrs/1 index is kilobytes per episode; the
+# bound keeps a refusal within 256 MiB of the process's baseline.
+MAX_METADATA_PARQUET_BYTES = 256 << 20
 
 
 def parquet_limits(*rels: str) -> Mapping[str, int]:

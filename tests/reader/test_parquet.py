@@ -114,7 +114,7 @@ def test_a_metadata_parquet_file_over_its_bound_is_refused_before_it_is_parsed(d
     ):
         parse_parquet(data, file="f.parquet", max_bytes=100)
     assert parse_parquet(data, file="f.parquet", max_bytes=len(data)).num_rows == 1000
-    assert parquet_limits("meta/tasks.parquet", "meta/info.json") == {"meta/tasks.parquet": 512 << 20}
+    assert parquet_limits("meta/tasks.parquet", "meta/info.json") == {"meta/tasks.parquet": 256 << 20}
 
 
 def test_an_endless_meta_episodes_file_over_http_is_read_no_further_than_its_bound(
