@@ -63,11 +63,13 @@ def check_row_group_sizes(
     file: str,
     groups: Iterable[int] | None = None,
     episode: int | None = None,
+    row_group: int | None = None,
     error: type[DatasetError] = DatasetError,
 ) -> None:
     """Refuse a row group (of `groups`, default all) whose declared uncompressed size, the larger of the
     footer's row-group total and the sum of its column chunks', passes `ROW_GROUP_FLOOR_BYTES + rows *
-    bytes_per_row`. Reads only the footer.
+    bytes_per_row`. Reads only the footer. `row_group`: the number the file gives the one group checked,
+    where `metadata` is that group's own cut of the footer (`reader.format.footer`).
 
     Raises:
         DatasetError (or `error`): naming `file`, `episode` and the row group.
@@ -79,7 +81,7 @@ def check_row_group_sizes(
         limit = ROW_GROUP_FLOOR_BYTES + group.num_rows * bytes_per_row
         if size > limit:
             raise error(
-                f"Invalid row group {g} ({size} bytes uncompressed for {group.num_rows} rows). Expected at "
+                f"Invalid row group {g if row_group is None else row_group} ({size} bytes uncompressed for {group.num_rows} rows). Expected at "
                 f"most {limit} bytes ({ROW_GROUP_FLOOR_BYTES} + {bytes_per_row} per row, from the features "
                 "of meta/info.json): a decompression bomb, or columns info.json does not declare.",
                 file=file,

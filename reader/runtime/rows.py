@@ -395,7 +395,9 @@ class RowGroupReader:
         """
         metadata, group = self._group_metadata(rel, row_group)
         if self._bytes_per_row is not None:
-            check_row_group_sizes(metadata, self._bytes_per_row, file=self._display(rel), groups=[group])
+            check_row_group_sizes(
+                metadata, self._bytes_per_row, file=self._display(rel), groups=[group], row_group=row_group
+            )
         needed = row_group_span(metadata, group)
         start, end = span if span is not None else needed
         if not start <= needed[0] <= needed[1] <= end:
