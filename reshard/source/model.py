@@ -22,7 +22,7 @@ from cache.remote import Remote, resolve
 from reader.errors import DatasetError
 from reader.format.jsonfile import cat_json
 from reader.format.locate import find_rows
-from reader.format.parquet import parse_parquet
+from reader.format.parquet import MAX_METADATA_PARQUET_BYTES, parse_parquet
 from reader.format.v3 import (
     EPISODES_DIR,
     INFO_PATH,
@@ -138,7 +138,7 @@ class V3Source(OpenedDataset):
         Raises:
             DatasetError: the file changed since (its sha256 is not the fingerprint's).
         """
-        data = self.whole.remote.cat(rel)
+        data = self.whole.remote.cat(rel, limit=MAX_METADATA_PARQUET_BYTES)
         expected = self.whole.fingerprint.files.get(rel) if self.whole.fingerprint else None
         if expected is not None and hashlib.sha256(data).hexdigest() != expected:
             raise DatasetError(
