@@ -274,8 +274,9 @@ def read_bounded(fs: Any, path: str, most: int, *, start: int | None = None) -> 
     kwargs: dict[str, Any] = {}
     if _is_http_fs(fs):
         kwargs = {"block_size": 0, "size": most}
-        if start is not None:
-            kwargs["headers"] = {"Range": f"bytes={start}-{start + max(most - 2, 0)}"}
+        if start is not None:  # beside the filesystem's own headers (a token), not instead of them
+            headers = dict(getattr(fs, "kwargs", {}).get("headers") or {})
+            kwargs["headers"] = {**headers, "Range": f"bytes={start}-{start + max(most - 2, 0)}"}
     # BytesIO hands its buffer over without a copy: the read costs `most` bytes at its peak, not twice.
     buffer = io.BytesIO()
     with fs.open(path, "rb", **kwargs) as file:
