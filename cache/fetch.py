@@ -22,6 +22,9 @@ from cache.remote import Remote
 from cache.store import Verified, open_fd
 
 DEFAULT_INTEGRITY_ATTEMPTS = 3
+# The most a download of a file whose size no index lists (a plain v3 video) may write: 32x lerobot's
+# default video file size (500 MB); a body longer than that is cut there and refused (docs/limits.md).
+MAX_UNLISTED_FILE_BYTES = 16 << 30
 # A full, over-quota or read-only local disk: the cache's own writes failed, not the remote.
 _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 
@@ -97,10 +100,12 @@ def download_verified(
 def _download_once(
     remote: Remote, rel: str, temp: str, expected: Expected, verified: Verified, counters: CacheCounters
 ) -> str | None:
-    """One download into `temp`; None if it checks out, else what is wrong."""
+    """One download into `temp`, cut one byte past the size it must have (or may have); None if it checks
+    out, else what is wrong."""
     started = time.monotonic()
+    most = expected.size if expected.size is not None else MAX_UNLISTED_FILE_BYTES
     try:
-        remote.get(rel, temp)
+        remote.get(rel, temp, max_size=most)
     except FileNotFoundError as exc:
         raise _missing(remote, rel) from exc
     finally:
@@ -109,7 +114,9 @@ def _download_once(
         st = os.fstat(fd)
         counters.add(bytes_fetched=st.st_size)
         if expected.size is not None and st.st_size != expected.size:
-            return f"size {st.st_size}"
+            return f"size {st.st_size}" + (" or more" if st.st_size > expected.size else "")
+        if st.st_size > most:
+            return f"size {st.st_size} or more, over the {most} bytes a file no index lists may have"
         if expected.sha256 is not None:
             got = verified.mismatch(fd, expected.sha256)
             if got is not None:

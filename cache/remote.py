@@ -18,9 +18,10 @@ permission) raise at once. A read that still fails raises `FetchError` naming th
 
 from __future__ import annotations
 
+import io
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,45 +109,62 @@ class Remote:
             with_retries(lambda: self.fs.size(self.path(rel)), what=self.display(rel), policy=self.retry)
         )
 
-    def cat(self, rel: str, *, expect_size: int | None = None) -> bytes:
-        """The whole content of `rel`; a body shorter than `expect_size` is retried as truncated."""
+    def cat(self, rel: str, *, expect_size: int | None = None, limit: int | None = None) -> bytes:
+        """The whole content of `rel`; a body shorter than `expect_size` is retried as truncated.
+
+        With `limit`, the read itself stops after `limit + 1` bytes (`read_bounded`): a file or a body
+        without end costs that much memory, no more, and the caller refuses what is longer than `limit`.
+        """
 
         def read() -> bytes:
-            data = self.fs.cat_file(self.path(rel))
-            if expect_size is not None and len(data) != expect_size:
+            if limit is None:
+                data = self.fs.cat_file(self.path(rel))
+            else:
+                data = read_bounded(self.fs, self.path(rel), limit + 1)
+            if expect_size is not None and len(data) != expect_size and (limit is None or len(data) <= limit):
                 raise TruncatedRead(f"got {len(data)} of {expect_size} bytes")
             return data
 
         return with_retries(read, what=self.display(rel), policy=self.retry)
 
-    def cat_many(self, rels: Sequence[str], *, probe_ranges: bool = False) -> Reads:
+    def cat_many(
+        self, rels: Sequence[str], *, probe_ranges: bool = False, limits: Mapping[str, int] | None = None
+    ) -> Reads:
         """Read several small files concurrently: about the time of one request, not one per file.
 
         Each read is retried like `cat`; one that fails keeps its error, which `Reads.cat` raises again,
         so a caller handles a missing or unreadable file as it would with `cat` (and no read is retried
         twice). With `probe_ranges`, an HTTP(S) remote's Range support is probed alongside
-        (`check_ranges`), in the same round.
+        (`check_ranges`), in the same round. `limits` bounds the reads of those files it names, as `cat`'s
+        `limit` does, also those `Reads.cat` makes later.
 
         Raises:
             FetchError: `probe_ranges` and the server ignores Range requests.
         """
 
+        bounds = dict(limits or {})
+
         def read(rel: str) -> tuple[str, bytes | OSError | LrsError]:
             try:
-                return rel, self.cat(rel)
+                return rel, self.cat(rel, limit=bounds.get(rel))
             except (OSError, LrsError) as exc:  # FileNotFoundError and FetchError included
                 return rel, exc
 
         probe = probe_ranges and self.is_http
         if not rels and not probe:
-            return Reads(self, {})
+            return Reads(self, {}, bounds)
         workers = min(len(rels), 8) + probe
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lrs-cat") as pool:
             checked = pool.submit(self.check_ranges, RANGE_PROBE) if probe else None
             results = dict(pool.map(read, rels))
         if checked is not None:
             checked.result()
-        return Reads(self, results)
+        return Reads(self, results, bounds)
+
+    def bounded(self, limits: Mapping[str, int]) -> Reads:
+        """A `Reads` that has read nothing yet: its `cat` reads each file when asked, those `limits` names
+        bounded as `cat`'s `limit` bounds them."""
+        return Reads(self, {}, limits)
 
     def cat_range(self, rel: str, start: int, end: int) -> bytes:
         """Bytes `[start, end)` of `rel`, in one ranged request; a short body is retried.
@@ -157,7 +175,10 @@ class Remote:
         """
 
         def read() -> bytes:
-            data = self.fs.cat_file(self.path(rel), start=start, end=end)
+            if self.is_http:  # one byte more than asked tells a server that ignores Range, and bounds it
+                data = read_bounded(self.fs, self.path(rel), end - start + 1, start=start)
+            else:
+                data = self.fs.cat_file(self.path(rel), start=start, end=end)
             if len(data) < end - start:
                 raise TruncatedRead(f"got {len(data)} of {end - start} bytes at offset {start}")
             return data
@@ -181,17 +202,27 @@ class Remote:
             FetchError: the server answered and ignores Range requests.
         """
         try:
-            data = self.fs.cat_file(self.path(rel), start=0, end=1)
+            data = read_bounded(self.fs, self.path(rel), 2, start=0)
         except Exception:  # noqa: BLE001 - see the docstring
             return
         if len(data) > 1:
             raise _range_ignored(self.display(rel), len(data), 1)
 
-    def get(self, rel: str, local: str, *, expect_size: int | None = None) -> None:
-        """Download `rel` to the local file `local` (overwritten), retried as a whole."""
+    def get(
+        self, rel: str, local: str, *, expect_size: int | None = None, max_size: int | None = None
+    ) -> None:
+        """Download `rel` to the local file `local` (overwritten), retried as a whole.
+
+        With `max_size`, the download stops one byte past it (`copy_bounded`): a body longer than the
+        file can be, under a lying Content-Length or none, fills neither the disk nor the time; the
+        caller finds the file too large and refuses it.
+        """
 
         def fetch() -> None:
-            self.fs.get_file(self.path(rel), local)
+            if max_size is None:
+                self.fs.get_file(self.path(rel), local)
+            else:
+                copy_bounded(self.fs, self.path(rel), local, max_size + 1)
             got = os.path.getsize(local)
             if expect_size is not None and got != expect_size:
                 raise TruncatedRead(f"got {got} of {expect_size} bytes")
@@ -206,22 +237,76 @@ class Remote:
 class Reads:
     """What `Remote.cat_many` read: each file's content, or the error its read ended with."""
 
-    def __init__(self, remote: Remote, results: dict[str, bytes | OSError | LrsError]) -> None:
+    def __init__(
+        self,
+        remote: Remote,
+        results: dict[str, bytes | OSError | LrsError],
+        limits: Mapping[str, int] | None = None,
+    ) -> None:
         self.remote = remote
         self._results = results
+        self._limits = dict(limits or {})
 
     def __repr__(self) -> str:
         return f"Reads({self.remote.shown!r}, files={sorted(self._results)})"
 
-    def cat(self, rel: str) -> bytes:
+    def cat(self, rel: str, *, limit: int | None = None) -> bytes:
         """The content of `rel` as `Remote.cat` gives it: a failed read raises its error again, and a
-        file that was not asked for is read now."""
+        file that was not asked for is read now, bounded by `limit` or the limit `cat_many` was given."""
         result = self._results.get(rel)
+        bound = limit if limit is not None else self._limits.get(rel)
         if result is None:
-            return self.remote.cat(rel)
+            return self.remote.cat(rel, limit=bound)
         if isinstance(result, BaseException):
             raise result
-        return result
+        return result if bound is None else result[: bound + 1]
+
+
+def read_bounded(fs: Any, path: str, most: int, *, start: int | None = None) -> bytes:
+    """At most `most` bytes of `path` (from `start`, or from its beginning), read in steps: a larger file,
+    or an HTTP body without end, with a lying Content-Length or none, stops costing memory at `most` bytes.
+
+    HTTP(S) is read as a stream (`block_size=0`, fsspec's streaming file; `size` given so that no HEAD
+    request asks for a length first), with `start` as a Range request for `most - 1` bytes: a server
+    that honours it sends no more, and the byte beyond tells one that does not. A stream's `read(n)`
+    answers with what has arrived, so it loops.
+    """
+    kwargs: dict[str, Any] = {}
+    if _is_http_fs(fs):
+        kwargs = {"block_size": 0, "size": most}
+        if start is not None:  # beside the filesystem's own headers (a token), not instead of them
+            headers = dict(getattr(fs, "kwargs", {}).get("headers") or {})
+            kwargs["headers"] = {**headers, "Range": f"bytes={start}-{start + max(most - 2, 0)}"}
+    # BytesIO hands its buffer over without a copy: the read costs `most` bytes at its peak, not twice.
+    buffer = io.BytesIO()
+    with fs.open(path, "rb", **kwargs) as file:
+        if start and not kwargs:
+            file.seek(start)
+        while buffer.tell() < most:
+            part = file.read(min(most - buffer.tell(), 1 << 20))
+            if not part:
+                break
+            buffer.write(part)
+    return buffer.getvalue()
+
+
+def copy_bounded(fs: Any, path: str, local: str, most: int) -> None:
+    """Copy at most `most` bytes of `path` into the local file `local` (overwritten), in 1 MiB steps, read
+    as `read_bounded` reads (HTTP(S) as a stream: its Content-Length is not trusted)."""
+    kwargs: dict[str, Any] = {"block_size": 0, "size": most} if _is_http_fs(fs) else {}
+    got = 0
+    with fs.open(path, "rb", **kwargs) as source, open(local, "wb") as target:
+        while got < most:
+            part = source.read(min(most - got, 1 << 20))
+            if not part:
+                break
+            target.write(part)
+            got += len(part)
+
+
+def _is_http_fs(fs: Any) -> bool:
+    protocol = fs.protocol
+    return bool({"http", "https"} & set(protocol if isinstance(protocol, (tuple, list)) else (protocol,)))
 
 
 # Every dataset root has it: the file an HTTP(S) root's Range support is probed with.

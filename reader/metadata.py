@@ -33,7 +33,7 @@ import numpy as np
 from cache.redaction import scrubbed
 from reader.decode.depth import MM_PER_METRE, is_depth
 from reader.errors import DatasetError
-from reader.format.jsonfile import parse_json
+from reader.format.jsonfile import cat_json, parse_json
 from reader.format.v3 import STATS_PATH, Info, with_frame_size
 from reader.plan.spec import DepthUnit, check_unit
 
@@ -296,7 +296,7 @@ class DatasetMeta:
         """The metadata of an opened `reader.format.catalog.Catalog`, reading `meta/stats.json` (if any)."""
         remote = catalog.remote
         try:
-            stats_json: bytes | None = remote.cat(STATS_PATH)
+            stats_json: bytes | None = cat_json(remote, STATS_PATH)
         except FileNotFoundError:
             stats_json = None
         return cls.build(

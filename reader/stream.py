@@ -33,6 +33,7 @@ from cache.redaction import scrubbed, scrubbed_iter
 from reader.decode.video import Decoders, check_device
 from reader.errors import StateError
 from reader.format.catalog import Catalog, EpisodeRef
+from reader.format.parquet import data_row_bytes
 from reader.metadata import DatasetMeta
 from reader.plan.read_plan import EntryRefs, ReadPlan
 from reader.plan.resume.resumption import IterationCursor, Resumption
@@ -577,7 +578,14 @@ class EpisodeStream(IterableDataset):
     def _make_runtime(self) -> ReaderProcessState:
         capacity, device, seek_mode, resize = self._decoding
         rows = tuple(
-            RowGroupReader(s.node_cache, s.data_file_size, s.display, row_groups=s.catalog.row_group_ranges)
+            RowGroupReader(
+                s.node_cache,
+                s.data_file_size,
+                s.display,
+                row_groups=s.catalog.row_group_ranges,
+                columns=s.catalog.column_order,
+                bytes_per_row=data_row_bytes(s.catalog.info.features),
+            )
             for s in self.sources
         )
         process = ReaderProcessState(

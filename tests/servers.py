@@ -7,7 +7,8 @@
   `Content-Length` is announced, half the body is sent, the connection is closed), fixed latency;
   per-path scripted faults for the first N requests of a path: `corrupt` (right length, wrong bytes),
   `short` (a lying server: a shorter body with a matching `Content-Length`), `stall` (half the body,
-  then wait until `release()` or `stop()`);
+  then wait until `release()` or `stop()`), `endless` (a hostile server: the file, then spaces without end,
+  under a lying `Content-Length` or none, to a request without Range);
 - a request log (`requests`, `count`), the most requests it served at once (`max_in_flight`), and
   `wait_for(predicate)` to sync a test with what the server saw.
 
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-Fault = Literal["fail", "truncate", "corrupt", "short", "stall"]
+Fault = Literal["fail", "truncate", "corrupt", "short", "stall", "endless"]
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
@@ -51,6 +52,8 @@ class Faults:
         gather: each answer waits until this many requests are being answered at once (or
             `GATHER_TIMEOUT_S` passed): a client that sends them together reaches it whatever the
             machine's load, one that waits for an answer before it asks again never does.
+        endless: path -> the `Content-Length` announced (None: none) for every `GET` of it without Range,
+            answered 200 with the file and then spaces until the client hangs up (or `ENDLESS_CAP` bytes).
     """
 
     seed: int = 0
@@ -62,13 +65,14 @@ class Faults:
     short: Mapping[str, int] = field(default_factory=dict)
     stall: Mapping[str, int] = field(default_factory=dict)
     gather: int = 0
+    endless: Mapping[str, int | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("fail_rate", "truncate_rate"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"Invalid {name} ({value}). Expected 0 <= rate < 1.")
-        for name in ("corrupt", "short", "stall"):
+        for name in ("corrupt", "short", "stall", "endless"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
 
@@ -120,6 +124,8 @@ class RangeServer:
         self._seen: Counter[tuple[str, ...]] = Counter()
         self._in_flight = 0
         self.max_in_flight = 0  # the most requests being answered at the same time
+        self.endless_bytes = 0  # what `endless` answers sent, in all
+        self._lock = threading.Lock()
         self._httpd = QuietServer(("127.0.0.1", 0), _make_handler(self))
         self._httpd.daemon_threads = True
         # A short poll interval only makes stop() quick (serve_forever checks for shutdown that often).
@@ -225,6 +231,8 @@ class RangeServer:
 
     def _choose_fault(self, method: str, path: str, byte_range: str | None) -> Fault | None:
         nth_path, nth_exact = self._arrived(method, path, byte_range)
+        if path in self.faults.endless and byte_range is None:
+            return "endless"
         if method == "GET":
             for name in ("stall", "short", "corrupt"):
                 if nth_path <= getattr(self.faults, name).get(path, 0):
@@ -268,6 +276,8 @@ def _make_handler(server: RangeServer) -> type[http.server.BaseHTTPRequestHandle
                 return self._status(404, path, byte_range, None)
             with open(full, "rb") as f:
                 data = f.read()
+            if fault == "endless":
+                return self._endless(path, byte_range, data, body=body)
             status, start, end = 200, 0, len(data)
             if byte_range is not None:
                 parsed = _parse_range(byte_range, len(data))
@@ -292,6 +302,26 @@ def _make_handler(server: RangeServer) -> type[http.server.BaseHTTPRequestHandle
             if body:
                 self._send_body(fault, sent)
 
+        def _endless(self, path: str, byte_range: str | None, data: bytes, *, body: bool) -> None:
+            announced = server.faults.endless[path]
+            server._record(Request(self.command, path, byte_range, 200, "endless", False))
+            self.send_response(200)
+            if announced is not None:
+                self.send_header("Content-Length", str(announced))
+            self.send_header("Connection", "close")
+            self.close_connection = True
+            self.end_headers()
+            if not body:
+                return
+            fill, sent = b" " * (1 << 16), 0
+            with contextlib.suppress(OSError):  # the client hung up: what this fault waits for
+                self.wfile.write(data)
+                while sent < ENDLESS_CAP and not server._released.is_set():
+                    self.wfile.write(fill)
+                    sent += len(fill)
+            with server._lock:
+                server.endless_bytes += len(data) + sent
+
         def _send_body(self, fault: Fault | None, sent: bytes) -> None:
             if fault == "stall":
                 self.wfile.write(sent)
@@ -310,6 +340,10 @@ def _make_handler(server: RangeServer) -> type[http.server.BaseHTTPRequestHandle
                 self.wfile.write(message)
 
     return Handler
+
+
+# Where an `endless` answer stops if the client never hangs up: a test's failure, not a full disk.
+ENDLESS_CAP = 8 << 30
 
 
 def _body_for(fault: Fault | None, payload: bytes) -> bytes:

@@ -24,16 +24,17 @@ from cache.remote import Reads, Remote, resolve
 from reader.errors import DatasetError, LayoutError
 from reader.format.fresh import Stale, find_stale, metadata_paths
 from reader.format.index import EPISODES_INDEX, FILES_INDEX, LAYOUT_JSON, EpisodeIndex, FileIndex, RowSequence
+from reader.format.jsonfile import json_limits
 from reader.format.layout import Layout, read_files_index
 from reader.format.locate import find_rows, list_data_files
-from reader.format.parquet import parse_parquet, release_memory
+from reader.format.parquet import MAX_METADATA_PARQUET_BYTES, parquet_limits, parse_parquet, release_memory
 from reader.format.v3 import (
     INFO_PATH,
     TASKS_PATH,
     EpisodeInfo,
     Info,
     OpenedDataset,
-    parse_tasks,
+    read_tasks,
     read_v3_metadata,
 )
 
@@ -44,6 +45,11 @@ log = logging.getLogger(__name__)
 
 # The metadata files `Catalog.open` reads at once: what an lrs/1 dataset needs, and a v3 one's info and tasks.
 _METADATA = (LAYOUT_JSON, INFO_PATH, EPISODES_INDEX, FILES_INDEX, TASKS_PATH)
+
+
+def _metadata_limits(*rels: str) -> dict[str, int]:
+    """How far each metadata file of `rels` is read at most (`Remote.cat_many`'s `limits`)."""
+    return {**json_limits(*rels), **parquet_limits(*rels)}
 
 
 @dataclass(frozen=True)
@@ -172,7 +178,7 @@ class Catalog(OpenedDataset):
         # Every metadata file either layout needs, read at once: on a bucket that takes the time of one
         # request instead of five, most of the time to a first batch. A failed read raises its error
         # where the file is used, so a missing or broken file gets the error it always had.
-        reads = remote.cat_many(_METADATA, probe_ranges=True)
+        reads = remote.cat_many(_METADATA, probe_ranges=True, limits=_metadata_limits(*_METADATA))
         try:
             reads.cat(LAYOUT_JSON)
         except FileNotFoundError:
@@ -187,15 +193,15 @@ class Catalog(OpenedDataset):
 
 def _read_table(cat: Callable[[str], bytes], remote: Remote, rel: str) -> tuple[pa.Table, bytes]:
     data = cat(rel)
-    return parse_parquet(data, file=remote.display(rel)), data
+    return parse_parquet(data, file=remote.display(rel), max_bytes=MAX_METADATA_PARQUET_BYTES), data
 
 
 def _tasks(remote: Remote, reads: Reads) -> tuple[str, ...]:
     try:
-        table, _ = _read_table(reads.cat, remote, TASKS_PATH)
+        data = reads.cat(TASKS_PATH)
     except FileNotFoundError as exc:
         raise DatasetError("missing", file=remote.display(TASKS_PATH)) from exc
-    return tuple(parse_tasks(table, file=remote.display(TASKS_PATH)))
+    return tuple(read_tasks(data, file=remote.display(TASKS_PATH)))
 
 
 class _IndexRefs(RowSequence[EpisodeRef]):
@@ -276,7 +282,9 @@ def _open_checked(remote: Remote, reads: Reads) -> Catalog:
 def check_fresh(remote: Remote, files: FileIndex, reads: Reads | None = None) -> Stale | None:
     """`find_stale`, with the metadata files not in `reads` read in one concurrent round."""
     paths = metadata_paths(files)
-    more = remote.cat_many([p for p in paths if reads is None or p not in _METADATA])
+    more = remote.cat_many(
+        [p for p in paths if reads is None or p not in _METADATA], limits=_metadata_limits(*paths)
+    )
 
     def cat(rel: str) -> bytes:
         return reads.cat(rel) if reads is not None and rel in _METADATA else more.cat(rel)
@@ -324,7 +332,7 @@ def _reopen(remote: Remote, fingerprint: str) -> Catalog:
     """
     # The process that pickled it checked the index was fresh; the fingerprint check below tells a
     # re-published index, and each row group's CRC-32 an edited file.
-    reads = remote.cat_many(_METADATA)
+    reads = remote.cat_many(_METADATA, limits=_metadata_limits(*_METADATA))
     try:
         reads.cat(LAYOUT_JSON)
     except FileNotFoundError:

@@ -4,16 +4,21 @@ bounded time and memory: the one way the metadata readers turn a JSON file into 
 Datasets are untrusted input. Python's `json` parses nesting by recursion, so 200,000 nested brackets end
 in a `RecursionError` (a traceback, not a message); `parse_json` measures the nesting first, in one pass
 that holds a bounded buffer, and refuses a file nested deeper than `MAX_JSON_DEPTH` or larger than
-`MAX_JSON_BYTES` before `json` sees it.
+`MAX_JSON_BYTES` before `json` sees it. The reads themselves are bounded too (`cat_json`, `json_limits`,
+`read_json_file`): they stop after `MAX_JSON_BYTES + 1` bytes, so a file or an HTTP body without end
+costs 64 MiB before it is refused, not what the server cares to send.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from cache.remote import Remote
 from reader.errors import DatasetError
 
 # lerobot's files nest 4 or 5 deep (stats.json: feature / statistic / channel / row / value).
@@ -24,6 +29,23 @@ MAX_JSON_BYTES = 64 << 20
 _NOT_SYNTAX = bytes(c for c in range(256) if c not in b'"[]{}')
 _QUOTE, _OPEN_LIST, _OPEN_OBJECT = b'"[{'
 _CHUNK = 1 << 20
+
+
+def json_limits(*rels: str) -> Mapping[str, int]:
+    """The read bound of each JSON file among `rels` (`Remote.cat_many`'s and `Remote.bounded`'s `limits`)."""
+    return {rel: MAX_JSON_BYTES for rel in rels if rel.endswith(".json")}
+
+
+def cat_json(remote: Remote, rel: str) -> bytes:
+    """A dataset's JSON file, read no further than one byte past `MAX_JSON_BYTES` (`parse_json` refuses
+    such a file)."""
+    return remote.cat(rel, limit=MAX_JSON_BYTES)
+
+
+def read_json_file(path: str | os.PathLike[str]) -> bytes:
+    """A local JSON file, read no further than one byte past `MAX_JSON_BYTES` (`parse_json` refuses it)."""
+    with open(path, "rb") as file:
+        return file.read(MAX_JSON_BYTES + 1)
 
 
 def json_depth(data: bytes) -> int:
@@ -58,7 +80,8 @@ def parse_json(data: bytes | str, *, file: str, error: type[DatasetError] = Data
     raw = data.encode() if isinstance(data, str) else data
     if len(raw) > MAX_JSON_BYTES:
         raise error(
-            f"Invalid JSON file ({len(raw)} bytes). Expected at most {MAX_JSON_BYTES} bytes.", file=file
+            f"Invalid JSON file ({len(raw)} bytes or more). Expected at most {MAX_JSON_BYTES} bytes.",
+            file=file,
         )
     depth = json_depth(raw)
     if depth > MAX_JSON_DEPTH:

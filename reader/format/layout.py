@@ -28,7 +28,8 @@ from reader.format.index import (
     file_index,
     parse_layout_json,
 )
-from reader.format.parquet import parse_parquet, release_memory
+from reader.format.jsonfile import cat_json, json_limits
+from reader.format.parquet import MAX_METADATA_PARQUET_BYTES, parquet_limits, parse_parquet, release_memory
 from reader.format.v3 import INFO_PATH, Info, OpenedDataset, check_tiling
 
 
@@ -76,7 +77,14 @@ class Layout(OpenedDataset):
             FetchError: a metadata file could not be read.
         """
         remote = url if isinstance(url, Remote) else resolve(url, storage_options=storage_options)
-        cat = prefetched.cat if prefetched is not None else remote.cat
+        reads = (
+            prefetched
+            if prefetched is not None
+            else remote.bounded(
+                {**json_limits(INFO_PATH, LAYOUT_JSON), **parquet_limits(EPISODES_INDEX, FILES_INDEX)}
+            )
+        )
+        cat = reads.cat
         try:
             info = Info.parse(cat(INFO_PATH), file=remote.display(INFO_PATH))
         except FileNotFoundError as exc:
@@ -183,7 +191,7 @@ def is_lrs(url: str | Remote, *, storage_options: dict[str, Any] | None = None) 
     """Whether the dataset at `url` has an lrs/1 `layout.json` (not checked further)."""
     remote = url if isinstance(url, Remote) else resolve(url, storage_options=storage_options)
     try:
-        parse_layout_json(remote.cat(LAYOUT_JSON))
+        parse_layout_json(cat_json(remote, LAYOUT_JSON))
     except (FileNotFoundError, LayoutError):
         return False
     return True
@@ -199,4 +207,7 @@ def _cat(cat: Callable[[str], bytes], remote: Remote, rel: str) -> bytes:
 
 
 def _read_table(cat: Callable[[str], bytes], remote: Remote, rel: str) -> pa.Table:
-    return parse_parquet(_cat(cat, remote, rel), file=remote.display(rel), error=LayoutError)
+    data = _cat(cat, remote, rel)
+    return parse_parquet(
+        data, file=remote.display(rel), max_bytes=MAX_METADATA_PARQUET_BYTES, error=LayoutError
+    )

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from reader.errors import DatasetError, NotADataset
-from reader.format.jsonfile import parse_json
-from reader.format.parquet import parse_parquet
+from reader.format.jsonfile import json_limits, parse_json
+from reader.format.parquet import MAX_METADATA_PARQUET_BYTES, parquet_limits, parse_parquet
 
 if TYPE_CHECKING:
     from cache.remote import Remote
@@ -28,6 +28,13 @@ if TYPE_CHECKING:
 INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
 TASKS_PATH = "meta/tasks.parquet"
+# lerobot's tasks are sentences and its feature names identifiers: the bounds keep a hostile string from
+# costing memory many times over as it is copied (docs/limits.md).
+MAX_TASK_BYTES = 64 << 10
+MAX_FEATURE_NAME_BYTES = 256
+# What a row of `meta/tasks.parquet` may take decompressed: its string (in the pandas index column) and
+# `task_index`; `check_row_group_sizes` refuses more before decompressing.
+TASK_ROW_BYTES = 2 * MAX_TASK_BYTES
 EPISODES_DIR = "meta/episodes"
 CODEBASE_VERSION = "v3.0"
 DEFAULT_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -145,6 +152,13 @@ class Info:
                     f"Invalid {key} ({value!r}). Expected an integer >= {low}.", file=file, field=key
                 )
         for name, feature in raw["features"].items():
+            if len(name.encode()) > MAX_FEATURE_NAME_BYTES:
+                raise DatasetError(
+                    f"Invalid feature name ({name[:40]!r}..., {len(name.encode())} bytes). Expected at most "
+                    f"{MAX_FEATURE_NAME_BYTES} bytes.",
+                    file=file,
+                    field="features",
+                )
             if not isinstance(feature, dict) or not isinstance(feature.get("dtype"), str):
                 raise DatasetError(
                     f"Invalid feature ({feature!r:.80}). Expected an object with a dtype string.",
@@ -349,11 +363,22 @@ def check_relative(path: str, *, what: str) -> None:
         raise ValueError(f"Invalid {what} ({path!r}). Expected a relative path without '..'.")
 
 
+def read_tasks(data: bytes, *, file: str = TASKS_PATH) -> list[str]:
+    """`meta/tasks.parquet`'s bytes as task strings by `task_index` (`parse_tasks`), a row group larger
+    than `TASK_ROW_BYTES` a row allows refused before it is decompressed."""
+    table = parse_parquet(data, file=file, bytes_per_row=TASK_ROW_BYTES, max_bytes=MAX_METADATA_PARQUET_BYTES)
+    return parse_tasks(table, file=file)
+
+
 def parse_tasks(table: pa.Table, *, file: str = TASKS_PATH) -> list[str]:
     """Task strings by `task_index` from `meta/tasks.parquet`.
 
     lerobot writes a pandas frame indexed by the task string, so the strings sit in the pandas index
     column (`task` or `__index_level_0__`) next to `task_index`.
+
+    Raises:
+        DatasetError: a column is missing, the indices are not 0..n-1, or a task is not a string of at
+            most `MAX_TASK_BYTES` bytes (naming its task index).
     """
     names = table.column_names
     if "task_index" not in names:
@@ -371,6 +396,15 @@ def parse_tasks(table: pa.Table, *, file: str = TASKS_PATH) -> list[str]:
         )
     tasks = [""] * len(indices)
     for i, text in zip(indices, texts, strict=True):
+        size = len(text.encode()) if isinstance(text, str) else None
+        if size is None or size > MAX_TASK_BYTES:
+            shown = f"{size} bytes" if size is not None else type(text).__name__
+            raise DatasetError(
+                f"Invalid task string of task_index {i} ({shown}). Expected a string of at most "
+                f"{MAX_TASK_BYTES} bytes.",
+                file=file,
+                field="task",
+            )
         tasks[i] = text
     return tasks
 
@@ -425,6 +459,40 @@ def concat_episode_tables(tables: list[pa.Table], *, file: str = EPISODES_DIR) -
         return pa.concat_tables(tables, promote_options="permissive")
     except pa.ArrowInvalid as exc:
         raise DatasetError(f"files disagree on their schema ({exc})", file=file) from exc
+
+
+def check_episode_tasks(table: pa.Table, *, file: str) -> None:
+    """Refuse a task string of `meta/episodes`' `tasks` column longer than `MAX_TASK_BYTES`, measured in
+    Arrow, before any value becomes a Python object (a copy per step).
+
+    Raises:
+        DatasetError: naming the file and the episode.
+    """
+    if "tasks" not in table.column_names:
+        return
+    column = table.column("tasks")
+    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
+        return  # not lerobot's list of strings: `parse_episodes` says what is wrong with it
+    if not pa.types.is_string(column.type.value_type) and not pa.types.is_large_string(
+        column.type.value_type
+    ):
+        return
+    first = 0
+    for chunk in column.chunks:
+        lengths = pc.binary_length(chunk.flatten()).to_numpy(zero_copy_only=False)
+        over = np.flatnonzero(lengths > MAX_TASK_BYTES)
+        if over.size:
+            row = first + int(pc.list_parent_indices(chunk)[int(over[0])].as_py())
+            episode = (
+                table.column("episode_index")[row].as_py() if "episode_index" in table.column_names else None
+            )
+            raise DatasetError(
+                f"Invalid task string ({int(lengths[over[0]])} bytes). Expected at most {MAX_TASK_BYTES} bytes.",
+                file=file,
+                episode=episode if isinstance(episode, int) else None,
+                field="tasks",
+            )
+        first += len(chunk)
 
 
 def parse_episodes(
@@ -543,7 +611,7 @@ def read_episode_files(
         chunk, index = divmod(len(found), chunks_size)
         rel = DEFAULT_EPISODES_PATH.format(chunk_index=chunk, file_index=index)
         try:
-            data = remote.cat(rel)
+            data = remote.cat(rel, limit=MAX_METADATA_PARQUET_BYTES)
         except FileNotFoundError as exc:
             if not found and not info.total_episodes:
                 return found  # an empty dataset may have no episodes file at all
@@ -559,7 +627,14 @@ def read_episode_files(
                 + unfinalized,
                 file=remote.display(rel),
             ) from exc
-        table = parse_parquet(data, file=remote.display(rel), columns=columns, missing_ok=True)
+        table = parse_parquet(
+            data,
+            file=remote.display(rel),
+            columns=columns,
+            missing_ok=True,
+            max_bytes=MAX_METADATA_PARQUET_BYTES,
+        )
+        check_episode_tasks(table, file=remote.display(rel))
         counted += table.num_rows
         found.append((rel, table, data))
     return found
@@ -627,12 +702,19 @@ def read_v3_metadata(
         DatasetError: a file is missing or unreadable, the dataset has no episode, or the metadata is
             inconsistent; the message names the file.
     """
-    cat = cat or remote.cat
+    cat = cat or remote.bounded({**json_limits(INFO_PATH), **parquet_limits(TASKS_PATH)}).cat
     try:
         info_bytes = cat(INFO_PATH)
     except FileNotFoundError as exc:
         raise NotADataset("missing: not a LeRobot v3 dataset root", file=remote.display(INFO_PATH)) from exc
     info = Info.parse(info_bytes, file=remote.display(INFO_PATH))
+    # The tasks first: a small file whose strings the episodes' repeat, refused before those are read.
+    try:
+        tasks_bytes = cat(TASKS_PATH)
+    except FileNotFoundError as exc:
+        raise DatasetError("missing", file=remote.display(TASKS_PATH)) from exc
+    tasks_file = remote.display(TASKS_PATH)
+    tasks = read_tasks(tasks_bytes, file=tasks_file)
     columns = None if all_columns else episode_columns(info.video_keys)
     found = read_episode_files(remote, info, columns=columns)
     where = remote.display(EPISODES_DIR)
@@ -642,12 +724,6 @@ def read_v3_metadata(
     episodes = parse_episodes(table, info.video_keys, fps=info.fps, file=where)
     if not episodes:
         raise DatasetError("no episodes: the dataset is empty", file=where)
-    try:
-        tasks_bytes = cat(TASKS_PATH)
-    except FileNotFoundError as exc:
-        raise DatasetError("missing", file=remote.display(TASKS_PATH)) from exc
-    tasks_file = remote.display(TASKS_PATH)
-    tasks = parse_tasks(parse_parquet(tasks_bytes, file=tasks_file), file=tasks_file)
     missing = missing_optional_columns(table.column_names, info.video_keys)
     return V3Metadata(
         info_bytes=info_bytes,

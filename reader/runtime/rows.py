@@ -34,7 +34,7 @@ from reader.batch.fill import ColumnRow
 from reader.errors import DatasetError, LayoutError, RowGroupMismatch
 from reader.format.catalog import EpisodeRef
 from reader.format.footer import FooterCuts, cut_footer
-from reader.format.parquet import row_group_span
+from reader.format.parquet import check_row_group_sizes, row_group_span
 from reader.format.v3 import INDEX_COLUMNS
 from reader.plan.windows import Windows
 
@@ -295,6 +295,10 @@ class RowGroupReader:
             8 bytes per row group are kept instead of the parsed footer, plus the serialized footer
             when it is at most 1 MiB and while it fits `footer_bytes` (else each read fetches its part:
             one more small ranged read).
+        columns: the columns to read (those a file has): the declared features and lerobot's standard
+            columns; None reads every column. Others are never decompressed.
+        bytes_per_row: a row group larger than `check_row_group_sizes` allows for it is refused before
+            its bytes are fetched (`data_row_bytes` of the declared features); None checks nothing.
     """
 
     def __init__(
@@ -305,8 +309,14 @@ class RowGroupReader:
         *,
         footer_bytes: int = FOOTER_CACHE_BYTES,
         row_groups: Callable[[str], np.ndarray | None] | None = None,
+        columns: Sequence[str] | None = None,
+        bytes_per_row: int | None = None,
     ) -> None:
         self._files, self._size_of, self._display = files, size_of, display
+        self._columns = (
+            None if columns is None else [*columns, *(c for c in INDEX_COLUMNS if c not in columns)]
+        )
+        self._bytes_per_row = bytes_per_row
         self._row_groups = row_groups
         self._cuts: dict[str, FooterCuts | None] = {}
         self._lock = threading.Lock()
@@ -384,6 +394,10 @@ class RowGroupReader:
             RowGroupMismatch: the bytes do not have `crc32` (another version of the file).
         """
         metadata, group = self._group_metadata(rel, row_group)
+        if self._bytes_per_row is not None:
+            check_row_group_sizes(
+                metadata, self._bytes_per_row, file=self._display(rel), groups=[group], row_group=row_group
+            )
         needed = row_group_span(metadata, group)
         start, end = span if span is not None else needed
         if not start <= needed[0] <= needed[1] <= end:
@@ -407,11 +421,19 @@ class RowGroupReader:
         try:
             # In this thread: Arrow's worker threads would read `source` (a Python object) under the GIL,
             # and may free it after this returns (see `parse_parquet`).
-            return pq.ParquetFile(source, metadata=metadata, pre_buffer=False).read_row_group(
-                group, use_threads=False
-            )
+            parquet = pq.ParquetFile(source, metadata=metadata, pre_buffer=False)
+            columns = None if self._columns is None else self._present(parquet.schema_arrow.names, rel)
+            return parquet.read_row_group(group, columns=columns, use_threads=False)
         except (pa.ArrowInvalid, OSError) as exc:
             raise DatasetError(f"unreadable row group {row_group} ({exc})", file=self._display(rel)) from exc
+
+    def _present(self, names: Sequence[str], rel: str) -> list[str]:
+        """Those of the columns to read that the file has; the others it has are named once a process."""
+        wanted = set(self._columns or ())
+        undeclared = [n for n in names if n not in wanted]
+        if undeclared:
+            _note_undeclared(undeclared, self._display(rel))
+        return [c for c in self._columns or () if c in names]
 
     def _group_metadata(self, rel: str, row_group: int) -> tuple[pq.FileMetaData, int]:
         """A footer holding `row_group`, and its number there: the row group's own cut of the footer

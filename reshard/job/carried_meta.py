@@ -13,6 +13,7 @@ from __future__ import annotations
 from cache.store import TEMP_SUFFIX, check_rel
 from reader.errors import DatasetError
 from reader.format.index import LRS_DIR
+from reader.format.parquet import MAX_METADATA_PARQUET_BYTES
 from reader.format.v3 import INFO_PATH, STATS_PATH, TASKS_PATH
 from reshard.source.model import V3Source
 
@@ -60,6 +61,21 @@ def carried_paths(source: V3Source) -> list[str]:
 
 
 def carried_meta_files(source: V3Source) -> list[tuple[str, bytes]]:
-    """Each carried `meta/` file (`carried_paths`) with its bytes, as the source holds them."""
+    """Each carried `meta/` file (`carried_paths`) with its bytes, as the source holds them, each read no
+    further than one byte past `MAX_METADATA_PARQUET_BYTES`.
+
+    Raises:
+        DatasetError: a file is larger than that (naming it).
+    """
     remote = source.whole.remote
-    return [(rel, remote.cat(rel)) for rel in carried_paths(source)]
+    carried = []
+    for rel in carried_paths(source):
+        data = remote.cat(rel, limit=MAX_METADATA_PARQUET_BYTES)
+        if len(data) > MAX_METADATA_PARQUET_BYTES:
+            raise DatasetError(
+                f"Invalid meta file ({len(data)} bytes or more). Expected at most {MAX_METADATA_PARQUET_BYTES} "
+                "bytes for a file a reshard carries.",
+                file=remote.display(rel),
+            )
+        carried.append((rel, data))
+    return carried

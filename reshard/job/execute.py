@@ -21,10 +21,12 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from cache.arguments import format_index_list, parse_index_list
+from cache.fetch import MAX_UNLISTED_FILE_BYTES
 from cache.progress import progress_bar
 from cache.remote import Remote
 from cache.store import atomic_write
 from reader.decode.depth import is_depth
+from reader.errors import DatasetError
 from reshard.job.meta import (
     DataRecord,
     Record,
@@ -259,14 +261,27 @@ def list_files(remote: Remote, top: str | None = None) -> dict[str, int | None]:
 
 @contextlib.contextmanager
 def local_copy(remote: Remote, rel: str, tmp_dir: Path) -> Iterator[str]:
-    """A local path of `rel`: in place for a local dataset, else fetched into `tmp_dir` and deleted after."""
+    """A local path of `rel`: in place for a local dataset, else fetched into `tmp_dir` and deleted after.
+
+    The download stops one byte past `MAX_UNLISTED_FILE_BYTES` (no index lists a source file's size):
+    a body without end fills neither the disk nor the time.
+
+    Raises:
+        DatasetError: the file is larger than that.
+    """
     path = remote.local_path(rel)
     if path is not None:
         yield path
         return
     tmp = tmp_dir / f"{os.getpid()}-{uuid.uuid4().hex}{Path(rel).suffix}"
     try:
-        remote.get(rel, str(tmp))
+        remote.get(rel, str(tmp), max_size=MAX_UNLISTED_FILE_BYTES)
+        if tmp.stat().st_size > MAX_UNLISTED_FILE_BYTES:
+            raise DatasetError(
+                f"Invalid file size ({tmp.stat().st_size} bytes or more). Expected at most "
+                f"{MAX_UNLISTED_FILE_BYTES} bytes for a source file.",
+                file=remote.display(rel),
+            )
         yield str(tmp)
     finally:
         tmp.unlink(missing_ok=True)

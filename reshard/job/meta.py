@@ -49,6 +49,7 @@ from reader.format.index import (
     files_to_table,
     kind_of,
 )
+from reader.format.jsonfile import cat_json
 from reader.format.parquet import replace_columns
 from reader.format.v3 import (
     DEFAULT_EPISODES_PATH,
@@ -177,7 +178,7 @@ def stats_json(source: V3Source) -> bytes | None:
     if not source.whole.remote.exists(STATS_PATH):
         return None
     if source.parent is None:
-        return source.remote.cat(STATS_PATH)
+        return cat_json(source.remote, STATS_PATH)
     return (json.dumps(source.stats, indent=4) + "\n").encode()
 
 

@@ -44,6 +44,7 @@ from cache.trust import owned_dir
 from reader.decode.depth import is_depth
 from reader.errors import DatasetError
 from reader.format.index import EPISODES_INDEX, LAYOUT_JSON, parse_layout_json
+from reader.format.jsonfile import read_json_file
 from reader.format.locate import read_footer
 from reshard.errors import ReshardError, WorkerDied
 from reshard.job.execute import (
@@ -256,7 +257,7 @@ def select_episodes(source: V3Source, options: ReshardOptions, ws: Workspace, *,
     """
     path = ws.root / DROPPED_JSON_NAME
     if path.exists():
-        selection = Selection.from_json(path.read_bytes(), file=str(path))
+        selection = Selection.from_json(read_json_file(path), file=str(path))
     else:
         try:
             skipped = (
@@ -386,7 +387,7 @@ def _completed(out: Path, doc: dict[str, Any], source: V3Source) -> bool:
     path = out / LAYOUT_JSON
     if not path.exists():
         return False
-    layout = parse_layout_json(path.read_bytes(), file=str(path))
+    layout = parse_layout_json(read_json_file(path), file=str(path))
     recorded = {"source": layout.get("source", {}).get("url"), "params": layout.get("params")}
     expected = _as_recorded(recorded, doc)
     if recorded != expected:

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from reader.errors import DatasetError
-from reader.format.parquet import row_group_span
+from reader.format.parquet import check_row_group_sizes, data_row_bytes, row_group_span
 from reshard.job.plan import DataTask
 from reshard.source.checks import CHECKED_COLUMNS, check_kept_rows
 from reshard.source.model import V3Source
@@ -83,6 +83,9 @@ class SourceFileRows:
     ) -> None:
         self.where = source.remote.display(rel)
         self._file = self._read(lambda: pq.ParquetFile(local_path), episode)
+        # Before any row group is decompressed: a few KiB of zstd may declare GiB (docs/limits.md).
+        bytes_per_row = data_row_bytes(source.info.features)
+        check_row_group_sizes(self._file.metadata, bytes_per_row, file=self.where, episode=episode)
         if not self._file.schema_arrow.remove_metadata().equals(schema.remove_metadata()):
             raise DatasetError(
                 f"Invalid schema ({_short(self._file.schema_arrow)}). Expected the schema of the first data "

@@ -28,7 +28,7 @@ from cache.trust import check_owned_dir
 from reader.errors import LayoutError
 from reader.format.catalog import Catalog
 from reader.format.index import FILES_INDEX, files_from_table
-from reader.format.parquet import parse_parquet
+from reader.format.parquet import MAX_METADATA_PARQUET_BYTES, parse_parquet
 from reader.plan.fetch import FetchPlan, Needs, check_ranks, plan_needs, plan_prewarm
 from reader.plan.read_plan import ReadPlan
 from reader.plan.resume.state import parse_state
@@ -306,10 +306,10 @@ def _index_files(catalog: Catalog) -> dict[str, str]:
     """path -> sha256 from `meta/lrs/files.parquet`."""
     remote, display = catalog.remote, catalog.remote.display(FILES_INDEX)
     try:
-        data = remote.cat(FILES_INDEX)
+        data = remote.cat(FILES_INDEX, limit=MAX_METADATA_PARQUET_BYTES)
     except FileNotFoundError as exc:
         raise LayoutError("missing", file=display) from exc
-    table = parse_parquet(data, file=display, error=LayoutError)
+    table = parse_parquet(data, file=display, max_bytes=MAX_METADATA_PARQUET_BYTES, error=LayoutError)
     return {entry.path: entry.sha256 for entry in files_from_table(table, file=display)}
 
 

@@ -21,7 +21,7 @@ from cache.backoff import DEFAULT_RETRY, RetryPolicy
 from cache.errors import LrsError
 from cache.remote import Remote
 from reader.format.index import FILES_INDEX, files_from_table
-from reader.format.parquet import parse_parquet
+from reader.format.parquet import MAX_METADATA_PARQUET_BYTES, parse_parquet
 from reshard.job.meta import path_sha256
 
 # Uploads to a local directory land in `<name><PARTIAL_MARK><random>` first, then are renamed.
@@ -146,8 +146,9 @@ class FsspecTarget:
     def published_sha256(self) -> dict[str, str]:
         """The published dataset's `meta/lrs/files.parquet`, read fresh (empty if none or unreadable)."""
         try:
-            data = self.remote.cat(FILES_INDEX)
-            entries = files_from_table(parse_parquet(data, file=self.remote.display(FILES_INDEX)))
+            data = self.remote.cat(FILES_INDEX, limit=MAX_METADATA_PARQUET_BYTES)
+            shown = self.remote.display(FILES_INDEX)
+            entries = files_from_table(parse_parquet(data, file=shown, max_bytes=MAX_METADATA_PARQUET_BYTES))
         except (FileNotFoundError, LrsError):
             return {}
         return {e.path: e.sha256 for e in entries}

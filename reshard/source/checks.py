@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from reader.errors import DatasetError
-from reader.format.parquet import parquet_columns, parse_parquet
+from reader.format.parquet import data_row_bytes, parquet_columns, parse_parquet
 from reader.format.v3 import INDEX_COLUMNS, INFO_PATH, EpisodeInfo, Info, VideoSegment, frame_size
 from reshard.source.defects import describe_defect, raise_defects
 from reshard.video.extent import VideoExtent, frames_in_range, video_extent
@@ -76,7 +76,14 @@ def iter_row_defects(
         absent = absent_feature(source.info, parquet_columns(data, file=where), file=where)
         if absent is not None:
             yield absent
-        table = parse_parquet(data, file=where, columns=list(CHECKED_COLUMNS), missing_ok=True)
+        # A row group over its bound (`check_row_group_sizes`) is refused here, before it is decompressed.
+        table = parse_parquet(
+            data,
+            file=where,
+            columns=list(CHECKED_COLUMNS),
+            missing_ok=True,
+            bytes_per_row=data_row_bytes(source.info.features),
+        )
     index = table.column("index").to_numpy()
     ep_col = table.column("episode_index").to_numpy()
     frame = table.column("frame_index").to_numpy()

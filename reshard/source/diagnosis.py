@@ -53,9 +53,10 @@ from cache.remote import Remote, resolve
 from reader.errors import DatasetError, LayoutError, NotADataset
 from reader.format.catalog import check_fresh
 from reader.format.fresh import Stale
-from reader.format.index import LAYOUT_JSON
-from reader.format.jsonfile import parse_json
+from reader.format.index import FILES_INDEX, LAYOUT_JSON
+from reader.format.jsonfile import cat_json, parse_json
 from reader.format.layout import read_files_index
+from reader.format.parquet import parquet_limits
 from reader.format.v3 import INFO_PATH, TASKS_PATH
 from reshard.source.checks import frame_size_defects, iter_row_defects, iter_video_defects
 from reshard.source.model import (
@@ -218,7 +219,7 @@ def declared_totals(url: str, storage_options: dict[str, Any] | None = None) -> 
     """(total_episodes, total_frames) as `meta/info.json` declares them, (0, 0) where it cannot say."""
     try:
         remote = resolve(url, storage_options=storage_options)
-        raw = parse_json(remote.cat(INFO_PATH), file=remote.display(INFO_PATH))
+        raw = parse_json(cat_json(remote, INFO_PATH), file=remote.display(INFO_PATH))
     except (LrsError, OSError, ValueError):
         return 0, 0
     if not isinstance(raw, dict):
@@ -236,7 +237,7 @@ def stale_index(remote: Remote) -> list[DatasetError]:
     then each data file's sha256 against `meta/lrs/files.parquet` (a same-size edit). A broken index
     (unreadable `files.parquet`) is `lrs verify`'s to report."""
     try:
-        files = read_files_index(remote, remote.cat)
+        files = read_files_index(remote, remote.bounded(parquet_limits(FILES_INDEX)).cat)
     except (LayoutError, FileNotFoundError):
         return []
     stale = check_fresh(remote, files)

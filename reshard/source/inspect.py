@@ -22,6 +22,7 @@ from cache.printable import printable_lines
 from cache.remote import Remote
 from reader.errors import DatasetError, LayoutError
 from reader.format.index import LAYOUT_JSON, parse_layout_json
+from reader.format.jsonfile import cat_json
 from reader.format.locate import footer_bytes
 from reshard.job.execute import local_copy
 from reshard.source.model import V3Source, describe, open_source
@@ -196,7 +197,7 @@ def _used(params: Any, videos: dict[str, dict[str, Any]]) -> Any:
 
 def _layout_report(remote: Remote, videos: dict[str, dict[str, Any]]) -> dict[str, Any]:
     try:
-        layout = parse_layout_json(remote.cat(LAYOUT_JSON), file=remote.display(LAYOUT_JSON))
+        layout = parse_layout_json(cat_json(remote, LAYOUT_JSON), file=remote.display(LAYOUT_JSON))
     except (FileNotFoundError, LayoutError) as exc:
         return {
             "is_lrs": False,

@@ -20,8 +20,9 @@ import pyarrow as pa
 
 from cache.remote import Remote, resolve
 from reader.errors import DatasetError
+from reader.format.jsonfile import cat_json
 from reader.format.locate import find_rows
-from reader.format.parquet import parse_parquet
+from reader.format.parquet import MAX_METADATA_PARQUET_BYTES, parse_parquet
 from reader.format.v3 import (
     EPISODES_DIR,
     INFO_PATH,
@@ -137,7 +138,7 @@ class V3Source(OpenedDataset):
         Raises:
             DatasetError: the file changed since (its sha256 is not the fingerprint's).
         """
-        data = self.whole.remote.cat(rel)
+        data = self.whole.remote.cat(rel, limit=MAX_METADATA_PARQUET_BYTES)
         expected = self.whole.fingerprint.files.get(rel) if self.whole.fingerprint else None
         if expected is not None and hashlib.sha256(data).hexdigest() != expected:
             raise DatasetError(
@@ -201,7 +202,7 @@ def open_source(
     metadata = {INFO_PATH: read.info_bytes, TASKS_PATH: read.tasks_bytes, **dict(read.episode_files)}
     stats: dict[str, Any] = {}
     if remote.exists(STATS_PATH):
-        metadata[STATS_PATH] = remote.cat(STATS_PATH)
+        metadata[STATS_PATH] = cat_json(remote, STATS_PATH)
         stats = parse_stats(metadata[STATS_PATH], file=remote.display(STATS_PATH))
     fingerprint = SourceFingerprint.of(
         metadata, episodes=len(read.episodes), frames=sum(e.length for e in read.episodes)

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cache.remote import Remote
+from reader.format.jsonfile import cat_json
 from reader.format.v3 import EPISODES_DIR, STATS_PATH, TASKS_PATH
 from reshard.job.meta import stats_json
 from reshard.job.tables import SourceFileRows
@@ -38,7 +39,7 @@ def as_resharded(source: V3Source, remote: Remote) -> V3Source:
     """The source as the output saw it: where the output left episodes out (`meta/lrs/dropped.json`),
     the kept ones, renumbered."""
     if remote.exists(DROPPED_JSON):
-        selection = Selection.from_json(remote.cat(DROPPED_JSON), file=remote.display(DROPPED_JSON))
+        selection = Selection.from_json(cat_json(remote, DROPPED_JSON), file=remote.display(DROPPED_JSON))
         source = select(source, selection)
     return source
 

@@ -34,8 +34,9 @@ from cache.redaction import redact
 from cache.remote import Remote, resolve
 from reader.errors import DatasetError, LayoutError
 from reader.format.catalog import check_fresh
-from reader.format.index import LAYOUT_JSON
+from reader.format.index import FILES_INDEX, LAYOUT_JSON
 from reader.format.layout import Layout, read_files_index
+from reader.format.parquet import parquet_limits
 from reader.format.v3 import INFO_PATH
 from reshard.job.lock import running_job
 from reshard.job.process_pool import WorkerPool
@@ -142,7 +143,7 @@ def _stale(remote: Remote) -> str | None:
     """Why the index is stale (`reader.format.fresh`), or None where it is fresh or cannot be read (a
     broken index is the `layout` class's to report)."""
     try:
-        files = read_files_index(remote, remote.cat)
+        files = read_files_index(remote, remote.bounded(parquet_limits(FILES_INDEX)).cat)
     except (LayoutError, FileNotFoundError):
         return None
     stale = check_fresh(remote, files)

@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -28,17 +29,34 @@ PYTHON = sys.executable
 LRS = "from reshard.cli import main; main()"
 PROBES = str(Path(__file__).resolve().with_name("probes.py"))
 TRACEBACK = "Traceback (most recent call last)"
+# `python -c _MEASURE USAGE_FILE ARGV...`: runs ARGV, writes its rusage (peak RSS of the largest process,
+# 512-byte blocks written) to USAGE_FILE as JSON and exits with its status.
+_MEASURE = (
+    "import json, resource, subprocess, sys; rc = subprocess.call(sys.argv[2:]); "
+    "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+    "open(sys.argv[1], 'w').write(json.dumps({'maxrss_kib': u.ru_maxrss, 'oublock': u.ru_oublock})); "
+    "sys.exit(rc if rc >= 0 else 128 - rc)"
+)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one child process used: its peak resident memory and the bytes it wrote to disk, in MiB."""
+
+    peak_rss_mib: float
+    written_mib: float
 
 
 @dataclass(frozen=True)
 class Proc:
-    """One finished child process."""
+    """One finished child process (`usage` where it was `Case.measured`)."""
 
     args: tuple[str, ...]
     rc: int
     stdout: str
     stderr: str
     seconds: float
+    usage: Usage | None = None
 
     @property
     def first_line(self) -> str:
@@ -104,6 +122,20 @@ class Case:
         )
         proc = Proc(tuple(argv), done.returncode, done.stdout, done.stderr, time.monotonic() - start)
         self.procs.append(proc)
+        return proc
+
+    def measured(self, argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 300) -> Proc:
+        """`run`, with the peak resident memory of the child (the largest of its processes) and the bytes
+        they wrote to disk, in `Proc.usage`. A small wrapper process runs it and reads its rusage: a child
+        forked from this process directly would report this process's own peak where that is larger
+        (Linux keeps `maxrss` across fork and exec)."""
+        with tempfile.NamedTemporaryFile("r", suffix=".json") as usage:
+            proc = self.run([PYTHON, "-c", _MEASURE, usage.name, *argv], env=env, timeout=timeout)
+            got = json.loads(usage.read() or "{}")
+        measured = Usage(
+            peak_rss_mib=got.get("maxrss_kib", 0) / 1024, written_mib=got.get("oublock", 0) / 2048
+        )
+        self.procs[-1] = proc = Proc(proc.args[3:], proc.rc, proc.stdout, proc.stderr, proc.seconds, measured)
         return proc
 
     def lrs(self, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> Proc:

@@ -15,7 +15,22 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from harness import Case, Ctx, Verdict, both, epoch_options, error_verdict, probe_error_verdict, register
+from harness import (
+    LRS,
+    PROBES,
+    PYTHON,
+    Case,
+    Ctx,
+    Proc,
+    Verdict,
+    both,
+    epoch_options,
+    error_verdict,
+    probe_error_verdict,
+    register,
+)
+
+from tests.servers import Faults, RangeServer
 
 OTHER_UID = 4321
 
@@ -336,3 +351,134 @@ def _edit_task(root: Path, index: int, change: Callable[[str], str]) -> None:
             [texts[index] if t == old else t for t in ts] for ts in episodes.column("tasks").to_pylist()
         ]
         pq.write_table(replace_columns(episodes, {"tasks": column}), path)
+
+
+# What a refusal of hostile metadata may cost beyond the same command on the healthy sample (DESIGN: at
+# most 256 MiB over the process's baseline for metadata), and a bomb's row bytes in these cases.
+OVER_BASELINE_MIB = 256
+BOMB_ROW_BYTES = 16 << 20
+HUGE_TASK_BYTES = 100_000_000
+
+
+def _within(proc: Proc, baseline: Proc, what: str) -> Verdict:
+    """`proc`'s peak memory at most `OVER_BASELINE_MIB` over `baseline`'s (both `Case.measured`)."""
+    assert proc.usage is not None and baseline.usage is not None
+    over = proc.usage.peak_rss_mib - baseline.usage.peak_rss_mib
+    return Verdict(
+        over <= OVER_BASELINE_MIB,
+        f"{what}: peak {proc.usage.peak_rss_mib:.0f} MiB ({over:+.0f} over the healthy run), "
+        f"{proc.usage.written_mib:.1f} MiB written, {proc.seconds:.1f} s",
+        "" if over <= OVER_BASELINE_MIB else f"{what}: more than {OVER_BASELINE_MIB} MiB over its baseline",
+        {f"{what}_peak_mib": round(proc.usage.peak_rss_mib), f"{what}_over_mib": round(over)},
+    )
+
+
+def _lrs_measured(case: Case, *args: str, timeout: float = 300) -> Proc:
+    return case.measured([PYTHON, "-c", LRS, *args], timeout=timeout)
+
+
+@register("hostile-endless-json", "hostile")
+def endless_json(ctx: Ctx, case: Case) -> Verdict:
+    """meta/info.json served as `{` and spaces without end, no Content-Length (was: 2 GB read in 9 s): the
+    read stops one byte past 64 MiB, one line, exit 3, within 256 MiB of a healthy `lrs describe`."""
+    src = ctx.copy(ctx.sample, case.dir / "src")
+    with RangeServer(src) as server:
+        healthy = _lrs_measured(case, "describe", server.url, timeout=120)
+    (src / "meta/info.json").write_bytes(b"{")
+    with RangeServer(src, faults=Faults(endless={"meta/info.json": None})) as server:
+        proc = _lrs_measured(case, "describe", server.url, timeout=120)
+        sent = server.endless_bytes
+    return both(
+        error_verdict(proc, match=r"meta/info\.json: Invalid JSON file \(67108865 bytes or more\)"),
+        _within(proc, healthy, "describe"),
+        Verdict(True, f"server sent {sent / 2**20:.0f} MiB", figures={"sent_mib": round(sent / 2**20)}),
+    )
+
+
+@register("hostile-lying-length-video", "hostile")
+def lying_length_video(ctx: Ctx, case: Case) -> Verdict:
+    """A video the lrs/1 index lists at its size, served with `Content-Length: 10**11` and bytes without end
+    (was: 15.7 GB of temp file in 60 s): each download is cut one byte past the listed size, retried as a
+    bad download, then one line, exit 3; nothing is left in the cache."""
+    import pyarrow.parquet as pq
+
+    files = pq.read_table(ctx.resharded / "meta/lrs/files.parquet").to_pylist()
+    video = next(f for f in sorted(files, key=lambda f: f["path"]) if f["path"].endswith(".mp4"))
+    listed = sum(f["bytes"] for f in files)
+    with RangeServer(ctx.resharded, faults=Faults(endless={video["path"]: 10**11})) as server:
+        proc = _lrs_measured(case, "prewarm", server.url, "--cache-dir", "c", "-q", timeout=240)
+        sent = server.endless_bytes
+    assert proc.usage is not None
+    written = proc.usage.written_mib * 2**20
+    left = sorted(p.name for p in (case.dir / "c").rglob("*") if ".part" in p.name or "tmp" in p.name)
+    case.allow(r"c(/.*)?")
+    size = video["bytes"]
+    return both(
+        error_verdict(
+            proc, match=rf"{re.escape(video['path'])}\): size {size + 1} or more after 3 downloads"
+        ),
+        Verdict(
+            written <= 2 * listed + (16 << 20),
+            f"{proc.usage.written_mib:.1f} MiB written (the dataset lists {listed / 2**20:.1f} MiB), peak "
+            f"{proc.usage.peak_rss_mib:.0f} MiB, server sent {sent / 2**20:.1f} MiB, {proc.seconds:.1f} s",
+            "" if written <= 2 * listed + (16 << 20) else "wrote more than twice the listed sizes",
+            {"written_mib": round(proc.usage.written_mib, 1), "sent_mib": round(sent / 2**20, 1)},
+        ),
+        Verdict(not left, "no temp file left" if not left else f"left {left[:3]}"),
+    )
+
+
+@register("hostile-parquet-bomb", "hostile")
+def parquet_bomb(ctx: Ctx, case: Case) -> Verdict:
+    """Every data file with an undeclared zstd column of 16 MiB of zeros a row, a few KiB on disk (was:
+    doctor "no defect found", reshard 2.5 GB, the v3 stream 1.97 GB and exit 0): a doctor defect, a
+    reshard refusal and a stream error, before a row group is decompressed."""
+    from tests.reshard.defects import add_bomb
+
+    src = ctx.copy(ctx.sample, case.dir / "src")
+    add_bomb(src, BOMB_ROW_BYTES)
+    healthy = {cmd: _lrs_measured(case, *args) for cmd, args in _bomb_commands(ctx.sample, "healthy").items()}
+    runs = {cmd: _lrs_measured(case, *args) for cmd, args in _bomb_commands(src, "out").items()}
+    shutil.rmtree(case.dir / ".out.lrs-work", ignore_errors=True)
+    shutil.rmtree(case.dir / ".healthy.lrs-work", ignore_errors=True)
+    case.allow(r"healthy(/.*)?")
+    stream = case.measured([PYTHON, PROBES, "epoch", json.dumps({"url": str(src), "options": {}})])
+    healthy_stream = case.measured(
+        [PYTHON, PROBES, "epoch", json.dumps({"url": str(ctx.sample), "options": {}})]
+    )
+    bomb = r"Invalid row group \d+ \(\d+ bytes uncompressed for \d+ rows\)"
+    named = runs["doctor"].rc == 1 and re.search(bomb, runs["doctor"].stdout) is not None
+    return both(
+        Verdict(named, f"doctor exit {runs['doctor'].rc}" + (": names the row group" if named else "")),
+        error_verdict(runs["reshard"], match=bomb),
+        probe_error_verdict(stream, match=bomb),
+        *(_within(runs[cmd], healthy[cmd], cmd) for cmd in runs),
+        _within(stream, healthy_stream, "stream"),
+    )
+
+
+def _bomb_commands(src: Path, out: str) -> dict[str, tuple[str, ...]]:
+    return {"doctor": ("doctor", str(src), "-q"), "reshard": ("reshard", str(src), "--out", out, "-q")}
+
+
+@register("hostile-huge-task", "hostile")
+def huge_task(ctx: Ctx, case: Case) -> Verdict:
+    """A 100 MB task string (a few KiB of compressed meta/; was: reshard at 1.5 GB peak): describe and
+    reshard refuse it in one line naming meta/tasks.parquet, before it is decompressed."""
+    from tests.reshard.defects import set_task
+
+    src = ctx.copy(ctx.sample, case.dir / "src")
+    set_task(src, 0, "x" * HUGE_TASK_BYTES)
+    healthy = _lrs_measured(case, "describe", str(ctx.sample))
+    healthy_reshard = _lrs_measured(case, "reshard", str(ctx.sample), "--out", "healthy", "-q")
+    case.allow(r"healthy(/.*)?")
+    describe = _lrs_measured(case, "describe", "src")
+    reshard = _lrs_measured(case, "reshard", "src", "--out", "out", "-q")
+    shutil.rmtree(case.dir / ".out.lrs-work", ignore_errors=True)
+    refused = r"meta/tasks\.parquet: Invalid row group 0 \(\d+ bytes uncompressed for \d+ rows\)"
+    return both(
+        error_verdict(describe, match=refused),
+        error_verdict(reshard, match=refused),
+        _within(describe, healthy, "describe"),
+        _within(reshard, healthy_reshard, "reshard"),
+    )

@@ -22,6 +22,7 @@ from cache import (
     IntegrityError,
     NodeCache,
     counter_files,
+    fetch,
     resolve,
     sum_cache_stats,
 )
@@ -650,3 +651,30 @@ def test_a_temp_file_unknown_to_the_ledger_is_swept_once_per_directory(source, s
     stale.write_bytes(b"x" * 10)
     assert read(cache.fetch(video)) == read(root / video)
     assert part_files(cache_dir) == []
+
+
+@pytest.mark.parametrize("announced", [10**11, None], ids=["lying-length", "no-length"])
+def test_a_download_is_cut_one_byte_past_the_listed_size(source, serve, open_cache, cache_dir, announced):
+    """A video listed at 1,000 bytes served as endless bytes: at most 1,001 bytes land on disk per try."""
+    root, files = source
+    server = serve(root, Faults(endless={"videos/cam/episode_000.mp4": announced}))
+    cache = open_cache(server.url)
+    with pytest.raises(
+        IntegrityError,
+        match=r"episode_000\.mp4\): size 1001 or more after 3 downloads\. Expected 1000 bytes\.",
+    ):
+        cache.fetch("videos/cam/episode_000.mp4", size=files["videos/cam/episode_000.mp4"].size)
+    assert part_files(cache_dir) == []
+    assert cache.stats().bytes_fetched == 3 * 1001
+
+
+def test_a_download_of_an_unlisted_size_is_cut_at_the_unlisted_bound(source, serve, open_cache, monkeypatch):
+    monkeypatch.setattr(fetch, "MAX_UNLISTED_FILE_BYTES", 5000)
+    root, _files = source
+    server = serve(root, Faults(endless={"a.bin": None}))
+    cache = open_cache(server.url)
+    with pytest.raises(
+        IntegrityError, match=r"a\.bin\): size 5001 or more, over the 5000 bytes a file no index"
+    ):
+        cache.fetch("a.bin")
+    assert cache.stats().bytes_fetched == 3 * 5001

@@ -62,3 +62,33 @@ def test_a_file_that_keeps_failing_raises_its_fetch_error_once(root: Path) -> No
         with pytest.raises(FetchError):
             reads.cat("a.json")
         assert server.count() == asked == 2  # its two attempts, not retried again by the caller
+
+
+@pytest.mark.parametrize("announced", [None, 10**11], ids=["no-length", "lying-length"])
+def test_a_bounded_cat_stops_an_endless_body_one_byte_past_its_limit(
+    root: Path, announced: int | None
+) -> None:
+    with RangeServer(root, faults=Faults(endless={"a.json": announced})) as server:
+        remote = resolve(server.url, probe_ranges=False)
+        assert remote.cat("a.json", limit=1000) == FILES["a.json"] + b" " * (1001 - len(FILES["a.json"]))
+        assert len(remote.cat_many(["a.json"], limits={"a.json": 5000}).cat("a.json")) == 5001
+        assert len(remote.bounded({"a.json": 70}).cat("a.json")) == 71
+
+
+def test_a_bounded_cat_of_a_small_file_reads_it_whole(root: Path) -> None:
+    remote = resolve(str(root))
+    assert remote.cat("dir/b.bin", limit=1 << 20) == FILES["dir/b.bin"]
+    assert len(remote.cat("dir/b.bin", limit=10)) == 11
+
+
+def test_bounded_and_ranged_reads_over_http_retry_server_errors_and_keep_the_filesystem_headers(
+    root: Path,
+) -> None:
+    with RangeServer(root, faults=Faults(fail_rate=0.3, seed=5)) as server:
+        remote = resolve(server.url, storage_options={"headers": {"X-Token": "t"}}, probe_ranges=False)
+        assert (
+            remote.cat_many(WANTED, limits={"a.json": 100, "dir/b.bin": 5000}).cat("dir/b.bin")
+            == FILES["dir/b.bin"]
+        )
+        assert remote.cat_range("dir/b.bin", 10, 20) == FILES["dir/b.bin"][10:20]
+        assert sum(r.status == 500 for r in server.requests) >= 1

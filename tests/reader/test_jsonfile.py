@@ -6,12 +6,17 @@ from __future__ import annotations
 import json
 import random
 import time
+from pathlib import Path
 
 import pytest
 
+from cache.remote import resolve
 from reader.errors import DatasetError, LayoutError
 from reader.format import jsonfile
-from reader.format.jsonfile import MAX_JSON_DEPTH, json_depth, parse_json
+from reader.format.catalog import Catalog
+from reader.format.jsonfile import MAX_JSON_DEPTH, json_depth, parse_json, read_json_file
+from reader.format.layout import Layout
+from tests.servers import Faults, RangeServer
 
 
 def _reference_depth(text: str) -> int:
@@ -77,6 +82,30 @@ def test_what_json_cannot_parse_is_one_error_naming_the_file(monkeypatch: pytest
         parse_json(b"1" * 5000, file="f.json")  # Python's 4,300-digit limit, a ValueError of its own
     monkeypatch.setattr(jsonfile, "MAX_JSON_BYTES", 10)
     with pytest.raises(
-        DatasetError, match=r"^f\.json: Invalid JSON file \(11 bytes\)\. Expected at most 10 bytes"
+        DatasetError, match=r"^f\.json: Invalid JSON file \(11 bytes or more\)\. Expected at most 10 bytes"
     ):
         parse_json(b'"123456789"', file="f.json")
+
+
+def test_info_json_served_without_end_is_refused_after_the_limit_plus_one_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`{` and spaces without end and without a Content-Length: the read stops, one line names the file."""
+    monkeypatch.setattr(jsonfile, "MAX_JSON_BYTES", 1 << 20)
+    (tmp_path / "meta").mkdir()
+    (tmp_path / "meta/info.json").write_bytes(b"{")
+    with RangeServer(tmp_path, faults=Faults(endless={"meta/info.json": None})) as server:
+        started = time.monotonic()
+        with pytest.raises(DatasetError, match=r"info\.json: Invalid JSON file \(1048577 bytes or more\)"):
+            Catalog.open(server.url)
+        with pytest.raises(DatasetError, match=r"Invalid JSON file \(1048577 bytes or more\)"):
+            Layout.load(resolve(server.url, probe_ranges=False))
+        assert time.monotonic() - started < 20
+
+
+def test_a_local_json_file_is_read_no_further_than_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jsonfile, "MAX_JSON_BYTES", 10)
+    (tmp_path / "f.json").write_bytes(b"{" + b" " * 100)
+    assert read_json_file(tmp_path / "f.json") == b"{" + b" " * 10

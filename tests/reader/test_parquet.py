@@ -19,7 +19,13 @@ import pytest
 from cache.remote import resolve
 from reader.errors import DatasetError
 from reader.format.locate import FileRows, file_rows
-from reader.format.parquet import leaf_columns, parse_parquet
+from reader.format.parquet import (
+    check_row_group_sizes,
+    data_row_bytes,
+    leaf_columns,
+    parquet_limits,
+    parse_parquet,
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +73,66 @@ def test_leaf_columns_number_the_column_chunks() -> None:
     metadata = pq.read_metadata(pa.BufferReader(sink.getvalue()))
     assert leaf_columns(metadata) == ["state.list.element", "index"]
     assert metadata.row_group(0).column(leaf_columns(metadata).index("index")).statistics.min == 7
+
+
+def _bomb(rows: int, row_bytes: int) -> bytes:
+    sink = io.BytesIO()
+    table = pa.table({"index": list(range(rows)), "bomb": pa.array([bytes(row_bytes)] * rows, pa.binary())})
+    pq.write_table(table, sink, compression="zstd", use_dictionary=False)
+    return sink.getvalue()
+
+
+def test_a_row_group_over_its_declared_bound_is_refused_before_it_is_decompressed() -> None:
+    data = _bomb(20, 1 << 20)
+    assert len(data) < 64 << 10  # 20 MiB of zeros: a few KiB of zstd
+    with pytest.raises(
+        DatasetError,
+        match=r"^f\.parquet: Invalid row group 0 \(2\d{7} bytes uncompressed for 20 rows\)\. Expected at most "
+        rf"{(16 << 20) + 20 * 1000} bytes \({16 << 20} \+ 1000 per row",
+    ):
+        parse_parquet(data, file="f.parquet", bytes_per_row=1000)
+    assert parse_parquet(data, file="f.parquet", columns=["index"]).num_rows == 20  # no bound asked for
+    metadata = pq.ParquetFile(pa.BufferReader(data)).metadata
+    check_row_group_sizes(metadata, 1 << 20, file="f.parquet")  # 16 MiB + 20 MiB: within
+
+
+def test_data_row_bytes_follows_the_declared_features() -> None:
+    features = {
+        "state": {"dtype": "float32", "shape": [6]},
+        "index": {"dtype": "int64", "shape": [1]},
+        "cam": {"dtype": "video", "shape": [64, 96, 3]},
+        "img": {"dtype": "image", "shape": [64, 96, 3]},
+        "task": {"dtype": "string", "shape": [1]},
+    }
+    assert data_row_bytes(features) == (64 << 10) + 4 * (24 + 8) + (32 << 20) + (64 << 10)
+
+
+def test_a_metadata_parquet_file_over_its_bound_is_refused_before_it_is_parsed(data: bytes) -> None:
+    with pytest.raises(
+        DatasetError,
+        match=r"^f\.parquet: Invalid parquet file \(\d+ bytes or more\)\. Expected at most 100 bytes",
+    ):
+        parse_parquet(data, file="f.parquet", max_bytes=100)
+    assert parse_parquet(data, file="f.parquet", max_bytes=len(data)).num_rows == 1000
+    assert parquet_limits("meta/tasks.parquet", "meta/info.json") == {"meta/tasks.parquet": 256 << 20}
+
+
+def test_an_endless_meta_episodes_file_over_http_is_read_no_further_than_its_bound(
+    tmp_path,
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    from reader.format import v3
+    from reader.format.v3 import Info, read_episode_files
+    from tests.servers import Faults, RangeServer
+
+    monkeypatch.setattr(v3, "MAX_METADATA_PARQUET_BYTES", 1 << 20)
+    rel = "meta/episodes/chunk-000/file-000.parquet"
+    (tmp_path / rel).parent.mkdir(parents=True)
+    (tmp_path / rel).write_bytes(b"PAR1")
+    info = Info.parse(b'{"codebase_version": "v3.0", "fps": 30, "features": {}, "total_episodes": 1}')
+    with RangeServer(tmp_path, faults=Faults(endless={rel: None})) as server:
+        with pytest.raises(
+            DatasetError, match=r"file-000\.parquet: Invalid parquet file \(1048577 bytes or more\)"
+        ):
+            read_episode_files(resolve(server.url, probe_ranges=False), info)
+        assert server.endless_bytes < 64 << 20

@@ -14,6 +14,9 @@ Two other writers' quirks that are not defects, each made from a sample (`stale_
 `without_columns`): lerobot 0.4.x's converter's stale data pointers, and `meta/episodes` without its
 optional columns.
 
+`add_bomb` (an undeclared zstd column of zeros: a parquet decompression bomb) and `set_task` (a task
+string of any size) mutate a copy in place, for the hostile-input tests and fault cases.
+
 `make_truncated` is another copy: a video file cut short (its index first, so the file still opens and its
 header still promises every frame), whose first episode is whole and the others are not.
 """
@@ -165,3 +168,35 @@ def make_truncated(sample_ds: Path, root: Path) -> Path:
     shutil.copytree(sample_ds, root)
     cut_inside_episode(root, 1)
     return root
+
+
+def add_bomb(root: Path, row_bytes: int) -> None:
+    """Every data file of `root` with an extra, undeclared zstd column of `row_bytes` zeros per row (a few
+    KiB on disk), its row groups kept."""
+    for path in sorted((root / "data").rglob("*.parquet")):
+        source = pq.ParquetFile(path)
+        groups = [source.read_row_group(g) for g in range(source.metadata.num_row_groups)]
+        source.close()
+        schema = groups[0].schema.append(pa.field("bomb", pa.binary()))
+        with pq.ParquetWriter(path, schema, compression="zstd", use_dictionary=["index"]) as writer:
+            for group in groups:
+                bomb = pa.array([bytes(row_bytes)] * group.num_rows, pa.binary())
+                writer.write_table(group.append_column("bomb", bomb))
+
+
+def set_task(root: Path, task_index: int, text: str) -> None:
+    """`meta/tasks.parquet` and every `meta/episodes` row of that task with `text` as the task string."""
+    path = root / "meta/tasks.parquet"
+    tasks = pq.read_table(path)
+    old = tasks.column("task")[task_index].as_py()
+    values = tasks.column("task").to_pylist()
+    values[task_index] = text
+    pq.write_table(tasks.set_column(1, tasks.schema.field(1), pa.array(values, pa.string())), path)
+    for episodes_path in sorted((root / "meta/episodes").rglob("*.parquet")):
+        table = pq.read_table(episodes_path)
+        lists = [[text if t == old else t for t in row] for row in table.column("tasks").to_pylist()]
+        position = table.schema.get_field_index("tasks")
+        table = table.set_column(
+            position, table.schema.field(position), pa.array(lists, pa.list_(pa.string()))
+        )
+        pq.write_table(table, episodes_path)

@@ -8,9 +8,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
+from reader.errors import DatasetError
 from reader.format.catalog import Catalog
 from reader.format.index import FILES_INDEX
+from reshard.job import carried_meta
+from reshard.source.model import open_source
 from tests.support.datasets import resharded, verified
 
 EXTRA = ("meta/extra/uuid_map.parquet", "meta/notes.txt")
@@ -44,3 +48,16 @@ def test_a_source_s_own_index_is_not_carried(
     out = resharded(src, tmp_path / "out")
     assert not (out / "meta/lrs/stale-note.txt").exists()
     assert Catalog.open(str(out)).kind == "lrs/1"
+
+
+def test_a_carried_meta_file_over_the_bound_is_refused_after_reading_one_byte_past_it(
+    sample_ds: Path, copy_ds: Callable[[Path, str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = copy_ds(sample_ds, "src")
+    (src / "meta/notes.txt").write_bytes(b"x" * 5000)
+    monkeypatch.setattr(carried_meta, "MAX_METADATA_PARQUET_BYTES", 1000)
+    with pytest.raises(
+        DatasetError,
+        match=r"meta/notes\.txt: Invalid meta file \(1001 bytes or more\)\. Expected at most 1000",
+    ):
+        carried_meta.carried_meta_files(open_source(str(src)))

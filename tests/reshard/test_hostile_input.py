@@ -28,12 +28,12 @@ from click.testing import CliRunner
 import reshard.cli.prewarm_command  # noqa: F401 - registers `lrs prewarm`
 from reader.errors import DatasetError, LayoutError
 from reader.format.layout import Layout
-from reader.format.v3 import frame_size
+from reader.format.v3 import check_episode_tasks, frame_size
 from reshard.cli import cli
 from reshard.job.meta import VideoRecord, check_video_sizes, info_json
 from reshard.source.model import open_source
 from reshard.video.write import EpisodeVideo
-from tests.reshard.defects import CAM0, CAM1, resize, video
+from tests.reshard.defects import CAM0, CAM1, add_bomb, resize, set_task, video
 
 ROOT = Path(__file__).parents[2]
 # What one `lrs` process may allocate (torch's import included, about 600 MB), and how long it may take.
@@ -337,3 +337,92 @@ def test_an_info_json_whose_shape_and_video_size_disagree_is_not_written(sample_
 def test_the_declared_frame_size_follows_lerobots_names(shape: list[int], names: list[str] | None) -> None:
     assert frame_size({"shape": shape, "names": names}) == (64, 96)
     assert frame_size({"shape": shape[:2], "names": names}) is None
+
+
+BOMB = r"Invalid row group \d+ \(\d+ bytes uncompressed for \d+ rows\)\. Expected at most \d+ bytes"
+
+
+@pytest.fixture(scope="module")
+def bombed(sample_ds: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import shutil
+
+    root = Path(shutil.copytree(sample_ds, tmp_path_factory.mktemp("bombed") / "v3"))
+    add_bomb(root, 1 << 20)
+    return root
+
+
+def test_doctor_names_a_parquet_decompression_bomb(bombed: Path) -> None:
+    result = CliRunner().invoke(cli, ["doctor", str(bombed), "--json", "-q"])
+    assert result.exit_code == 1, result.output
+    defects = json.loads(result.output)["defects"]
+    assert defects and all(re.match(BOMB, d["problem"]) for d in defects), defects
+    assert {Path(d["file"]).name for d in defects} == {
+        "file-000.parquet",
+        "file-001.parquet",
+        "file-002.parquet",
+    }
+
+
+def test_reshard_and_the_stream_refuse_a_parquet_decompression_bomb(bombed: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["reshard", str(bombed), "--out", str(out), "-q"])
+    assert result.exit_code == 3, result.output
+    assert_one_line(result.output, rf"data/chunk-000/file-00\d\.parquet, episode \d+: {BOMB}")
+    from reader import EpisodeStream
+
+    with pytest.raises(DatasetError, match=rf"file-00\d\.parquet: {BOMB}"):
+        next(iter(EpisodeStream(str(bombed), cache_dir=str(tmp_path / "cache"))))
+
+
+def test_an_undeclared_column_within_the_bound_is_read_as_before(sample_ds: Path, tmp_path: Path) -> None:
+    import shutil
+
+    root = Path(shutil.copytree(sample_ds, tmp_path / "v3"))
+    add_bomb(root, 1 << 10)
+    result = CliRunner().invoke(cli, ["doctor", str(root), "--json", "-q"])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(
+    ("size", "pattern"),
+    [
+        (
+            1 << 20,
+            r"meta/tasks\.parquet, field 'task': Invalid task string of task_index 0 \(1048576 bytes\)\. "
+            r"Expected a string of at most 65536 bytes\.",
+        ),
+        (64 << 20, r"meta/tasks\.parquet: Invalid row group 0 \(\d+ bytes uncompressed for \d rows\)"),
+    ],
+    ids=["1MiB", "64MiB"],
+)
+def test_a_huge_task_string_is_one_line_in_bounded_work(
+    sample_ds: Path, copy_ds: Callable[[Path], Path], size: int, pattern: str
+) -> None:
+    root = copy_ds(sample_ds, "src")
+    set_task(root, 0, "x" * size)
+    done = lrs("describe", str(root))
+    assert done.returncode == 3, (done.returncode, done.stderr[-2000:])
+    assert_one_line(done.stderr, pattern)
+
+
+def test_a_huge_task_string_in_meta_episodes_alone_names_its_episode(sample_ds: Path) -> None:
+    table = pa.table({"episode_index": [0, 1], "tasks": [["a"], ["x" * (65 << 10)]]})
+    with pytest.raises(
+        DatasetError, match=r"^e\.parquet, episode 1, field 'tasks': Invalid task string \(66560 bytes\)\."
+    ):
+        check_episode_tasks(table, file="e.parquet")
+    check_episode_tasks(table.slice(0, 1), file="e.parquet")
+
+
+def test_a_feature_name_longer_than_256_bytes_is_one_line(
+    sample_ds: Path, copy_ds: Callable[[Path], Path]
+) -> None:
+    root = copy_ds(sample_ds, "src")
+    info = json.loads((root / "meta/info.json").read_text())
+    edit_info(root, features={**info["features"], "n" * 300: {"dtype": "float32", "shape": [1]}})
+    result = CliRunner().invoke(cli, ["describe", str(root)])
+    assert result.exit_code == 3, result.output
+    assert_one_line(
+        result.output,
+        r"field 'features': Invalid feature name \('n+'\.\.\., 300 bytes\)\. Expected at most 256",
+    )
