@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -36,7 +37,7 @@ from reshard.job.meta import (
     record_to_json,
 )
 from reshard.job.plan import DEFAULT_EPISODES_PER_FILE, DataTask, Task, VideoTask
-from reshard.job.process_pool import run_in_pool
+from reshard.job.process_pool import report_progress, run_in_pool
 from reshard.job.tables import write_data_file
 from reshard.source.model import V3Source
 from reshard.video.encode import CRF_RANGE, DEFAULT_CRF, DEFAULT_PRESET, TUNES
@@ -468,26 +469,42 @@ def _run_pool(
     pending: list[tuple[Task, int]], ctx: TaskContext, workers: int, progress: _ReshardProgress
 ) -> list[VideoRecord]:
     written: list[VideoRecord] = []
+    counted = [0] * len(pending)  # episodes of each task on the bars, at most its `left`
+    lock = threading.Lock()  # reports arrive on the pool's progress thread, results on this one
+
+    def count(position: int, episodes: int) -> None:
+        task, left = pending[position]
+        with lock:
+            more = min(episodes, left - counted[position])
+            counted[position] += more
+            progress.task_done(task, more)
+
+    def episodes_written(item: tuple[int, int]) -> None:
+        count(*item)
 
     def finished(position: int, records: list[VideoRecord]) -> None:
         nonlocal written
         written += records
-        progress.task_done(*pending[position])
+        count(position, pending[position][1])  # the rest, whether its reports came first or not
 
     run_in_pool(
-        [task for task, _ in pending],
+        list(enumerate(task for task, _ in pending)),
         _run_in_worker,
         ctx,
         workers=workers,
         tmp_dir=Workspace(ctx.work).tmp_dir,
         on_result=finished,
         rerun=f"rerun the same command to resume (finished outputs are kept in {ctx.work})",
+        on_progress=episodes_written,
     )
     return written
 
 
-def _run_in_worker(ctx: TaskContext, task: Task) -> list[VideoRecord]:
-    return _reencoded(run_task(task, ctx))
+def _run_in_worker(ctx: TaskContext, job: tuple[int, Task]) -> list[VideoRecord]:
+    """A task in a worker: each episode it writes moves the parent's bar as it is written, not when the
+    task (a whole source file of episodes) ends."""
+    position, task = job
+    return _reencoded(run_task(task, ctx, lambda episodes: report_progress((position, episodes))))
 
 
 def _reencoded(records: list[VideoRecord]) -> list[VideoRecord]:

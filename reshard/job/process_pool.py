@@ -12,6 +12,8 @@ One pool, so that both commands stop the same way:
 - the first job that raises stops the rest.
 
 A job is a picklable value; `call(context, job)` runs it in a worker and must be a module-level function.
+A job may report progress as it goes (`report_progress`): the items reach the parent's `on_progress`
+through one queue, read by a thread of the parent, so a bar moves while a long job runs.
 `WorkerPool` keeps its workers for several batches of jobs (verify's check classes); `run_in_pool` runs
 one batch.
 """
@@ -43,10 +45,19 @@ J = TypeVar("J")
 R = TypeVar("R")
 
 _WORKER_CONTEXT: Any = None
+_END = "lrs-progress-end"  # the last item of a pool's progress queue
+_PROGRESS: Any = None  # the pool's progress queue, in a worker of a pool that has one
 
 
-def _init_worker(context_file: Path, digest: str) -> None:
-    global _WORKER_CONTEXT
+def report_progress(item: object) -> None:
+    """Hand `item` (picklable) to the pool's `on_progress` in the parent; nothing outside a pool."""
+    if _PROGRESS is not None:
+        _PROGRESS.put(item)
+
+
+def _init_worker(context_file: Path, digest: str, progress: Any = None) -> None:
+    global _WORKER_CONTEXT, _PROGRESS
+    _PROGRESS = progress
     # Ctrl-C reaches every process of the terminal's group: the parent alone handles it, stopping the
     # workers with SIGTERM (`_stop_workers`) and removing what they were writing. The worker started
     # with SIGINT blocked (`_spawning_deaf_to_sigint`); ignoring it discards one that came during
@@ -164,24 +175,50 @@ class WorkerPool:
         rerun: what to do after a worker died, for the error message.
     """
 
-    def __init__(self, context: object, *, workers: int, tmp_dir: Path, rerun: str) -> None:
+    def __init__(
+        self,
+        context: object,
+        *,
+        workers: int,
+        tmp_dir: Path,
+        rerun: str,
+        on_progress: Callable[[Any], None] | None = None,
+    ) -> None:
         self.context, self.workers, self.tmp_dir, self.rerun = context, workers, tmp_dir, rerun
+        self.on_progress = on_progress
         self._pool: ProcessPoolExecutor | None = None
         self._context_file: Path | None = None
+        self._progress: Any = None
+        self._reader: threading.Thread | None = None
 
     def __enter__(self) -> WorkerPool:
         self._context_file, digest = _write_context(self.context, self.tmp_dir)
         spawn = multiprocessing.get_context("spawn")
+        if self.on_progress is not None:
+            self._progress = spawn.SimpleQueue()
+            self._reader = threading.Thread(target=self._read_progress, name="lrs-progress", daemon=True)
+            self._reader.start()
         self._pool = ProcessPoolExecutor(
-            self.workers, mp_context=spawn, initializer=_init_worker, initargs=(self._context_file, digest)
+            self.workers,
+            mp_context=spawn,
+            initializer=_init_worker,
+            initargs=(self._context_file, digest, self._progress),
         )
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._reader is not None:
+            self._progress.put(_END)  # after every worker is gone: nothing it sent is left behind
+            self._reader.join()
         if self._context_file is not None:
             shutil.rmtree(self._context_file.parent, ignore_errors=True)
+
+    def _read_progress(self) -> None:
+        assert self.on_progress is not None
+        while (item := self._progress.get()) != _END:
+            self.on_progress(item)
 
     def run(
         self, jobs: Sequence[J], call: Callable[[Any, J], R], on_result: Callable[[int, R], None]
@@ -234,7 +271,8 @@ def run_in_pool(
     tmp_dir: Path,
     on_result: Callable[[int, R], None],
     rerun: str,
+    on_progress: Callable[[Any], None] | None = None,
 ) -> None:
     """`WorkerPool(context, ...).run(jobs, call, on_result)` in a pool of its own."""
-    with WorkerPool(context, workers=workers, tmp_dir=tmp_dir, rerun=rerun) as pool:
+    with WorkerPool(context, workers=workers, tmp_dir=tmp_dir, rerun=rerun, on_progress=on_progress) as pool:
         pool.run(jobs, call, on_result)
