@@ -375,7 +375,7 @@ def resolve(
     if protocol == "hf":
         return _resolve_hf(rest, options)
     if protocol in ("http", "https"):
-        fs = filesystem(protocol, text, options)
+        fs = filesystem(protocol, text, _http_options(options))
         remote = Remote(url=f"{protocol}://{rest}", fs=fs, root=f"{protocol}://{rest}")
         # lrs reads row groups and prefetches by range: a server that ignores Range (`python -m
         # http.server`) is named now, not when training's first ranged read gets a whole file.
@@ -495,16 +495,33 @@ def _resolve_hf(rest: str, options: dict[str, Any]) -> Remote:
     return Remote(url=f"hf://{rest}", fs=fs, root=rest)
 
 
+# Every remote call is bounded: a connection in CONNECT_TIMEOUT_S, and no READ_TIMEOUT_S without a byte
+# (then `cache.backoff` retries it, with a warning line); no total cap, so a large video may take its time.
+CONNECT_TIMEOUT_S = 10
+READ_TIMEOUT_S = 60
+
+
+def _http_options(options: dict[str, Any]) -> dict[str, Any]:
+    """aiohttp's default gives up on any request after 5 minutes (a large video on a slow link) and waits
+    30 s for a connection: a connection in `CONNECT_TIMEOUT_S` and a byte every `READ_TIMEOUT_S` instead."""
+    import aiohttp
+
+    client = dict(options.get("client_kwargs") or {})
+    client.setdefault(
+        "timeout", aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=READ_TIMEOUT_S)
+    )
+    return {**options, "client_kwargs": client}
+
+
 def _s3_options(options: dict[str, Any]) -> dict[str, Any]:
     # s3fs reads keys and profiles from the standard AWS places itself; only the endpoint needs help
     # on older botocore versions that ignore AWS_ENDPOINT_URL.
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     if endpoint and "endpoint_url" not in options and "client_kwargs" not in options:
         options["endpoint_url"] = endpoint
-    # botocore's own retries off (`cache.backoff` retries every read), and bounded waits: a connection in
-    # 10 s, each read of a response in 60 s.
+    # botocore's own retries off (`cache.backoff` retries every read), and its waits bounded as HTTP's.
     config = dict(options.get("config_kwargs") or {})
     config.setdefault("retries", {"mode": "standard", "total_max_attempts": 1})
-    config.setdefault("connect_timeout", 10)
-    config.setdefault("read_timeout", 60)
+    config.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
+    config.setdefault("read_timeout", READ_TIMEOUT_S)
     return {**options, "config_kwargs": config}
