@@ -2,10 +2,13 @@
 
 `NodeCache` fetches whole files (verified, published atomically, shared by every process of a node,
 kept within a byte budget by LRU eviction) and byte ranges; `sum_cache_stats` sums the counters of every
-process that used a cache directory. `cache.remote.resolve` turns a URL into the `Remote` it reads from.
+process that used a cache directory; `cache_contents` and `clean_cache` list and empty one.
+`cache.remote.resolve` turns a URL into the `Remote` it reads from.
 """
 
+from cache.budget import Eviction
 from cache.cache_stats import CacheStats, sum_cache_stats
+from cache.contents import CacheContents, DatasetUsage, cache_contents, clean_cache
 from cache.errors import (
     CacheError,
     FetchError,
@@ -19,8 +22,11 @@ from cache.node import NodeCache
 from cache.remote import Remote, resolve
 
 __all__ = [
+    "CacheContents",
     "CacheError",
     "CacheStats",
+    "DatasetUsage",
+    "Eviction",
     "FetchError",
     "IntegrityError",
     "LrsError",
@@ -29,6 +35,8 @@ __all__ = [
     "PathError",
     "Remote",
     "TrustError",
+    "cache_contents",
+    "clean_cache",
     "sum_cache_stats",
     "resolve",
 ]

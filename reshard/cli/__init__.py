@@ -54,6 +54,7 @@ with _quiet_sigint_while_importing():
         interrupt_message,
         quiet_requested,
     )
+    from reshard.cli.cache_command import cache_cmd
     from reshard.cli.demo_command import demo
     from reshard.cli.describe_command import describe_cmd
     from reshard.cli.doctor_command import doctor_cmd
@@ -80,6 +81,7 @@ for _command in (
     show_cmd,
     demo,
     train_cmd,
+    cache_cmd,
 ):
     cli.add_command(_command)
 

@@ -15,10 +15,10 @@ import pytest
 
 from reshard.cli import cli
 
-# Commands whose first argument is not a dataset to read: sample writes one, demo and train take none.
-NO_DATASET = {"sample", "demo", "train"}
+# Commands whose first argument is not a dataset to read: sample writes one, demo, train and cache take none.
+NO_DATASET = {"sample", "demo", "train", "cache"}
 # Commands that read a dataset only on this machine's disk.
-LOCAL_ONLY = {"push", "sample", "demo"}
+LOCAL_ONLY = {"push", "sample", "demo", "cache"}
 # Each destination's one spelling, wherever a command has it.
 SPELLINGS = {
     "as_json": ["--json"],
