@@ -158,7 +158,9 @@ def test_a_video_of_another_size_is_refused_over_a_url(
     root = copy_ds(sample_resharded_ds, "damaged")
     _swap_camera(root)
     # The cache checks what it fetches: the size, then the sha256 the index lists.
-    with pytest.raises(DecodeError, match=rf"Invalid video .*{VIDEO} .*size \d+( or more)? after 3 downloads"):
+    with pytest.raises(
+        DecodeError, match=rf"Invalid video .*{VIDEO} .*size \d+( or more)? after 3 downloads"
+    ):
         for _ in EpisodeStream(f"file://{root}", shuffle=False, cache_dir=str(tmp_path / "cache")):
             pass
 
