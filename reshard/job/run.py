@@ -46,6 +46,7 @@ from reader.errors import DatasetError
 from reader.format.index import EPISODES_INDEX, LAYOUT_JSON, parse_layout_json
 from reader.format.jsonfile import read_json_file
 from reader.format.locate import read_footer
+from reader.format.v3 import frame_size
 from reshard.errors import ReshardError, WorkerDied
 from reshard.job.execute import (
     DEFAULT_OPTIONS,
@@ -66,7 +67,8 @@ from reshard.source.dropped import SKIPPED_BY_USER, Dropped, Selection, make_sel
 from reshard.source.fingerprint import SourceFingerprint, describe_change
 from reshard.source.model import V3Source, check_files_exist, open_source
 from reshard.source.selection import select
-from reshard.video.encode import size_refusal, target_pix_fmt
+from reshard.video.encode import size_refusal, target_pix_fmt, x265_width_refusal
+from reshard.video.resize import Resize
 
 log = logging.getLogger(__name__)
 
@@ -209,15 +211,26 @@ def check_video_files(source: V3Source, tasks: list[VideoTask]) -> None:
     )
 
 
-def check_frame_sizes(source: V3Source, tasks: list[VideoTask], mode: str, *, resized: bool = False) -> None:
-    """Every camera's frame size fits the re-encode's pixel format (`target_pix_fmt`), read from the headers
-    of the tasks' source videos: an `h264` re-encode cannot hold an odd width or height. A resize (even
-    sizes, `Resize`) makes every size fit.
+def check_frame_sizes(
+    source: V3Source, tasks: list[VideoTask], mode: str, *, resize_width: int | None = None
+) -> None:
+    """Every camera's frame size fits the re-encode, read from the headers of the tasks' source videos: an
+    `h264` re-encode cannot hold an odd width or height (`target_pix_fmt`; a resize, to even sizes, makes
+    every size fit), and an `hevc` one is not made at a width x265 crashes at (`x265_width_refusal`; the
+    width info.json declares, or the resize's).
 
     Raises:
         ReshardError: the first camera and file whose size does not fit, in one line.
     """
-    if mode != "h264" or resized:  # copy keeps the source's format; hevc encodes odd sizes 4:4:4
+    if mode == "hevc":  # the width info.json declares (checked against the videos by doctor and verify)
+        for key in sorted({t.key for t in tasks if not is_depth(source.info.features[t.key])}):
+            size = frame_size(source.info.features[key])
+            width = resize_width if resize_width is not None else None if size is None else size[1]
+            refusal = None if width is None else x265_width_refusal(width)
+            if refusal is not None:
+                raise ReshardError(f"camera {key!r}: {refusal}")
+        return
+    if mode != "h264" or resize_width is not None:  # copy keeps the source's format
         return
     for rel in sorted({t.source for t in tasks if not is_depth(source.info.features[t.key])}):
         where = source.remote.display(rel)
@@ -545,7 +558,8 @@ def _run_locked(
         video_tasks = [t for t in tasks if isinstance(t, VideoTask)]
         if not options.skip_defective:  # the selection already left out every episode of a bad video
             check_video_files(source, video_tasks)
-        check_frame_sizes(source, video_tasks, options.video, resized=options.resize is not None)
+        resize_width = None if options.resize is None else Resize.parse(options.resize).width
+        check_frame_sizes(source, video_tasks, options.video, resize_width=resize_width)
         _claim(ws, doc, out, source.whole.fingerprint)
         _check_begun_plan(ws, out, source, options, sizes)
         if part is None and not finalize_only:  # this run holds the lock alone: no temp file is another's

@@ -74,6 +74,22 @@ def target_pix_fmt(codec: str, width: int, height: int) -> str | None:
     return PIX_FMT_444 if codec == "hevc" else None
 
 
+# Widths at which x265 4.2 (through PyAV) aborted the whole process with heap corruption on some
+# re-encodes (docs/limits.md): refused before any work, as a crash would end the job and lose its line.
+X265_CRASH_WIDTHS = frozenset({40, 48})
+
+
+def x265_width_refusal(width: int) -> str | None:
+    """Why an `hevc` re-encode to frames `width` pixels wide is refused (None: it is not)."""
+    if width not in X265_CRASH_WIDTHS:
+        return None
+    return (
+        f"Invalid frame width ({width}) for --video hevc: x265 4.2 aborts the process (heap corruption) on "
+        f"some re-encodes {' and '.join(map(str, sorted(X265_CRASH_WIDTHS)))} pixels wide. Expected another "
+        "width (--resize, e.g. 56 or 64 wide) or --video h264."
+    )
+
+
 def size_refusal(codec: str, width: int, height: int) -> str:
     """Why `target_pix_fmt` refuses a size, and what to do instead."""
     return (

@@ -651,6 +651,25 @@ def test_odd_size_is_refused_for_h264(third_party: Callable[[str], Path], tmp_pa
     assert list(tmp_path.iterdir()) == [], "neither the output nor a temp file"
 
 
+@pytest.mark.parametrize("width", [40, 48])
+def test_hevc_at_a_width_x265_crashes_at_is_refused_before_any_work(tmp_path: Path, width: int) -> None:
+    """x265 4.2 aborted the whole process at some 40- and 48-pixel widths (docs/limits.md): one line
+    naming the camera and the fix, before anything is written. (A declared width is checked the same way;
+    `lrs sample` writes no frame under 64 wide.)"""
+    from reshard.job import ReshardOptions, reshard
+
+    src = write_sample(tmp_path / "src", episodes=2, cameras=1)
+    message = rf"camera 'observation.images.cam0': Invalid frame width \({width}\) for --video hevc"
+    with pytest.raises(ReshardError, match=message):
+        reshard(
+            str(src), tmp_path / "out", options=ReshardOptions(video="hevc", resize=f"{width}x32"), quiet=True
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+    reshard(
+        str(src), tmp_path / "out", options=ReshardOptions(video="h264", resize=f"{width}x32"), quiet=True
+    )
+
+
 def test_colour_fit_finds_a_stretch_and_a_shift() -> None:
     rng = np.random.default_rng(0)
     src = rng.integers(20, 230, size=(32, 48, 3)).repeat(8, axis=0).repeat(8, axis=1).astype(np.uint8)
