@@ -13,7 +13,9 @@ One pool, so that both commands stop the same way:
 
 A job is a picklable value; `call(context, job)` runs it in a worker and must be a module-level function.
 A job may report progress as it goes (`report_progress`): the items reach the parent's `on_progress`
-through one queue, read by a thread of the parent, so a bar moves while a long job runs.
+through one pipe, read by a thread of the parent, so a bar moves while a long job runs. Each item is one
+write of less than `PIPE_BUF` bytes, atomic among writers without a lock, so a worker killed mid-job
+leaves neither a torn message nor a lock held that would hang the parent.
 `WorkerPool` keeps its workers for several batches of jobs (verify's check classes); `run_in_pool` runs
 one batch.
 """
@@ -45,14 +47,14 @@ J = TypeVar("J")
 R = TypeVar("R")
 
 _WORKER_CONTEXT: Any = None
-_END = "lrs-progress-end"  # the last item of a pool's progress queue
-_PROGRESS: Any = None  # the pool's progress queue, in a worker of a pool that has one
+_END = "lrs-progress-end"  # the last item of a pool's progress pipe, sent by the parent
+_PROGRESS: Any = None  # the write end of the pool's progress pipe, in a worker of a pool that has one
 
 
 def report_progress(item: object) -> None:
-    """Hand `item` (picklable) to the pool's `on_progress` in the parent; nothing outside a pool."""
+    """Hand `item` (picklable, small) to the pool's `on_progress` in the parent; nothing outside a pool."""
     if _PROGRESS is not None:
-        _PROGRESS.put(item)
+        _PROGRESS.send(item)
 
 
 def _init_worker(context_file: Path, digest: str, progress: Any = None) -> None:
@@ -188,36 +190,38 @@ class WorkerPool:
         self.on_progress = on_progress
         self._pool: ProcessPoolExecutor | None = None
         self._context_file: Path | None = None
-        self._progress: Any = None
+        self._progress: tuple[Any, Any] | None = None  # the progress pipe's (read, write) ends
         self._reader: threading.Thread | None = None
 
     def __enter__(self) -> WorkerPool:
         self._context_file, digest = _write_context(self.context, self.tmp_dir)
         spawn = multiprocessing.get_context("spawn")
         if self.on_progress is not None:
-            self._progress = spawn.SimpleQueue()
+            self._progress = spawn.Pipe(duplex=False)
             self._reader = threading.Thread(target=self._read_progress, name="lrs-progress", daemon=True)
             self._reader.start()
         self._pool = ProcessPoolExecutor(
             self.workers,
             mp_context=spawn,
             initializer=_init_worker,
-            initargs=(self._context_file, digest, self._progress),
+            initargs=(self._context_file, digest, None if self._progress is None else self._progress[1]),
         )
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
-        if self._reader is not None:
-            self._progress.put(_END)  # after every worker is gone: nothing it sent is left behind
+        if self._reader is not None and self._progress is not None:
+            self._progress[1].send(_END)  # after every worker is gone: what they sent is read before it
             self._reader.join()
+            for end in self._progress:
+                end.close()
         if self._context_file is not None:
             shutil.rmtree(self._context_file.parent, ignore_errors=True)
 
     def _read_progress(self) -> None:
-        assert self.on_progress is not None
-        while (item := self._progress.get()) != _END:
+        assert self.on_progress is not None and self._progress is not None
+        while (item := self._progress[0].recv()) != _END:
             self.on_progress(item)
 
     def run(

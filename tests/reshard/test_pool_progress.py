@@ -44,3 +44,32 @@ def test_progress_reaches_the_parent_while_the_job_runs(tmp_path: Path) -> None:
     )
     assert sorted(items) == [(1, 1), (1, 2), (2, 1), (2, 2)]
     assert results == {0: 10, 1: 20}
+
+
+def _dies(context: str, job: int) -> int:
+    import os
+    import signal
+
+    report_progress((job, 1))
+    os.kill(os.getpid(), signal.SIGKILL)
+    return job
+
+
+def test_a_worker_killed_after_reporting_leaves_the_parent_free(tmp_path: Path) -> None:
+    """One `WorkerDied` line, not a hang: no lock of the progress channel can be left held by the dead."""
+    import pytest
+
+    from reshard.errors import WorkerDied
+
+    items: list[object] = []
+    with pytest.raises(WorkerDied):
+        run_in_pool(
+            [1, 2],
+            _dies,
+            "ctx",
+            workers=2,
+            tmp_dir=tmp_path,
+            on_result=lambda position, value: None,
+            rerun="rerun",
+            on_progress=items.append,
+        )
