@@ -69,3 +69,8 @@ def human_bytes(count: float) -> str:
             break
         value, unit = value / 1024, bigger
     return f"{int(count)} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 file`, `2 files`."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")

@@ -273,18 +273,34 @@ def read_bounded(fs: Any, path: str, most: int, *, start: int | None = None) -> 
     """
     # BytesIO hands its buffer over without a copy: the read costs `most` bytes at its peak, not twice.
     buffer = io.BytesIO()
+    _stream(fs, path, most, buffer.write, start=start)
+    return buffer.getvalue()
+
+
+def copy_bounded(fs: Any, path: str, local: str, most: int) -> None:
+    """Copy at most `most` bytes of `path` into the local file `local` (overwritten), in 1 MiB steps, read
+    as `read_bounded` reads (HTTP(S) as a stream: its Content-Length is not trusted)."""
+    with open(local, "wb") as target:
+        _stream(fs, path, most, target.write)
+
+
+def _stream(
+    fs: Any, path: str, most: int, sink: Callable[[bytes], object], *, start: int | None = None
+) -> None:
+    """At most `most` bytes of `path` (from `start`) into `sink`, in steps of at most 1 MiB."""
     if _is_http_fs(fs):
-        _http_stream(fs, path, most, buffer.write, start=start)
-        return buffer.getvalue()
+        _http_stream(fs, path, most, sink, start=start)
+        return
+    got = 0
     with fs.open(path, "rb") as file:
         if start:
             file.seek(start)
-        while buffer.tell() < most:
-            part = file.read(min(most - buffer.tell(), 1 << 20))
+        while got < most:
+            part = file.read(min(most - got, 1 << 20))
             if not part:
                 break
-            buffer.write(part)
-    return buffer.getvalue()
+            sink(part)
+            got += len(part)
 
 
 def _http_stream(
@@ -312,23 +328,6 @@ def _http_stream(
                 got += len(part)
 
     fsspec.asyn.sync(fs.loop, read)
-
-
-def copy_bounded(fs: Any, path: str, local: str, most: int) -> None:
-    """Copy at most `most` bytes of `path` into the local file `local` (overwritten), in 1 MiB steps, read
-    as `read_bounded` reads (HTTP(S) as a stream: its Content-Length is not trusted)."""
-    if _is_http_fs(fs):
-        with open(local, "wb") as target:
-            _http_stream(fs, path, most, target.write)
-        return
-    got = 0
-    with fs.open(path, "rb") as source, open(local, "wb") as target:
-        while got < most:
-            part = source.read(min(most - got, 1 << 20))
-            if not part:
-                break
-            target.write(part)
-            got += len(part)
 
 
 def _is_http_fs(fs: Any) -> bool:

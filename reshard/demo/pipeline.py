@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from cache.progress import human_bytes
+from cache.progress import human_bytes, plural
 from reshard.demo.config import DemoCheckError, DemoConfig
 from reshard.demo.invariants import check_exactly_once, check_frames_shown, check_prewarm_served, check_resume
 from reshard.demo.sample import write_sample
@@ -189,7 +189,7 @@ def run_demo(workdir: Path, config: DemoConfig | None = None, *, echo: Echo | No
     source = make_sample(paths["source"], config)
     lengths = expected_frames(paths["source"])
     say(
-        f"sample    {config.sample.episodes} episodes, {sum(lengths.values())} frames, {_count(config.sample.cameras, 'camera')} "
+        f"sample    {config.sample.episodes} episodes, {sum(lengths.values())} frames, {plural(config.sample.cameras, 'camera')} "
         f"{config.sample.height}x{config.sample.width} (AV1), {human_bytes(source.bytes)} ({source.seconds:.1f} s)"
     )
     resharded = reshard_sample(paths["source"], paths["lrs1"], config)
@@ -332,7 +332,7 @@ def render_table(result: DemoResult) -> str:
         ("total time", f"{result.seconds:.1f} s"),
     ]
     title = (
-        f"lrs demo: {c.sample.episodes} episodes x {_count(c.sample.cameras, 'camera')} "
+        f"lrs demo: {c.sample.episodes} episodes x {plural(c.sample.cameras, 'camera')} "
         f"{c.sample.height}x{c.sample.width}, "
         f"batch {c.batch_size}, {c.num_workers} workers, pool {c.episode_pool_size}"
     )
@@ -355,7 +355,3 @@ def _prewarm_text(summary: PrewarmSummary) -> str:
     if summary.in_place:
         return f"{planned} planned; local bucket, read in place: nothing copied"
     return f"{planned}: {summary.files_fetched} fetched, {summary.files_cached} already cached"
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"

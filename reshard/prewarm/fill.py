@@ -22,7 +22,7 @@ from typing import Any
 from cache import FetchError, NodeCache, Remote
 from cache.arguments import check_int
 from cache.ordered_fetch import FetchSummary, FileRequest, fetch_in_order
-from cache.progress import human_bytes
+from cache.progress import human_bytes, plural
 from cache.store import CacheLayout
 from cache.trust import check_owned_dir
 from reader.errors import LayoutError
@@ -102,15 +102,15 @@ class PrewarmSummary(FetchSummary):
     def describe(self) -> str:
         """One line for the end of a run."""
         scope = (
-            f"{_count(self.files, 'file')}, {human_bytes(self.bytes)} for {_count(self.consumers, 'consumer')} "
-            f"({_count(self.pieces, 'admission')}, {_count(self.episodes, 'episode')})"
+            f"{plural(self.files, 'file')}, {human_bytes(self.bytes)} for {plural(self.consumers, 'consumer')} "
+            f"({plural(self.pieces, 'admission')}, {plural(self.episodes, 'episode')})"
         )
         if self.dry_run and self.in_place:
             text = f"prewarm dry run: {scope}; nothing fetched"
         elif self.dry_run:
             todo, todo_bytes = self.files - self.files_cached, max(0, self.bytes - self.bytes_cached)
             text = (
-                f"prewarm dry run: {scope}: would fetch {_count(todo, 'file')} ({human_bytes(todo_bytes)}), "
+                f"prewarm dry run: {scope}: would fetch {plural(todo, 'file')} ({human_bytes(todo_bytes)}), "
                 f"{self.files_cached} already cached; nothing fetched"
             )
         elif self.in_place:
@@ -242,11 +242,6 @@ def prewarm(
         in_place=in_place,
         bytes_cached=cached_bytes,
     )
-
-
-def _count(n: int, noun: str) -> str:
-    """`1 file`, `2 files`."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _cached_by_size(

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cache.printable import printable_lines
+from cache.progress import plural
 from cache.remote import Remote
 from reader.errors import DatasetError, LayoutError
 from reader.format.index import LAYOUT_JSON, parse_layout_json
@@ -209,11 +210,6 @@ def _layout_report(remote: Remote, videos: dict[str, dict[str, Any]]) -> dict[st
         "params": _used(layout.get("params"), videos),
         "reencoded": len(layout.get("reencoded", [])),
     }
-
-
-def plural(count: int, noun: str) -> str:
-    """`1 file`, `2 files`."""
-    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _params(params: dict[str, Any]) -> str:
