@@ -424,11 +424,8 @@ class _ReshardProgress:
                 )
 
     def callback(self, task: Task) -> Callable[[int], None]:
+        """What counts `task`'s episodes on its bar as they are written."""
         return self.bars[type(task)].update
-
-    def task_done(self, task: Task, episodes: int) -> None:
-        """Count a finished task (pool mode, where workers cannot update the bars)."""
-        self.bars[type(task)].update(episodes)
 
     def close(self) -> None:
         for bar in self.bars.values():
@@ -477,10 +474,7 @@ def _run_pool(
         with lock:
             more = min(episodes, left - counted[position])
             counted[position] += more
-            progress.task_done(task, more)
-
-    def episodes_written(item: tuple[int, int]) -> None:
-        count(*item)
+            progress.callback(task)(more)
 
     def finished(position: int, records: list[VideoRecord]) -> None:
         nonlocal written
@@ -495,7 +489,7 @@ def _run_pool(
         tmp_dir=Workspace(ctx.work).tmp_dir,
         on_result=finished,
         rerun=f"rerun the same command to resume (finished outputs are kept in {ctx.work})",
-        on_progress=episodes_written,
+        on_progress=lambda item: count(*item),
     )
     return written
 
