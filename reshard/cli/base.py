@@ -102,19 +102,24 @@ def endpoint_url_option(*, expose: bool = False, help: str = ENDPOINT_HELP) -> C
     )
 
 
+_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
+
+
 def _set_endpoint(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     if value is None:
         return None
     if not value.startswith(("http://", "https://")):
         raise InvalidValue(f"Invalid --endpoint-url ({redact(value)}). Expected an http:// or https:// URL.")
-    before = os.environ.get("AWS_ENDPOINT_URL")
-    os.environ["AWS_ENDPOINT_URL"] = value
+    # Both names `cache.remote` reads (the S3-specific one first), so that the option wins over either.
+    before = {name: os.environ.get(name) for name in _ENDPOINT_VARIABLES}
+    os.environ.update(dict.fromkeys(_ENDPOINT_VARIABLES, value))
 
     def restore() -> None:
-        if before is None:
-            os.environ.pop("AWS_ENDPOINT_URL", None)
-        else:
-            os.environ["AWS_ENDPOINT_URL"] = before
+        for name, old in before.items():
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
 
     ctx.call_on_close(restore)
     return value

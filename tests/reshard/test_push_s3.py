@@ -120,6 +120,7 @@ def test_every_command_that_opens_a_url_takes_endpoint_url(
     pushed = CliRunner().invoke(cli, ["push", str(sample_resharded_ds), f"s3://{bucket}/ds", "-q"])
     assert pushed.exit_code == 0, pushed.output
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens on the discard port
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")  # read first by cache.remote
     url = f"s3://{bucket}/ds"
     for args in (
         ["describe", url],
@@ -131,7 +132,7 @@ def test_every_command_that_opens_a_url_takes_endpoint_url(
     ):
         result = CliRunner().invoke(cli, [*args, "--endpoint-url", aws])
         assert result.exit_code == 0, (args, result.output)
-        assert os.environ["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9"
+        assert os.environ["AWS_ENDPOINT_URL"] == os.environ["AWS_ENDPOINT_URL_S3"] == "http://127.0.0.1:9"
     refused = CliRunner().invoke(cli, ["describe", url, "--endpoint-url", "127.0.0.1:9000"])
     assert refused.exit_code == 2 and "Expected an http:// or https:// URL" in refused.output, refused.output
 
