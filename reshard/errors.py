@@ -21,8 +21,17 @@ class ReshardError(LrsError):
 
 
 class WorkerDied(ReshardError):
-    """A worker process of a reshard or a verify ended abruptly (SIGKILL, the OOM killer); a reshard's
-    finished work is kept."""
+    """A worker process of a reshard or a verify ended abruptly (SIGKILL, the OOM killer, an encoder's
+    abort); a reshard's finished work is kept.
+
+    Attributes:
+        exits: the exit code of each worker process of the pool by pid, as `multiprocessing` reports it
+            (a negative code is the signal that ended it); empty where the pool did not say.
+    """
+
+    def __init__(self, *args: object, exits: dict[int, int | None] | None = None) -> None:
+        super().__init__(*args)
+        self.exits = dict(exits or {})
 
 
 class VerifyError(LrsError):

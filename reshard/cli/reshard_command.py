@@ -11,6 +11,7 @@ from cache.arguments import format_index_list
 from cache.redaction import redact
 from reshard.cli.base import (
     RERUN_TO_RESUME,
+    dry_run_option,
     endpoint_url_option,
     examples,
     handle_errors,
@@ -19,7 +20,7 @@ from reshard.cli.base import (
     set_interrupt_hint,
 )
 from reshard.cli.types import LocalDir, PartType
-from reshard.job import DEFAULT_EPISODES_PER_FILE, ReshardOptions, reshard, slurm_part
+from reshard.job import DEFAULT_EPISODES_PER_FILE, ReshardOptions, estimate_reshard, reshard, slurm_part
 from reshard.source import DROPPED_JSON
 from reshard.video import DEFAULT_RESIZE_FILTER, RESIZE_FILTERS, VIDEO_MODES
 
@@ -91,7 +92,11 @@ from reshard.video import DEFAULT_RESIZE_FILTER, RESIZE_FILTERS, VIDEO_MODES
     help="Most episodes (row groups) of an output data file; bounds the memory of writing and reading its footer.",
 )
 @click.option(
-    "--workers", type=click.IntRange(1), default=1, show_default=True, help="Processes running tasks."
+    "--workers",
+    type=click.IntRange(1),
+    help="Processes running tasks [default: for a re-encode (hevc/h264) of more than a few seconds, one "
+    "per CPU this job may use (its affinity, cgroup quota or SLURM_CPUS_PER_TASK), each encoder on one "
+    "thread; else 1].",
 )
 @click.option(
     "--part",
@@ -116,6 +121,10 @@ from reshard.video import DEFAULT_RESIZE_FILTER, RESIZE_FILTERS, VIDEO_MODES
     metavar="LIST",
     help="Source episodes to leave out, as 3,7,10-12; the rest are renumbered.",
 )
+@dry_run_option(
+    "what the job would do (episodes, frames, bytes) and, for a re-encode, how long it would take here "
+    "from a calibration encode of a few frames per camera"
+)
 @click.option("--push-bucket", "push_url", help="After finishing, push the output to this URL (lrs push).")
 @click.option("--push-create", is_flag=True, help="With --push-bucket: create the bucket if missing.")
 @endpoint_url_option(
@@ -137,12 +146,13 @@ def reshard_cmd(
     resize_filter: str,
     data_file_mb: float,
     episodes_per_data_file: int,
-    workers: int,
+    workers: int | None,
     part: tuple[int, int] | None,
     finalize: bool,
     work_dir: Path | None,
     skip_defective: bool,
     skip_episodes: str,
+    dry_run: bool,
     push_url: str | None,
     push_create: bool,
     endpoint_url: str | None,
@@ -176,6 +186,15 @@ def reshard_cmd(
         )
     except ValueError as exc:  # checked before any work, so nothing is left behind
         raise click.UsageError(redact(str(exc))) from exc
+    quiet = quiet_requested(quiet)
+    if dry_run:
+        if finalize:
+            raise click.UsageError("--dry-run estimates the tasks: it has nothing to say of --finalize.")
+        estimate = estimate_reshard(
+            src, out, options=options, workers=workers, part=part, work_dir=work_dir, quiet=quiet
+        )
+        click.echo("\n".join(estimate.lines()))
+        return
     result = reshard(
         src,
         out,
@@ -184,7 +203,8 @@ def reshard_cmd(
         part=part,
         finalize_only=finalize,
         work_dir=work_dir,
-        quiet=quiet_requested(quiet),
+        quiet=quiet,
+        on_estimate=None if quiet else lambda estimate: click.echo("\n".join(estimate.lines()), err=True),
     )
     if result.already_complete:
         click.echo(f"{out} is already a complete reshard of {redact(src)} with these options.")
@@ -218,11 +238,7 @@ def reshard_cmd(
     if push_url and result.finalized:
         from reshard.push import push  # the upload stack is imported only when pushing
 
-        click.echo(
-            push(
-                out, push_url, create=push_create, endpoint_url=endpoint_url, quiet=quiet_requested(quiet)
-            ).describe()
-        )
+        click.echo(push(out, push_url, create=push_create, endpoint_url=endpoint_url, quiet=quiet).describe())
 
 
 def _depth_keys(out: Path) -> list[str]:

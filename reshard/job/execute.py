@@ -9,12 +9,14 @@ Outputs with a record are skipped, so tasks can be rerun after any crash. The jo
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import threading
+import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,8 @@ from cache.remote import Remote
 from cache.store import atomic_write
 from reader.decode.depth import is_depth
 from reader.errors import DatasetError
+from reader.format.v3 import frame_size
+from reshard.errors import WorkerDied
 from reshard.job.meta import (
     DataRecord,
     Record,
@@ -36,7 +40,7 @@ from reshard.job.meta import (
     record_from_json,
     record_to_json,
 )
-from reshard.job.plan import DEFAULT_EPISODES_PER_FILE, DataTask, Task, VideoTask
+from reshard.job.plan import DEFAULT_EPISODES_PER_FILE, DataTask, Task, VideoOutput, VideoTask
 from reshard.job.process_pool import report_progress, run_in_pool
 from reshard.job.tables import write_data_file
 from reshard.source.model import V3Source
@@ -55,6 +59,8 @@ from reshard.video.write import (
 # (staged, recorded, published, meta), to prove that any crash point resumes to identical bytes;
 # `verify-job` at the start of a verify job, to kill a verify worker.
 KILL_ENV = "LRS_TEST_KILL_AT"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -196,6 +202,16 @@ def maybe_die(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+# Test hook: "<episode>:<camera>" makes the process abort (SIGABRT, as x265's heap check does) as it begins
+# that episode video, to prove that an encoder's crash fails that episode only.
+ABORT_ENV = "LRS_TEST_ABORT_ENCODING"
+
+
+def _maybe_abort(video: VideoOutput) -> None:
+    if os.environ.get(ABORT_ENV) == f"{video.episode}:{video.key}":
+        os.abort()
+
+
 # The mode of every published output file: a dataset is meant to be read by others.
 PUBLISHED_MODE = 0o644
 
@@ -312,15 +328,25 @@ class TaskContext:
 
 
 def run_task(
-    task: Task, ctx: TaskContext, on_episode: Callable[[int], None] | None = None
+    task: Task,
+    ctx: TaskContext,
+    on_progress: Callable[[int], None] | None = None,
+    on_output: Callable[[str], None] | None = None,
 ) -> list[VideoRecord]:
-    """Write the unfinished outputs of one task; returns the video records it wrote (for warnings)."""
+    """Write the unfinished outputs of one task; returns the video records it wrote (for warnings).
+
+    `on_progress` counts the work as it is done (`work_units`): a data task's episodes, a video task's
+    frames (each frame of a re-encode as it is encoded, a copied episode's frames once it is written);
+    `on_output` is given the path of each output before it is begun.
+    """
     ws = Workspace(ctx.work)
+    announce = on_output or (lambda path: None)
     if isinstance(task, DataTask):
         if not ws.is_done(task.path):
-            _run_data_task(task, ctx, ws, on_episode)
+            announce(task.path)
+            _run_data_task(task, ctx, ws, on_progress)
         return []
-    return _run_video_task(task, ctx, ws, on_episode)
+    return _run_video_task(task, ctx, ws, on_progress, announce)
 
 
 def _run_data_task(
@@ -344,7 +370,11 @@ def _run_data_task(
 
 
 def _run_video_task(
-    task: VideoTask, ctx: TaskContext, ws: Workspace, on_episode: Callable[[int], None] | None
+    task: VideoTask,
+    ctx: TaskContext,
+    ws: Workspace,
+    on_frames: Callable[[int], None] | None,
+    announce: Callable[[str], None],
 ) -> list[VideoRecord]:
     todo = [v for v in task.videos if not ws.is_done(v.path)]
     if not todo:
@@ -355,7 +385,10 @@ def _run_video_task(
     # One container for the task's source file, which holds every episode of the task.
     with ws.local(source.remote, task.source) as src, OpenVideos(capacity=1) as opened:
         for video in todo:
+            announce(video.path)
+            _maybe_abort(video)
             tmp = ws.temp(".mp4")
+            counted = _Counted(on_frames)
             try:
                 result = write_episode_video(
                     src,
@@ -373,6 +406,7 @@ def _run_video_task(
                     camera=video.key,
                     depth=is_depth(source.info.features[video.key]),
                     videos=opened,
+                    on_frame=counted.add,
                 )
                 record = VideoRecord.of(
                     result, path=video.path, sha256=path_sha256(tmp), episode=video.episode, key=video.key
@@ -381,9 +415,20 @@ def _run_video_task(
             finally:
                 tmp.unlink(missing_ok=True)
             written.append(record)
-            if on_episode is not None:
-                on_episode(1)
+            counted.add(video.length - counted.total)  # a copy's frames, or what a re-encode did not count
     return written
+
+
+class _Counted:
+    """A progress callback that also keeps the total it was given."""
+
+    def __init__(self, callback: Callable[[int], None] | None) -> None:
+        self.callback, self.total = callback, 0
+
+    def add(self, count: int = 1) -> None:
+        self.total += count
+        if self.callback is not None and count:
+            self.callback(count)
 
 
 def video_settings(source: V3Source, key: str, options: ReshardOptions) -> tuple[int, int | None]:
@@ -400,31 +445,33 @@ def video_settings(source: V3Source, key: str, options: ReshardOptions) -> tuple
 
 
 class _ReshardProgress:
-    """Two bars, tables and videos, counting episodes (tqdm shows episodes/s and ETA).
+    """Two bars: tables counting episodes, videos counting frames (tqdm shows the rate and the ETA).
 
     Args:
-        pending: each task to run with the episodes it has left to write.
+        pending: each task to run with the work it has left (`work_left`).
         quiet: no bars.
     """
 
     def __init__(self, pending: list[tuple[Task, int]], *, quiet: bool) -> None:
         self.bars: dict[type, tqdm] = {}
-        for position, (kind, desc) in enumerate(((DataTask, "tables"), (VideoTask, "videos"))):
+        kinds = ((DataTask, "tables", "ep"), (VideoTask, "videos", "frame"))
+        for position, (kind, desc, unit) in enumerate(kinds):
             of_kind = [(task, left) for task, left in pending if isinstance(task, kind)]
-            total = sum(task.size for task, _ in of_kind)
+            total = sum(work_units(task) for task, _ in of_kind)
             if total:
                 self.bars[kind] = progress_bar(
                     total=total,
                     initial=total - sum(left for _, left in of_kind),
                     desc=desc,
-                    unit="ep",
+                    unit=unit,
                     disable=quiet,
                     position=position,
                     leave=True,
+                    smoothing=0.05,  # frames/s and the ETA over minutes, not the last few frames
                 )
 
     def callback(self, task: Task) -> Callable[[int], None]:
-        """What counts `task`'s episodes on its bar as they are written."""
+        """What counts `task`'s work on its bar as it is done."""
         return self.bars[type(task)].update
 
     def close(self) -> None:
@@ -432,53 +479,230 @@ class _ReshardProgress:
             bar.close()
 
 
-def _episodes_left(task: Task, ws: Workspace) -> int:
-    """Episodes of `task` whose outputs have no completion record yet."""
+def work_units(task: Task) -> int:
+    """The work of a task as its bar counts it: a data task's episodes, a video task's frames."""
+    if isinstance(task, DataTask):
+        return len(task.episodes)
+    return sum(v.length for v in task.videos)
+
+
+def work_left(task: Task, ws: Workspace) -> int:
+    """The work of `task` (`work_units`) whose outputs have no completion record yet."""
     if isinstance(task, DataTask):
         return 0 if ws.is_done(task.path) else len(task.episodes)
-    return sum(1 for v in task.videos if not ws.is_done(v.path))
+    return sum(v.length for v in task.videos if not ws.is_done(v.path))
 
 
-def run_tasks(tasks: list[Task], ctx: TaskContext, *, workers: int, quiet: bool) -> list[VideoRecord]:
-    """Run tasks inline (`workers == 1`) or in a pool of processes; stops at the first failure.
+# Re-encoding jobs per worker a job is cut into at least, where its tasks allow: the last jobs to finish
+# then keep every worker busy to the end (a task is one source file, often one per camera).
+JOBS_PER_WORKER = 4
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on: its affinity (what `taskset` or a SLURM task's cpuset allows),
+    at most a cgroup v2 CPU quota and `SLURM_CPUS_PER_TASK` where either is set."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    with contextlib.suppress(OSError, ValueError):
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, int(int(quota) / int(period))))
+    with contextlib.suppress(KeyError, ValueError):
+        cpus = min(cpus, max(1, int(os.environ["SLURM_CPUS_PER_TASK"])))
+    return max(1, cpus)
+
+
+# Pixels to re-encode from which `--workers` defaults to one worker per CPU: about 15 s of one core of
+# x265 `fast` (3.3 megapixels/s at 480x640). Below it, spawning the workers (each imports PyAV and
+# pyarrow: 1 to 2 s) would cost more than it saves.
+POOL_MIN_PIXELS = 50_000_000
+
+
+def reencode_pixels(options: ReshardOptions, source: V3Source, tasks: Sequence[Task]) -> int:
+    """Pixels the tasks re-encode (frames x output size of every camera but depth): 0 for a copy."""
+    if options.video == "copy":
+        return 0
+    resize = options.resizing
+    pixels = 0
+    for task in tasks:
+        if isinstance(task, VideoTask) and not is_depth(feature := source.info.features[task.key]):
+            height, width = (resize.height, resize.width) if resize else frame_size(feature) or (480, 640)
+            pixels += height * width * sum(v.length for v in task.videos)
+    return pixels
+
+
+def default_workers(options: ReshardOptions, source: V3Source, tasks: Sequence[Task]) -> int:
+    """Worker processes when `--workers` is not given: for a re-encode of at least `POOL_MIN_PIXELS`, one
+    per available CPU, each encoder on one thread (`reencode_jobs`); else one (a copy is bound by reading
+    and writing)."""
+    return available_cpus() if reencode_pixels(options, source, tasks) >= POOL_MIN_PIXELS else 1
+
+
+def reencode_jobs(pending: list[tuple[Task, int]], workers: int, ws: Workspace) -> list[tuple[Task, int]]:
+    """The pending tasks as the pool's jobs: a re-encoding video task cut into runs of its unfinished
+    episodes of about equal frames, so that there are `JOBS_PER_WORKER` jobs per worker where the
+    episodes allow: the data tasks first, then the largest.
+
+    Every encoder runs on one thread and the workers encode episodes side by side: one thread per
+    episode is x265's and x264's most efficient use of a core, and an encode's bytes do not depend on
+    its thread count, so a job resumed with other `--workers`, or on a node with other cores, writes the
+    same files. Cutting the tasks keeps the cores busy to the end: a task is a whole source file, and
+    lerobot records one per camera.
+    """
+    videos = [t for t, _ in pending if isinstance(t, VideoTask)]
+    if not videos:
+        return pending
+    pieces = -(-JOBS_PER_WORKER * workers // len(videos))  # per task, at least
+    jobs: list[tuple[Task, int]] = [(t, left) for t, left in pending if not isinstance(t, VideoTask)]
+    for task in videos:
+        todo = [v for v in task.videos if not ws.is_done(v.path)]
+        jobs += [(replace(task, videos=run), sum(v.length for v in run)) for run in _runs(todo, pieces)]
+    return sorted(jobs, key=lambda job: (isinstance(job[0], VideoTask), -job[1]))  # tables first
+
+
+def _runs(videos: list[VideoOutput], pieces: int) -> list[tuple[VideoOutput, ...]]:
+    """`videos` in at most `pieces` consecutive runs of about equal frames."""
+    total = sum(v.length for v in videos)
+    runs: list[list[VideoOutput]] = [[]]
+    done = 0
+    for video in videos:
+        # a new run once this one holds its share of the frames
+        if runs[-1] and done >= total * len(runs) / pieces:
+            runs.append([])
+        runs[-1].append(video)
+        done += video.length
+    return [tuple(run) for run in runs]
+
+
+def run_tasks(
+    tasks: list[Task], ctx: TaskContext, *, workers: int | None = None, quiet: bool
+) -> list[VideoRecord]:
+    """Run tasks inline or in a pool of processes; stops at the first failure but a crashed worker's.
+
+    A pool runs them when there are several workers, and for a re-encode of at least `POOL_MIN_PIXELS`
+    whatever the workers: an encoder that aborts (x265 has, at some widths) then ends a worker, not the
+    job (`_run_pool`).
+
+    Args:
+        workers: processes; None: `default_workers`.
 
     Returns:
         The records of the episode videos copy mode re-encoded (`reason` set), to warn of: the others
         are on disk for finalize, and kept here they would grow with the episodes.
+
+    Raises:
+        WorkerDied: a worker ended abruptly (the outputs it was writing are named).
     """
     ws = Workspace(ctx.work)
+    pixels = reencode_pixels(ctx.options, ctx.source, tasks)
+    workers = (available_cpus() if pixels >= POOL_MIN_PIXELS else 1) if workers is None else workers
     # One look at the completion records serves the skip, the bars and the pool's progress.
-    pending = [(task, left) for task in tasks if (left := _episodes_left(task, ws))]
+    pending = [(task, left) for task in tasks if (left := work_left(task, ws))]
     progress = _ReshardProgress(pending, quiet=quiet)
     written: list[VideoRecord] = []
+    if pixels and workers > (cpus := available_cpus()):
+        log.warning(
+            "--workers %d is more than the %d CPUs this job may use: the encoders share them (no faster).",
+            workers,
+            cpus,
+        )
     try:
-        if workers <= 1 or len(pending) <= 1:
+        if pixels:
+            pending = reencode_jobs(pending, workers, ws)
+        if len(pending) > 1 and (workers > 1 or pixels >= POOL_MIN_PIXELS):
+            written = _run_pool(pending, ctx, workers, progress)
+        else:
             for task, _ in pending:
                 written += _reencoded(run_task(task, ctx, progress.callback(task)))
-        else:
-            written = _run_pool(pending, ctx, workers, progress)
     finally:
         progress.close()
     return written
 
 
+# Outputs a job lets crash a worker before it stops: a fault that ends every worker (memory, a signal to
+# all) is not one episode's, and would otherwise start a pool per output.
+MAX_CRASHED_OUTPUTS = 3
+
+
 def _run_pool(
     pending: list[tuple[Task, int]], ctx: TaskContext, workers: int, progress: _ReshardProgress
 ) -> list[VideoRecord]:
+    """Run the jobs in pools: a worker that ends abruptly (an encoder's abort, a signal) while it writes an
+    output fails that output only; a new pool runs every job left, then the call raises `WorkerDied`
+    naming the outputs that failed and why (a rerun retries them)."""
+    ws = Workspace(ctx.work)
+    names = _output_names(pending)
     written: list[VideoRecord] = []
-    counted = [0] * len(pending)  # episodes of each task on the bars, at most its `left`
+    crashed: dict[str, str] = {}  # output path -> how its worker ended
+    while pending:
+        writing: dict[int, str] = {}  # worker pid -> the output it is writing
+        try:
+            written += _run_pool_once(pending, ctx, workers, progress, writing)
+            break
+        except WorkerDied as exc:
+            culprits = {
+                writing[pid]: _how_it_ended(code)
+                for pid, code in exc.exits.items()
+                if pid in writing and code not in (0, None, -signal.SIGTERM) and not ws.is_done(writing[pid])
+            }
+            if not culprits or len(crashed) + len(culprits) > MAX_CRASHED_OUTPUTS:
+                raise
+            crashed.update(culprits)
+            pending = _unfinished(pending, ws, skip=crashed)
+    if crashed:
+        which = "; ".join(f"{how} while writing {names[path]}" for path, how in crashed.items())
+        raise WorkerDied(
+            f"A worker process ended abruptly ({which}); every other output is finished. Expected it to "
+            f"finish: rerun the same command to retry (finished outputs are kept in {ctx.work})."
+        )
+    return written
+
+
+def _output_names(pending: list[tuple[Task, int]]) -> dict[str, str]:
+    """Each output of the jobs by path, named for people: `episode 3 of camera 'top' (videos/...)`."""
+    names = {}
+    for task, _ in pending:
+        if isinstance(task, DataTask):
+            names[task.path] = f"data file {task.path}"
+        else:
+            names |= {v.path: f"episode {v.episode} of camera {v.key!r} ({v.path})" for v in task.videos}
+    return names
+
+
+def _how_it_ended(code: int | None) -> str:
+    """`killed by SIGABRT`, `exit code 3`."""
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+def _run_pool_once(
+    pending: list[tuple[Task, int]],
+    ctx: TaskContext,
+    workers: int,
+    progress: _ReshardProgress,
+    writing: dict[int, str],
+) -> list[VideoRecord]:
+    """One pool over `pending`; `writing` follows which output each worker is writing."""
+    written: list[VideoRecord] = []
+    counted = [0] * len(pending)  # work of each job on the bars, at most its `left`
     lock = threading.Lock()  # reports arrive on the pool's progress thread, results on this one
 
-    def count(position: int, episodes: int) -> None:
+    def count(position: int, units: int) -> None:
         task, left = pending[position]
         with lock:
-            more = min(episodes, left - counted[position])
+            more = min(units, left - counted[position])
             counted[position] += more
             progress.callback(task)(more)
 
+    def report(item: tuple[Any, ...]) -> None:
+        if item[0] == _WRITING:
+            writing[item[1]] = item[2]
+        else:
+            count(*item)
+
     def finished(position: int, records: list[VideoRecord]) -> None:
-        nonlocal written
-        written += records
+        written.extend(records)
         count(position, pending[position][1])  # the rest, whether its reports came first or not
 
     run_in_pool(
@@ -489,16 +713,54 @@ def _run_pool(
         tmp_dir=Workspace(ctx.work).tmp_dir,
         on_result=finished,
         rerun=f"rerun the same command to resume (finished outputs are kept in {ctx.work})",
-        on_progress=lambda item: count(*item),
+        on_progress=report,
     )
     return written
 
 
+def _unfinished(
+    pending: list[tuple[Task, int]], ws: Workspace, skip: dict[str, str]
+) -> list[tuple[Task, int]]:
+    """The jobs of `pending` with their outputs not finished yet and not in `skip`."""
+    left: list[tuple[Task, int]] = []
+    for task, _ in pending:
+        if isinstance(task, DataTask):
+            if task.path not in skip and not ws.is_done(task.path):
+                left.append((task, len(task.episodes)))
+            continue
+        videos = tuple(v for v in task.videos if v.path not in skip and not ws.is_done(v.path))
+        if videos:
+            left.append((replace(task, videos=videos), sum(v.length for v in videos)))
+    return left
+
+
+# Seconds between two progress reports of a pool worker: a frame each time would be a message per frame.
+REPORT_INTERVAL_S = 0.5
+
+
+# The first item of a worker's report that it begins an output: (_WRITING, pid, output path).
+_WRITING = "writing"
+
+
 def _run_in_worker(ctx: TaskContext, job: tuple[int, Task]) -> list[VideoRecord]:
-    """A task in a worker: each episode it writes moves the parent's bar as it is written, not when the
-    task (a whole source file of episodes) ends."""
+    """A task in a worker: its work moves the parent's bar as it is done (every `REPORT_INTERVAL_S`),
+    not when the task (a whole source file of episodes) ends; each output it begins is reported first,
+    so that the parent can name it if this process dies."""
     position, task = job
-    return _reencoded(run_task(task, ctx, lambda episodes: report_progress((position, episodes))))
+    pid = os.getpid()
+    unsent, last = 0, time.monotonic()
+
+    def report(units: int) -> None:
+        nonlocal unsent, last
+        unsent += units
+        if time.monotonic() - last >= REPORT_INTERVAL_S:
+            report_progress((position, unsent))
+            unsent, last = 0, time.monotonic()
+
+    def writing(path: str) -> None:
+        report_progress((_WRITING, pid, path))
+
+    return _reencoded(run_task(task, ctx, report, writing))  # the parent counts what was left unsent
 
 
 def _reencoded(records: list[VideoRecord]) -> list[VideoRecord]:

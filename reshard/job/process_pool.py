@@ -256,9 +256,13 @@ class WorkerPool:
             # pool; that one waits for work forever and shutdown() with it. Every child left is a worker.
             for child in multiprocessing.active_children():
                 child.terminate()
+            workers = list((getattr(pool, "_processes", None) or {}).values())
+            for process in workers:
+                process.join(5)
             raise WorkerDied(
                 f"A worker process ended abruptly (killed, or out of memory). Expected it to finish: {self.rerun}; "
-                "fewer --workers use less memory."
+                "fewer --workers use less memory.",
+                exits={p.pid: p.exitcode for p in workers if p.pid is not None},
             ) from exc
         except BaseException as exc:
             if not isinstance(exc, Exception):  # Ctrl-C or SIGTERM here: the workers unwind their jobs too

@@ -27,7 +27,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ from reader.format.jsonfile import read_json_file
 from reader.format.locate import read_footer
 from reader.format.v3 import frame_size
 from reshard.errors import ReshardError, WorkerDied
+from reshard.job.estimate import JobEstimate, estimate_job
 from reshard.job.execute import (
     DEFAULT_OPTIONS,
     ReshardOptions,
@@ -59,7 +60,7 @@ from reshard.job.execute import (
 )
 from reshard.job.lock import job_lock
 from reshard.job.meta import Record, build_meta, reencoded_videos
-from reshard.job.plan import ReshardPlan, VideoTask, make_plan
+from reshard.job.plan import ReshardPlan, Task, VideoTask, make_plan
 from reshard.source.checks import absent_feature, iter_video_defects
 from reshard.source.defects import defects_error, describe_defect, raise_defects
 from reshard.source.diagnosis import Defect, examine
@@ -258,7 +259,9 @@ def every_defect(source: V3Source, first: DatasetError, *, quiet: bool) -> Datas
 _HARMLESS = ("orphans", "rows")
 
 
-def select_episodes(source: V3Source, options: ReshardOptions, ws: Workspace, *, quiet: bool) -> V3Source:
+def select_episodes(
+    source: V3Source, options: ReshardOptions, ws: Workspace, *, quiet: bool, record: bool = True
+) -> V3Source:
     """The source with the episodes `options` leaves out dropped and the rest renumbered.
 
     The selection is made once per job and kept in the work directory, so that every part, a rerun and
@@ -289,7 +292,8 @@ def select_episodes(source: V3Source, options: ReshardOptions, ws: Workspace, *,
         # An episode's first defect says why it is left out.
         defective = {d.episode: describe_defect(d) for d in reversed(defects) if d.episode is not None}
         selection = make_selection(len(source.episodes), skipped, defective, ignored)
-        _write_once(ws, path, selection.to_json())  # a part that loses the race computed the same
+        if record:
+            _write_once(ws, path, selection.to_json())  # a part that loses the race computed the same
     kept = select(source, selection)
     if not options.skip_defective:  # doctor's checks, which made the selection, found every missing file
         check_files_exist(kept)
@@ -297,6 +301,75 @@ def select_episodes(source: V3Source, options: ReshardOptions, ws: Workspace, *,
         if dropped.reason != SKIPPED_BY_USER:
             log.warning("episode %d left out: %s", dropped.episode, dropped.reason)
     return kept
+
+
+def _plan_call(
+    source: V3Source,
+    options: ReshardOptions,
+    ws: Workspace,
+    *,
+    part: tuple[int, int] | None,
+    finalize_only: bool,
+    quiet: bool,
+    record: bool = True,
+) -> tuple[V3Source, dict[str, int], ReshardPlan, list[Task]]:
+    """The (selected) source, its data files' sizes, the plan, and the tasks this call runs, once the
+    source's files and frame sizes are checked; `record`: keep the selection in the work directory.
+
+    Raises:
+        DatasetError: a defect of the source.
+        ReshardError: a frame size the re-encode cannot make.
+    """
+    if options.skipping:
+        source = select_episodes(source, options, ws, quiet=quiet, record=record)
+    else:
+        check_files_exist(source)
+    sizes = source_sizes(source)
+    plan = make_plan(
+        source.info,
+        source.episodes,
+        sizes,
+        data_file_mb=options.data_file_mb,
+        episodes_per_file=options.episodes_per_data_file,
+    )
+    tasks = [] if finalize_only else (plan.tasks() if part is None else plan.part(*part))
+    video_tasks = [t for t in tasks if isinstance(t, VideoTask)]
+    if not options.skip_defective:  # the selection already left out every episode of a bad video
+        check_video_files(source, video_tasks)
+    resize_width = None if options.resize is None else Resize.parse(options.resize).width
+    check_frame_sizes(source, video_tasks, options.video, resize_width=resize_width)
+    return source, sizes, plan, tasks
+
+
+def estimate_reshard(
+    src: str,
+    out: str | os.PathLike[str],
+    *,
+    options: ReshardOptions = DEFAULT_OPTIONS,
+    workers: int | None = None,
+    part: tuple[int, int] | None = None,
+    work_dir: str | os.PathLike[str] | None = None,
+    quiet: bool = False,
+    storage_options: dict[str, Any] | None = None,
+) -> JobEstimate:
+    """What `reshard` with these arguments would do, and for a re-encode how long it would take here
+    (`reshard.job.estimate`), writing nothing: `lrs reshard --dry-run`. An unfinished job's finished
+    outputs count as done.
+
+    Raises:
+        DatasetError, ReshardError: what `reshard` would refuse before any work.
+    """
+    out = _local(out, "--out", "reshard into a local directory, then push it (`lrs push OUT URL`)")
+    work = _local(work_dir, "work_dir", "the work directory is local") if work_dir else default_work_dir(out)
+    ws = Workspace(work)
+    source = open_source(src, storage_options=storage_options, check_files=False, all_columns=False)
+    for warning in source.warnings:
+        log.warning("%s", warning)
+    _check_apart(source, out, ws.root)
+    source, sizes, _, tasks = _plan_call(
+        source, options, ws, part=part, finalize_only=False, quiet=quiet, record=False
+    )
+    return estimate_job(source, tasks, options, ws, workers=workers, data_sizes=sizes)
 
 
 def _job_doc(source: V3Source, options: ReshardOptions) -> dict[str, Any]:
@@ -462,12 +535,13 @@ def reshard(
     out: str | os.PathLike[str],
     *,
     options: ReshardOptions = DEFAULT_OPTIONS,
-    workers: int = 1,
+    workers: int | None = None,
     part: tuple[int, int] | None = None,
     finalize_only: bool = False,
     work_dir: str | os.PathLike[str] | None = None,
     quiet: bool = False,
     storage_options: dict[str, Any] | None = None,
+    on_estimate: Callable[[JobEstimate], None] | None = None,
 ) -> ReshardResult:
     """Rewrite the v3 dataset `src` into the lrs/1 layout in `out`, resuming an unfinished run.
 
@@ -475,12 +549,15 @@ def reshard(
         src: the source dataset (path or URL, see `reshard.source.model.open_source`).
         out: the output directory (new, empty, or an unfinished reshard with the same options).
         options: what the output looks like.
-        workers: processes running tasks at once.
+        workers: processes running tasks at once (None: one per available CPU for a re-encode, one
+            for a copy: `reshard.job.execute.default_workers`).
         part: `(index, count)`: run only this part of the tasks (a SLURM array task), not finalize.
         finalize_only: only finalize: check that every output is done, write meta, publish.
         work_dir: the work directory (default: `default_work_dir(out)`).
         quiet: no progress bars.
         storage_options: passed to the source's fsspec filesystem.
+        on_estimate: given what this call will do before its tasks start (`reshard.job.estimate`; a
+            re-encode's time is calibrated unless `quiet`).
 
     Returns:
         What was done.
@@ -504,7 +581,15 @@ def reshard(
     what = "finalize" if finalize_only else "reshard" if part is None else f"part {part[0]}/{part[1]}"
     with job_lock(ws.root, out, part=part, what=what):
         result = _run_locked(
-            source, out, ws, options, workers=workers, part=part, finalize_only=finalize_only, quiet=quiet
+            source,
+            out,
+            ws,
+            options,
+            workers=workers,
+            part=part,
+            finalize_only=finalize_only,
+            quiet=quiet,
+            on_estimate=on_estimate,
         )
     return replace(result, seconds=time.monotonic() - started)
 
@@ -522,10 +607,11 @@ def _run_locked(
     ws: Workspace,
     options: ReshardOptions,
     *,
-    workers: int,
+    workers: int | None,
     part: tuple[int, int] | None,
     finalize_only: bool,
     quiet: bool,
+    on_estimate: Callable[[JobEstimate], None] | None,
 ) -> ReshardResult:
     """`reshard` once this process holds the job's lock."""
     doc = _job_doc(source, options)
@@ -543,27 +629,19 @@ def _run_locked(
     try:
         if options.skipping:
             _claim(ws, doc, out, source.fingerprint)
-            source = select_episodes(source, options, ws, quiet=quiet)
-        else:
-            check_files_exist(source)
-        sizes = source_sizes(source)
-        plan = make_plan(
-            source.info,
-            source.episodes,
-            sizes,
-            data_file_mb=options.data_file_mb,
-            episodes_per_file=options.episodes_per_data_file,
+        source, sizes, plan, tasks = _plan_call(
+            source, options, ws, part=part, finalize_only=finalize_only, quiet=quiet
         )
-        tasks = [] if finalize_only else (plan.tasks() if part is None else plan.part(*part))
-        video_tasks = [t for t in tasks if isinstance(t, VideoTask)]
-        if not options.skip_defective:  # the selection already left out every episode of a bad video
-            check_video_files(source, video_tasks)
-        resize_width = None if options.resize is None else Resize.parse(options.resize).width
-        check_frame_sizes(source, video_tasks, options.video, resize_width=resize_width)
         _claim(ws, doc, out, source.whole.fingerprint)
         _check_begun_plan(ws, out, source, options, sizes)
         if part is None and not finalize_only:  # this run holds the lock alone: no temp file is another's
             shutil.rmtree(ws.root / "tmp", ignore_errors=True)
+        if on_estimate is not None and tasks:
+            on_estimate(
+                estimate_job(
+                    source, tasks, options, ws, workers=workers, data_sizes=sizes, calibrate=not quiet
+                )
+            )
         with _disk_errors(ws, part, kept=not (fresh and part is None)):  # a fresh run's is removed below
             written = run_tasks(tasks, _context(source, ws.root, options), workers=workers, quiet=quiet)
     except (KeyboardInterrupt, Terminated):

@@ -26,7 +26,7 @@ import contextlib
 import math
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import av
@@ -143,6 +143,7 @@ def write_episode_video(
     camera: str | None = None,
     depth: bool = False,
     videos: OpenVideos | None = None,
+    on_frame: Callable[[int], None] | None = None,
 ) -> EpisodeVideo:
     """Write one episode of a packed source MP4 to its own MP4, frame `i` at `i / fps`, atomically.
 
@@ -173,6 +174,8 @@ def write_episode_video(
             keyframe is re-encoded as lossless HEVC in its own pixel format.
         videos: source files kept open across calls (a copy reads `src_path` from there, so that the
             episodes of one packed file open it once); None: open it for this call.
+        on_frame: called with 1 after each frame a re-encode hands to the encoder (progress); a copy
+            calls it not at all.
 
     Returns:
         What was written.
@@ -221,7 +224,7 @@ def write_episode_video(
         threads=threads,
     )
     # 4:2:0, or 4:4:4 where the size needs it
-    return _reencode(ref, out_path, segment, encoder, pix_fmt=None, resize=resize)
+    return _reencode(ref, out_path, segment, encoder, pix_fmt=None, resize=resize, on_frame=on_frame)
 
 
 def _check_args(
@@ -296,9 +299,10 @@ def _reencode(
     pix_fmt: str | None,
     reason: str | None = None,
     resize: Resize | None = None,
+    on_frame: Callable[[int], None] | None = None,
 ) -> EpisodeVideo:
     """Re-encode one episode in `pix_fmt` (None: `target_pix_fmt` for the output size), scaled to `resize`
-    (None: the source's size)."""
+    (None: the source's size); `on_frame(1)` after each frame is encoded."""
     tb = 1 / segment.rate
     with open_video(ref, encoder.threads) as (container, stream):
         width, height = stream.codec_context.width, stream.codec_context.height
@@ -318,6 +322,8 @@ def _reencode(
                 # A decoded keyframe would otherwise force a keyframe here and break the GOP pattern.
                 frame.pict_type = PictureType.NONE
                 mux(out, ostream.encode(frame))
+                if on_frame is not None:
+                    on_frame(1)
             mux(out, ostream.encode(None))
     return EpisodeVideo(
         path=out_path,

@@ -1,17 +1,25 @@
-"""Benchmark the H.265 re-encode of `reshard.video.write` against the `ffmpeg` command line.
+"""Benchmark a whole re-encode job, `lrs reshard --video hevc|h264`, against the `ffmpeg` command line at the
+same settings on the same cores, with lerobot-edit-dataset's `reencode_videos` beside it for scale.
 
-Generates an AV1 sample dataset (lerobot's layout, 240x320, 2 cameras, 20 episodes by default), then:
+On the source (`--source DIR`, e.g. a lerobot-recorded dataset from scripts/lerobot/write_dataset.py; default:
+a generated sample), each round runs, in an order that alternates between rounds:
 
-1. re-encodes every (episode, camera) with `write_episode_video(mode="hevc", threads=1)` and with
-   `/usr/bin/ffmpeg` (libx265, same crf / preset / GOP / no B-frames, one thread, `-ss` seek on the same
-   episode), interleaved episode by episode so that background load hits both alike; reports frames/s,
-   wall and CPU time and our overhead ratio (target: at most 1.10);
-2. runs the same re-encodes through a `ProcessPoolExecutor` with 1 and with 2 workers (speed-up);
-3. reports output bytes against the source's, PSNR against the source, and the lossless copy's speed.
+1. `lrs reshard SRC --video hevc` and `--video h264 --tune fastdecode`, with `--workers` left to its default
+   (one per CPU, each encoder on one thread), as a user runs it; before each, `estimate_reshard` (what
+   `--dry-run` prints) so that the estimate is checked against the real wall time;
+2. the `ffmpeg` command line at the same codec, crf, preset, GOP and x26x params, one process per episode
+   video of a copy reshard (the same frames), as many at a time as there are CPUs, each with the
+   encoder's own threading (as a user would run it);
+3. with `--lerobot-python PY`: `lerobot-edit-dataset --operation.type reencode_videos` to HEVC at its
+   defaults with `--operation.num_workers` = CPUs (another crf: bytes and quality differ, see the report).
 
-Usage: `.venv/bin/python scripts/bench/reencode.py [--out FILE] [--episodes 20] [--height 240] ...`.
-The JSON goes to stdout (or FILE). The two x265 builds differ (PyAV's wheel vs Debian's), so the ratio
-measures the library version too; both versions are in the report.
+Wall and CPU seconds (CPU from the children's rusage), frames/s and frames/s per core, output bytes, and
+the worst and mean PSNR of lrs's outputs against the source (`compare_episode_video`, every episode).
+`--table` adds the speed/quality table of x265 presets and crfs at 1 thread (CPU seconds per frame, bytes
+per frame, worst and mean PSNR) over the first `--table-episodes` episodes of each camera.
+
+Usage: `.venv/bin/python scripts/bench/reencode.py [--out FILE] [--source DIR] [--rounds 1] [--table]`.
+The x265 of PyAV's wheel and Debian's ffmpeg differ; both versions are in the report.
 """
 
 from __future__ import annotations
@@ -26,147 +34,161 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from reshard.demo.sample import write_sample
+from reshard.job import ReshardOptions, estimate_reshard
+from reshard.job.execute import available_cpus
 from reshard.source.model import open_source
-from reshard.video.write import (
-    DEFAULT_CRF,
-    DEFAULT_GOP,
-    DEFAULT_PRESET,
-    EncoderSettings,
-    compare_episode_video,
-    probe_video,
-    write_episode_video,
-)
+from reshard.video.encode import DEFAULT_CRF, DEFAULT_GOP, DEFAULT_PRESET, EncoderSettings
+from reshard.video.write import compare_episode_video, write_episode_video
 
 FFMPEG = "/usr/bin/ffmpeg"
+LRS = [sys.executable, "-c", "from reshard.cli import main; main()"]
+# The cases of a round: name -> (codec, tune).
+LRS_CASES = {"hevc": ("hevc", None), "h264-fastdecode": ("h264", "fastdecode")}
 
 
-@dataclass(frozen=True)
-class Task:
-    """One (episode, camera) to re-encode."""
-
-    src: str
-    from_timestamp: float
-    length: int
-    fps: float
-    out: str
-    crf: int
-    preset: str
-    gop: int
-
-
-def _cpu_s(who: int) -> float:
-    usage = resource.getrusage(who)
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
-def ours(task: Task, out: str | None = None) -> int:
-    """Re-encode with `write_episode_video`; returns the output size."""
-    return write_episode_video(
-        task.src,
-        out or task.out,
-        from_timestamp=task.from_timestamp,
-        length=task.length,
-        fps=task.fps,
-        mode="hevc",
-        gop=task.gop,
-        crf=task.crf,
-        preset=task.preset,
-        threads=1,
-    ).bytes
+def _timed(fn: Any) -> dict[str, float]:
+    cpu0, t0 = _children_cpu_s(), time.perf_counter()
+    fn()
+    return {"wall_s": time.perf_counter() - t0, "cpu_s": _children_cpu_s() - cpu0}
 
 
-def ffmpeg_command(task: Task, out: str) -> list[str]:
-    """The `ffmpeg` command encoding the same episode with the same x265 settings, one thread."""
-    encoder = EncoderSettings("hevc", gop=task.gop, crf=task.crf, preset=task.preset, threads=1)
-    params = encoder.options()["x265-params"]
-    return [
-        FFMPEG, "-nostdin", "-hide_banner", "-loglevel", "error",
-        "-threads", "1", "-ss", f"{task.from_timestamp:.6f}", "-i", task.src,
-        "-frames:v", str(task.length), "-an", "-map", "0:v:0",
-        "-c:v", "libx265", "-preset", task.preset, "-crf", str(task.crf), "-g", str(task.gop), "-bf", "0",
-        "-x265-params", params, "-pix_fmt", "yuv420p", "-threads", "1",
-        "-movflags", "+faststart", "-y", out,
-    ]  # fmt: skip
-
-
-def run_ffmpeg(task: Task, out: str) -> int:
-    subprocess.run(ffmpeg_command(task, out), check=True)
-    return os.path.getsize(out)
-
-
-def compare_interleaved(tasks: list[Task], ffmpeg_dir: Path) -> dict[str, Any]:
-    """Ours and ffmpeg's, one episode each in turn (alternating who goes first)."""
-    totals = {name: {"wall_s": 0.0, "cpu_s": 0.0, "bytes": 0} for name in ("ours", "ffmpeg_cli")}
-    frames = sum(t.length for t in tasks)
-    for n, task in enumerate(tasks):
-        runs = [
-            ("ours", resource.RUSAGE_SELF, lambda t=task: ours(t)),
-            (
-                "ffmpeg_cli",
-                resource.RUSAGE_CHILDREN,
-                lambda t=task: run_ffmpeg(t, str(ffmpeg_dir / Path(t.out).name)),
-            ),
-        ]
-        for name, who, fn in runs if n % 2 == 0 else runs[::-1]:
-            cpu0, t0 = _cpu_s(who), time.perf_counter()
-            size = fn()
-            totals[name]["wall_s"] += time.perf_counter() - t0
-            totals[name]["cpu_s"] += _cpu_s(who) - cpu0
-            totals[name]["bytes"] += size
-    for total in totals.values():
-        total["frames_per_s"] = frames / total["wall_s"]
-        total["frames_per_cpu_s"] = frames / total["cpu_s"]
-    ffmpeg_frames = sum(probe_video(str(ffmpeg_dir / Path(t.out).name)).frames for t in tasks)
+def lrs_job(src: Path, out: Path, codec: str, tune: str | None) -> dict[str, Any]:
+    """Estimate, then run, `lrs reshard --video codec` as a user runs it; wall, CPU, bytes."""
+    options = ReshardOptions(video=codec, tune=tune)  # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    estimate = estimate_reshard(str(src), out, options=options, quiet=True)
+    estimate_s = time.perf_counter() - t0
+    argv = [*LRS, "reshard", str(src), "--out", str(out), "--video", codec, "--quiet"]
+    timed = _timed(lambda: subprocess.run(argv + (["--tune", tune] if tune else []), check=True))
     return {
-        **totals,
-        "ffmpeg_cli_frames_written": ffmpeg_frames,
-        "overhead_wall_ratio": totals["ours"]["wall_s"] / totals["ffmpeg_cli"]["wall_s"],
-        "overhead_cpu_ratio": totals["ours"]["cpu_s"] / totals["ffmpeg_cli"]["cpu_s"],
+        **timed,
+        "estimate_s": estimate.seconds,
+        "estimate_vs_wall": (estimate.seconds or 0) / timed["wall_s"],
+        "calibration_wall_s": estimate_s,
+        "workers": estimate.workers,
+        "bytes": sum(p.stat().st_size for p in out.rglob("*.mp4")),
     }
 
 
-def pool_run(tasks: list[Task], workers: int) -> float:
-    """Wall time of all re-encodes through a process pool (pool start-up included)."""
-    t0 = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(ours, tasks, chunksize=1))
-    return time.perf_counter() - t0
+def ffmpeg_command(src: Path, out: Path, codec: str, tune: str | None) -> list[str]:
+    """The `ffmpeg` command at lrs's settings for `codec`, the encoder's threading left to it."""
+    settings = EncoderSettings(codec, gop=DEFAULT_GOP, crf=DEFAULT_CRF[codec], tune=tune)
+    options = settings.options()
+    params = (
+        ["-x265-params", options["x265-params"]]
+        if codec == "hevc"
+        else ["-x264-params", options["x264-params"]]
+    )
+    return [
+        FFMPEG, "-nostdin", "-hide_banner", "-loglevel", "error", "-i", str(src), "-an", "-map", "0:v:0",
+        "-c:v", {"hevc": "libx265", "h264": "libx264"}[codec], "-preset", DEFAULT_PRESET[codec],
+        "-crf", str(DEFAULT_CRF[codec]), "-g", str(DEFAULT_GOP), "-bf", "0", *(["-tune", tune] if tune else []),
+        *params, "-pix_fmt", "yuv420p", "-movflags", "+faststart", "-y", str(out),
+    ]  # fmt: skip
 
 
-def copy_run(tasks: list[Task], out_dir: Path) -> dict[str, float]:
-    t0 = time.perf_counter()
-    for task in tasks:
-        write_episode_video(
-            task.src,
-            str(out_dir / Path(task.out).name),
-            from_timestamp=task.from_timestamp,
-            length=task.length,
-            fps=task.fps,
-            mode="copy",
-        )
-    wall = time.perf_counter() - t0
-    return {"wall_s": wall, "frames_per_s": sum(t.length for t in tasks) / wall}
+def ffmpeg_job(episodes: list[Path], out: Path, codec: str, tune: str | None, at_once: int) -> dict[str, Any]:
+    """Every episode video through its own `ffmpeg`, `at_once` at a time."""
+    out.mkdir(parents=True)
+    targets = [out / f"{i:05d}.mp4" for i in range(len(episodes))]
+
+    def run_all() -> None:
+        with ThreadPoolExecutor(at_once) as pool:
+            commands = [ffmpeg_command(s, t, codec, tune) for s, t in zip(episodes, targets, strict=True)]
+            list(pool.map(lambda argv: subprocess.run(argv, check=True), commands))
+
+    return {**_timed(run_all), "bytes": sum(t.stat().st_size for t in targets)}
 
 
-def quality(tasks: list[Task]) -> dict[str, float]:
+def lerobot_job(python: str, src: Path, out: Path, workers: int) -> dict[str, Any]:
+    """lerobot-edit-dataset's reencode_videos to HEVC at its defaults, `workers` processes."""
+    argv = [
+        python, "-m", "lerobot.scripts.lerobot_edit_dataset", "--repo_id=bench/src", f"--root={src}",
+        "--new_repo_id=bench/out", f"--new_root={out}", "--operation.type=reencode_videos",
+        "--operation.rgb_encoder.vcodec=hevc", f"--operation.num_workers={workers}",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    timed = _timed(lambda: subprocess.run(argv, check=True, env=env, capture_output=True))
+    return {**timed, "bytes": sum(p.stat().st_size for p in out.rglob("*.mp4"))}
+
+
+def quality(src: Path, out: Path) -> dict[str, float]:
+    """Worst and mean PSNR of every episode video of an lrs output against the source."""
+    source, output = open_source(str(src)), open_source(str(out))
     comparisons = [
-        compare_episode_video(t.src, t.from_timestamp, t.out, length=t.length, fps=t.fps) for t in tasks
+        compare_episode_video(
+            str(src / source.video_file(e, key)),
+            e.video(key).from_timestamp,
+            str(out / output.video_file(o, key)),
+            length=e.length,
+            fps=source.info.fps,
+        )
+        for e, o in zip(source.episodes, output.episodes, strict=True)
+        for key in source.video_keys
     ]
     return {
         "psnr_min_db": min(c.psnr_min_db for c in comparisons),
         "psnr_mean_db": sum(c.psnr_mean_db for c in comparisons) / len(comparisons),
-        "all_pass_30db": all(c.passes(min_psnr_db=30.0) for c in comparisons),
     }
 
 
-def x265_versions() -> dict[str, str | None]:
-    """x265's version as linked by PyAV and by the ffmpeg command line (parsed from x265's info log)."""
+def preset_table(
+    src: Path, presets: list[str], crfs: list[int], episodes: int, work: Path
+) -> list[dict[str, Any]]:
+    """x265 at each preset and crf, one thread: CPU s per frame, bytes per frame, worst / mean PSNR over the
+    first `episodes` episodes of every camera (interleaved: each episode runs every setting in turn)."""
+    source = open_source(str(src))
+    jobs = [(e, key) for e in source.episodes[:episodes] for key in source.video_keys]
+    rows: dict[tuple[str, int], dict[str, Any]] = {
+        (p, c): {"preset": p, "crf": c, "cpu_s": 0.0, "bytes": 0, "frames": 0, "psnr": []}
+        for p in presets
+        for c in crfs
+    }
+    for n, (episode, key) in enumerate(jobs):
+        settings = list(rows) if n % 2 == 0 else list(rows)[::-1]
+        for preset, crf in settings:
+            row, target = rows[preset, crf], work / f"table-{preset}-{crf}.mp4"
+            path = str(src / source.video_file(episode, key))
+            start = episode.video(key).from_timestamp
+            cpu0 = time.process_time()
+            written = write_episode_video(
+                path, str(target), from_timestamp=start, length=episode.length, fps=source.info.fps,
+                mode="hevc", crf=crf, preset=preset, threads=1,
+            )  # fmt: skip
+            row["cpu_s"] += time.process_time() - cpu0
+            row["bytes"] += written.bytes
+            row["frames"] += written.frames
+            compared = compare_episode_video(
+                path, start, str(target), length=episode.length, fps=source.info.fps
+            )
+            row["psnr"].append((compared.psnr_min_db, compared.psnr_mean_db))
+    table = []
+    for row in rows.values():
+        psnr = row.pop("psnr")
+        table.append({
+            **row,
+            "frames_per_cpu_s": row["frames"] / row["cpu_s"],
+            "bytes_per_frame": row["bytes"] / row["frames"],
+            "psnr_min_db": min(p[0] for p in psnr),
+            "psnr_mean_db": sum(p[1] for p in psnr) / len(psnr),
+        })  # fmt: skip
+    return table
+
+
+def x26x_versions() -> dict[str, str | None]:
+    """x265's version as PyAV links it and as the ffmpeg command line does (parsed from x265's info log)."""
     pattern = re.compile(r"HEVC encoder version (\S+)")
     probe = (
         "import av, numpy as np\n"
@@ -181,32 +203,34 @@ def x265_versions() -> dict[str, str | None]:
          "-f", "null", "-"], capture_output=True, text=True, check=False,
     )  # fmt: skip
     found = [pattern.search(p.stderr) for p in (pyav, cli)]
-    return {"pyav": found[0] and found[0].group(1), "ffmpeg_cli": found[1] and found[1].group(1)}
+    return {"x265_pyav": found[0] and found[0].group(1), "x265_ffmpeg_cli": found[1] and found[1].group(1)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the JSON report here instead of stdout")
-    parser.add_argument("--episodes", type=int, default=20)
+    parser.add_argument("--source", type=Path, help="a v3 dataset (default: a generated sample)")
+    parser.add_argument("--episodes", type=int, default=8, help="episodes of the generated sample")
     parser.add_argument("--cameras", type=int, default=2)
     parser.add_argument("--height", type=int, default=240)
     parser.add_argument("--width", type=int, default=320)
-    parser.add_argument("--min-length", type=int, default=30)
-    parser.add_argument("--max-length", type=int, default=60)
-    parser.add_argument("--crf", type=int, default=DEFAULT_CRF["hevc"])
-    parser.add_argument("--preset", default=DEFAULT_PRESET["hevc"])
-    parser.add_argument("--gop", type=int, default=DEFAULT_GOP)
-    parser.add_argument("--workdir", type=Path, help="keep the sample and outputs here (default: a temp dir)")
+    parser.add_argument("--length", type=int, default=60, help="frames per episode of the generated sample")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--lerobot-python", help="lerobot's Python (scripts/lerobot/env.sh), for its re-encode"
+    )
+    parser.add_argument("--table", action="store_true", help="also the x265 preset and crf table")
+    parser.add_argument("--presets", default="ultrafast,superfast,veryfast,faster,fast,medium")
+    parser.add_argument("--crfs", default="21,23,25")
+    parser.add_argument("--table-episodes", type=int, default=2)
     args = parser.parse_args()
     if not os.access(FFMPEG, os.X_OK):
         sys.exit(f"Invalid ffmpeg ({FFMPEG}). Expected the ffmpeg command line (apt install ffmpeg).")
-
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-reencode-"))
+    work = Path(tempfile.mkdtemp(prefix="bench-reencode-"))
     try:
         report = run(args, work)
     finally:
-        if args.workdir is None:
-            shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     text = json.dumps(report, indent=2)
     if args.out:
         args.out.write_text(text + "\n")
@@ -215,72 +239,61 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    started, load_before = time.perf_counter(), os.getloadavg()
-    root = write_sample(
-        work / "sample",
-        episodes=args.episodes,
-        cameras=args.cameras,
-        height=args.height,
-        width=args.width,
-        min_length=args.min_length,
-        max_length=args.max_length,
-    )
-    source = open_source(str(root))
-    for name in ("ours", "ffmpeg", "copy"):
-        (work / name).mkdir(exist_ok=True)
-    tasks = [
-        Task(
-            str(root / source.video_file(e, key)),
-            e.video(key).from_timestamp,
-            e.length,
-            source.info.fps,
-            str(work / "ours" / f"ep{e.episode_index:03d}-cam{cam}.mp4"),
-            args.crf,
-            args.preset,
-            args.gop,
-        )
-        for e in source.episodes
-        for cam, key in enumerate(source.video_keys)
-    ]
-    source_bytes = sum((root / f).stat().st_size for f in source.video_files())
-    head_to_head = compare_interleaved(tasks, work / "ffmpeg")
-    pool_1, pool_2 = pool_run(tasks, 1), pool_run(tasks, 2)
-    return {
-        "sample": {
-            "episodes": args.episodes,
-            "cameras": args.cameras,
-            "size": f"{args.width}x{args.height}",
-            "codec": "av1",
-            "fps": source.info.fps,
-            "episode_videos": len(tasks),
-            "frames": sum(t.length for t in tasks),
-            "source_bytes": source_bytes,
-        },
-        "settings": {
-            "codec": "hevc",
-            "crf": args.crf,
-            "preset": args.preset,
-            "gop": args.gop,
-            "bframes": 0,
-            "threads": 1,
-            "x265": x265_versions(),
-        },
-        "reencode": head_to_head,
-        "pool": {
-            "workers_1_wall_s": pool_1,
-            "workers_2_wall_s": pool_2,
-            "speedup_2_vs_1": pool_1 / pool_2,
-            "cpus": os.cpu_count(),
-        },
-        "bytes_vs_source": {
-            "ours": head_to_head["ours"]["bytes"] / source_bytes,
-            "ffmpeg_cli": head_to_head["ffmpeg_cli"]["bytes"] / source_bytes,
-        },
-        "quality_vs_source": quality(tasks),
-        "copy": copy_run(tasks, work / "copy"),
-        "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0]},
-        "total_s": time.perf_counter() - started,
+    load_before = os.getloadavg()
+    src = args.source or write_sample(
+        work / "sample", episodes=args.episodes, cameras=args.cameras, height=args.height, width=args.width,
+        min_length=args.length, max_length=args.length,
+    )  # fmt: skip
+    source = open_source(str(src))
+    frames = sum(e.length for e in source.episodes) * len(source.video_keys)
+    subprocess.run([*LRS, "reshard", str(src), "--out", str(work / "copy"), "--quiet"], check=True)
+    episodes = sorted((work / "copy" / "videos").rglob("*.mp4"))
+    cpus = available_cpus()
+    cases: dict[str, list[dict[str, Any]]] = {}
+    for r in range(args.rounds):
+        runs: list[tuple[str, Callable[[], dict[str, Any]]]] = []
+        for name, (codec, tune) in LRS_CASES.items():
+            runs.append((f"lrs {name}", partial(lrs_job, src, work / f"lrs-{name}-{r}", codec, tune)))
+            cli = partial(ffmpeg_job, episodes, work / f"cli-{name}-{r}", codec, tune, cpus)
+            runs.append((f"ffmpeg_cli {name}", cli))
+        if args.lerobot_python:
+            runs.append(
+                (
+                    "lerobot_edit hevc",
+                    partial(lerobot_job, args.lerobot_python, src, work / f"lerobot-{r}", cpus),
+                )
+            )
+        for name, fn in runs if r % 2 == 0 else runs[::-1]:
+            result = fn()
+            result.update(frames_per_s=frames / result["wall_s"], frames_per_cpu_s=frames / result["cpu_s"])
+            cases.setdefault(name, []).append(result)
+    ratios = {
+        f"lrs/ffmpeg_cli wall, {name}": [
+            a["wall_s"] / b["wall_s"]
+            for a, b in zip(cases[f"lrs {name}"], cases[f"ffmpeg_cli {name}"], strict=True)
+        ]
+        for name in LRS_CASES
     }
+    report: dict[str, Any] = {
+        "source": {
+            "path": str(args.source) if args.source else "generated sample",
+            "episodes": len(source.episodes),
+            "cameras": len(source.video_keys),
+            "camera_frames": frames,
+            "episode_videos": len(episodes),
+        },
+        "cpus": cpus,
+        "versions": x26x_versions(),
+        "cases": cases,
+        "ratios": ratios,
+        "quality_vs_source": {name: quality(src, work / f"lrs-{name}-0") for name in LRS_CASES},
+        "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0]},
+    }
+    if args.table:
+        report["x265_table"] = preset_table(
+            src, args.presets.split(","), [int(c) for c in args.crfs.split(",")], args.table_episodes, work
+        )
+    return report
 
 
 if __name__ == "__main__":
