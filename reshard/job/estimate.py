@@ -2,8 +2,9 @@
 will take here, from a short calibration encode on this machine.
 
 A re-encode's time is the encoder's: every other step costs less than a tenth of it. So the estimate
-encodes the first `CALIBRATION_FRAMES` frames of one unfinished episode per camera, on one thread, with
-the job's own settings and code (`write_episode_video`), into a temp file that is then deleted; the
+encodes the first `CALIBRATION_FRAMES` frames of one unfinished episode per output frame size, on one
+thread, with the job's own settings and code (`write_episode_video`), into a temp file that is then
+deleted; the
 job's encodes run one per worker on one thread each (`reshard.job.execute.reencode_jobs`), so
 
     seconds = sum over cameras (frames left x calibrated seconds per frame) / encodes at once
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from cache.progress import human_bytes, plural
 from reader.decode.depth import is_depth
+from reader.format.v3 import frame_size
 from reshard.job.execute import (
     ReshardOptions,
     Workspace,
@@ -36,9 +38,9 @@ from reshard.job.plan import DataTask, Task, VideoOutput, VideoTask
 from reshard.source.model import V3Source
 from reshard.video.write import write_episode_video
 
-# Frames of the calibration encode per camera: about 4 s of one core at 480x640 (x265 `fast`), enough
-# for the encoder's start and its lookahead's drain to weigh as little as in an episode of 100 frames.
-CALIBRATION_FRAMES = 48
+# Frames of a calibration encode: about 3 s of one core at 480x640 (x265 `fast`), enough for the
+# encoder's start and its lookahead's drain to weigh about as much as in an episode of 100 frames.
+CALIBRATION_FRAMES = 32
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ class JobEstimate:
         speeds = ", ".join(f"{c.camera} {c.frames_per_s:.1f} frames/s at {c.size}" for c in self.calibrations)
         lines.append(
             f"estimate: {self.frames_reencoded:,} frames to re-encode ({self.video}) in about "
-            f"{duration(self.seconds)} here, from a calibration encode per camera on one thread: {speeds}."
+            f"{duration(self.seconds)} here, from a calibration encode on one thread: {speeds}."
         )
         return lines
 
@@ -170,11 +172,12 @@ def estimate_job(
     )
     if not encoded or not calibrate:
         return estimate
-    calibrations = tuple(_calibrate(source, tasks, options, encoded))
+    of_camera = _calibrate(source, tasks, options, encoded)
+    calibrations = tuple(dict.fromkeys(of_camera[key] for key in sorted(of_camera)))
     per_camera: dict[str, int] = defaultdict(int)
     for video in encoded:
         per_camera[video.key] += video.length
-    speed = {c.camera: c.seconds / c.frames for c in calibrations}
+    speed = {key: c.seconds / c.frames for key, c in of_camera.items()}
     at_once = max(1, min(workers, cpus, len(encoded)))
     seconds = sum(frames * speed[key] for key, frames in per_camera.items()) / at_once
     return JobEstimate(**{**estimate.__dict__, "calibrations": calibrations, "seconds": seconds})
@@ -182,22 +185,24 @@ def estimate_job(
 
 def _calibrate(
     source: V3Source, tasks: Sequence[Task], options: ReshardOptions, encoded: list[VideoOutput]
-) -> list[Calibration]:
-    """One calibration encode per camera with frames to re-encode: its first unfinished episode, in a
-    temp directory of its own (a remote source file is fetched there)."""
-    first: dict[str, VideoOutput] = {}
+) -> dict[str, Calibration]:
+    """One calibration encode per output frame size (the encoder's cost follows the size, far more than
+    the content): of the first unfinished episode of the first camera of that size, in a temp directory
+    of its own (a remote source file is fetched there). Returns each camera's."""
+    size_of = {key: _output_size(source, key, options) for key in {v.key for v in encoded}}
+    first: dict[tuple[int, int] | None, VideoOutput] = {}
     for video in encoded:
-        first.setdefault(video.key, video)
+        first.setdefault(size_of[video.key], video)
     file_of = {v.path: t.source for t in tasks if isinstance(t, VideoTask) for v in t.videos}
-    found: list[Calibration] = []
+    by_size: dict[tuple[int, int] | None, Calibration] = {}
     with tempfile.TemporaryDirectory(prefix="lrs-calibrate-") as tmp:
-        for key, video in sorted(first.items()):
-            gop, crf = video_settings(source, key, options)
+        for size, video in first.items():
+            gop, crf = video_settings(source, video.key, options)
             with local_copy(source.remote, file_of[video.path], Path(tmp)) as src:
                 started = time.perf_counter()
                 result = write_episode_video(
                     src,
-                    str(Path(tmp) / f"{len(found)}.mp4"),
+                    str(Path(tmp) / f"{len(by_size)}.mp4"),
                     from_timestamp=video.from_timestamp,
                     length=min(video.length, CALIBRATION_FRAMES),
                     fps=source.info.fps,
@@ -209,10 +214,16 @@ def _calibrate(
                     resize=options.resizing,
                     threads=1,
                     episode=video.episode,
-                    camera=key,
+                    camera=video.key,
                 )
                 seconds = time.perf_counter() - started
-            found.append(
-                Calibration(key, video.episode, result.frames, seconds, f"{result.width}x{result.height}")
+            by_size[size] = Calibration(
+                video.key, video.episode, result.frames, seconds, f"{result.width}x{result.height}"
             )
-    return found
+    return {key: by_size[size] for key, size in size_of.items()}
+
+
+def _output_size(source: V3Source, key: str, options: ReshardOptions) -> tuple[int, int] | None:
+    """A camera's output (height, width): the resize's, else the one info.json declares (None: unknown)."""
+    resize = options.resizing
+    return (resize.height, resize.width) if resize else frame_size(source.info.features[key])

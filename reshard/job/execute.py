@@ -467,7 +467,7 @@ class _ReshardProgress:
                     disable=quiet,
                     position=position,
                     leave=True,
-                    smoothing=0.05,  # frames/s and the ETA over minutes, not the last few frames
+                    smoothing=0,  # frames/s and the ETA: the mean since the bar began
                 )
 
     def callback(self, task: Task) -> Callable[[int], None]:

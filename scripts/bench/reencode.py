@@ -65,21 +65,61 @@ def _timed(fn: Any) -> dict[str, float]:
 
 
 def lrs_job(src: Path, out: Path, codec: str, tune: str | None) -> dict[str, Any]:
-    """Estimate, then run, `lrs reshard --video codec` as a user runs it; wall, CPU, bytes."""
+    """`estimate_reshard`, then `lrs reshard --video codec` as a user runs it (its own estimate and progress
+    lines to a log file): wall, CPU, bytes, and the estimate and the progress line's ETA against the wall."""
     options = ReshardOptions(video=codec, tune=tune)  # type: ignore[arg-type]
-    t0 = time.perf_counter()
     estimate = estimate_reshard(str(src), out, options=options, quiet=True)
-    estimate_s = time.perf_counter() - t0
-    argv = [*LRS, "reshard", str(src), "--out", str(out), "--video", codec, "--quiet"]
-    timed = _timed(lambda: subprocess.run(argv + (["--tune", tune] if tune else []), check=True))
+    argv = [
+        *LRS,
+        "reshard",
+        str(src),
+        "--out",
+        str(out),
+        "--video",
+        codec,
+        *(["--tune", tune] if tune else []),
+    ]
+    log = out.with_suffix(".log")
+    with log.open("w") as stderr:
+        timed = _timed(lambda: subprocess.run(argv, check=True, stderr=stderr, stdout=subprocess.DEVNULL))
     return {
         **timed,
         "estimate_s": estimate.seconds,
         "estimate_vs_wall": (estimate.seconds or 0) / timed["wall_s"],
-        "calibration_wall_s": estimate_s,
+        "eta_after_60s": eta_check(log.read_text()),
         "workers": estimate.workers,
         "bytes": sum(p.stat().st_size for p in out.rglob("*.mp4")),
     }
+
+
+_BAR = re.compile(r"^videos:.*?(\d+)/(\d+) \[([\d:]+)<([\d:]+|\?)")
+
+
+def _seconds(clock: str) -> float:
+    value = 0.0
+    for part in clock.split(":"):
+        value = value * 60 + float(part)
+    return value
+
+
+def eta_check(log: str) -> dict[str, float] | None:
+    """The first progress line of the videos bar at or after 60 s: its ETA against the time that was left
+    (the bar's last line's elapsed minus its own); None when the bar ended before a minute."""
+    lines = [m for line in log.splitlines() if (m := _BAR.match(line)) and m[4] != "?"]
+    if not lines:
+        return None
+    end = _seconds(lines[-1][3])
+    for m in lines:
+        elapsed = _seconds(m[3])
+        if elapsed >= 60 and end > elapsed:
+            left = end - elapsed
+            return {
+                "at_s": elapsed,
+                "eta_s": _seconds(m[4]),
+                "actual_left_s": left,
+                "ratio": _seconds(m[4]) / left,
+            }
+    return None
 
 
 def ffmpeg_command(src: Path, out: Path, codec: str, tune: str | None) -> list[str]:

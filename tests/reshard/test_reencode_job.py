@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from reshard.cli import cli
 from reshard.job import ReshardOptions, estimate_reshard
+from reshard.job.estimate import CALIBRATION_FRAMES
 from reshard.job.execute import ABORT_ENV, Workspace, _runs, available_cpus, reencode_jobs
 from reshard.job.plan import DataTask, VideoOutput, VideoTask
 from reshard.job.run import default_work_dir
@@ -112,9 +113,10 @@ def test_an_estimate_counts_the_job_and_writes_nothing(sample_ds: Path, tmp_path
     assert hevc.frames_left == hevc.frames_reencoded == frames
     assert hevc.source_bytes == sum(p.stat().st_size for p in sample_ds.rglob("*") if p.parent.name != "meta"
                                     and p.suffix in (".mp4", ".parquet") and "meta" not in p.parts)  # fmt: skip
-    assert [c.camera for c in hevc.calibrations] == sorted(source.video_keys)
+    # one calibration per frame size: the sample's cameras share one
+    assert [c.camera for c in hevc.calibrations] == sorted(source.video_keys)[:1]
     assert hevc.seconds is not None and hevc.seconds > 0
-    assert all(c.frames == min(source.episodes[0].length, 48) for c in hevc.calibrations)
+    assert [c.frames for c in hevc.calibrations] == [min(source.episodes[0].length, CALIBRATION_FRAMES)]
     copy = estimate_reshard(str(sample_ds), out, options=ReshardOptions())
     assert copy.frames_reencoded == 0 and copy.seconds is None and copy.calibrations == ()
     assert "no time estimated" in copy.lines()[-1]
