@@ -69,7 +69,10 @@ def verify_cmd(
     input or when a worker process dies. The --report page is written whatever the checks found.
     """
     if report_path is not None and against is None:
-        raise click.UsageError("--report needs --against: the page shows each frame beside the source's.")
+        raise click.UsageError(
+            "Invalid --report without --against. Expected --against SOURCE: the page shows each frame "
+            "beside the source's."
+        )
     worst = REPORT_WORST_FRAMES if report_path is not None else 0
     report = verify(dataset, against=against, min_psnr=min_psnr, workers=workers, worst_frames=worst)
     if report_path is not None:

@@ -24,7 +24,7 @@ from reshard.video.compare import MAX_GAIN_ERROR, MAX_OFFSET
 # The chart's plot area in SVG user units (it scales to the page's width), and its margins.
 _WIDTH, _HEIGHT, _LEFT, _RIGHT, _TOP, _BOTTOM = 720, 240, 48, 12, 16, 36
 # A kept frame narrower than this is shown enlarged by a whole factor (up to 4).
-_MIN_SHOWN = 240
+_MIN_SHOWN = 256
 # Above this many episodes the chart draws lines only, no dot per episode.
 _MAX_DOTS = 200
 
@@ -226,7 +226,10 @@ def _series(
 
 
 def _ticks(low: int, high: int) -> range:
-    step = max(1, math.ceil((high - low) / 6))
+    """At most about 6 round values (steps of 1, 2 or 5 times a power of 10) from `low` to `high`."""
+    span = (high - low) / 6
+    power = 10 ** max(0, math.floor(math.log10(max(span, 1))))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= span)
     return range(math.ceil(low / step) * step, high + 1, step)
 
 
