@@ -32,8 +32,8 @@ AMPLIFY = 4
 # A kept frame longer than this on a side is scaled down (box filter) to it: a report of many cameras
 # stays a few MB.
 MAX_SIDE = 640
-# The frames kept per camera by `lrs verify --report`.
 REPORT_WORST_FRAMES = 3
+"""The worst frames `lrs verify --report` keeps per camera (`verify(worst_frames=...)`)."""
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from reshard.verify.report_frames import AMPLIFY, CameraLook, WorstFrame
 from reshard.video.compare import MAX_GAIN_ERROR, MAX_OFFSET
 
 # The chart's plot area in SVG user units (it scales to the page's width), and its margins.
-_WIDTH, _HEIGHT, _LEFT, _RIGHT, _TOP, _BOTTOM = 720, 240, 48, 12, 16, 36
+_WIDTH, _HEIGHT, _LEFT, _RIGHT, _TOP, _BOTTOM = 720, 200, 48, 12, 16, 36
 # A kept frame narrower than this is shown enlarged by a whole factor (up to 4).
 _MIN_SHOWN = 256
 # Above this many episodes the chart draws lines only, no dot per episode.
@@ -32,6 +32,7 @@ _STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; padding: 0 1em;
   color: #1d1d1f; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
+summary { cursor: pointer; color: #555; }
 pre { background: #f6f6f6; padding: .8em; overflow-x: auto; font-size: 13px; }
 table { border-collapse: collapse; margin: .6em 0; }
 td, th { padding: .25em .9em .25em 0; text-align: left; vertical-align: top; }
@@ -66,7 +67,9 @@ def report_page(report: VerifyReport) -> str:
         f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
         f"<p>Against {_e(report.against or '(no source)')}: {verdict}.</p>",
-        f"<pre>{_e(report.describe())}</pre>",
+        # verify's own lines, folded where everything passed (the numbers follow per camera).
+        f"<details{'' if report.ok else ' open'}><summary>verify's report</summary>"
+        f"<pre>{_e(report.describe())}</pre></details>",
     ]
     if look is None or not look.cameras:
         parts.append("<p>No episode video was compared with the source: nothing more to show.</p>")
@@ -186,11 +189,13 @@ def psnr_chart(videos: Sequence[VideoQuality], min_psnr: float) -> str:
         f'<text x="12" y="{_TOP + height / 2}" font-size="12" text-anchor="middle" '
         f'transform="rotate(-90 12 {_TOP + height / 2})">PSNR dB</text></svg>'
     )
+    identical = any(v.identical for v in videos)
     legend = (
         '<p class="legend"><span style="color:#e67e22">&#9679; worst frame</span>'
         '<span style="color:#2e86de">&#9679; mean</span>'
         f'<span style="color:#c0392b">- - floor {min_psnr:g} dB</span>'
-        "<span>&#9650; on the top edge: identical to the source</span></p>"
+        + ("<span>&#9650; on the top edge: identical to the source</span>" if identical else "")
+        + "</p>"
     )
     return "".join(svg) + legend
 
