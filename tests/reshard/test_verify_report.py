@@ -12,6 +12,7 @@ the screenshot the docs show.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import math
 import os
@@ -27,7 +28,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 from reshard.cli import cli
-from reshard.verify import VerifyReport, VideoQuality
+from reshard.verify import VerifyReport, VideoQuality, Violation
 from reshard.verify.report_frames import AMPLIFY, CameraLook, ReportLook, VideoLook, WorstFrame, WorstFrames
 from reshard.verify.report_page import psnr_chart, report_page, write_report_page
 from reshard.video.compare import ColourFit
@@ -168,6 +169,14 @@ def test_a_name_from_the_dataset_is_text_on_the_page() -> None:
 def test_a_report_without_comparisons_says_so() -> None:
     page = report_page(VerifyReport("out", "v3", ("layout",)))
     assert "No episode video was compared" in page and "<img" not in page
+
+
+def test_a_camera_read_but_not_judged_shows_its_frames() -> None:
+    # `source-tables` failed: the videos were read (class 5) but `source-videos` never judged them.
+    report = _report()
+    page = report_page(dataclasses.replace(report, videos=(), violations=(Violation("source-tables", "x"),)))
+    assert "failed: source-tables" in page and page.count("<img") == 6 and "worst frame PSNR" not in page
+    assert "<details open>" in page  # verify's lines unfolded where a check failed
 
 
 def test_the_chart_scales_to_its_values() -> None:
