@@ -250,7 +250,9 @@ class WorkerPool:
                         for other in remaining:
                             other.cancel()
                         future.result()  # raises the job's exception
-                    on_result(futures[future], future.result())
+                    # Handed over, a result is the caller's alone: kept here too, every job's result would
+                    # live until the last job ends (`lrs verify --report` merges its frames as they come).
+                    on_result(futures.pop(future), future.result())
         except BrokenProcessPool as exc:
             # CPython 3.11 can start a worker (on submit) just after it terminated the others for the broken
             # pool; that one waits for work forever and shutdown() with it. Every child left is a worker.

@@ -13,6 +13,7 @@ from cache.remote import Remote
 from reader.format.layout import Layout
 from reshard.job.execute import local_copy
 from reshard.source.model import V3Source
+from reshard.video.compare import ColourFit
 
 CHECKS = ("layout", "files", "tables", "pointers", "videos", "source-tables", "source-videos")
 
@@ -54,7 +55,11 @@ class VideoQuality:
 
 @dataclass
 class VerifyRun:
-    """The state shared by the checks of one `verify` call, once the dataset's metadata loaded."""
+    """The state shared by the checks of one `verify` call, once the dataset's metadata loaded.
+
+    `keep_worst`: each camera's worst frames kept for `lrs verify --report` (0: none, nothing collected);
+    `colours`: each camera's colour fit of its re-encoded frames, once `source-videos` judged it.
+    """
 
     remote: Remote
     tmp: Path
@@ -64,6 +69,8 @@ class VerifyRun:
     source: V3Source | None
     violations: list[Violation] = field(default_factory=list)
     videos: list[VideoQuality] = field(default_factory=list)
+    keep_worst: int = 0
+    colours: dict[str, ColourFit] = field(default_factory=dict)
 
     def fail(self, check: str, message: str, file: str | None = None, episode: int | None = None) -> None:
         self.violations.append(Violation(check, message, file, episode))

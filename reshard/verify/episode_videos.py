@@ -4,7 +4,9 @@ An output video is opened once: its packets are probed (the `videos` class), the
 and compared with its source's frames (`source-videos`, with a source). The source's packed files stay
 open across the episodes they hold (`OpenVideos`, one per camera). A job reads a range of episodes
 (`read_episode_videos`); `judge_videos` and `judge_source_videos` turn the ranges' outcomes, in order,
-into the violations a single pass over the episodes gives, whatever ran them in parallel.
+into the violations a single pass over the episodes gives, whatever ran them in parallel. For `lrs verify
+--report` (`VerifyRun.keep_worst`), the comparison's frames also pass through `report_frames.VideoLook`:
+each outcome carries its video's cost, each range its cameras' worst frames.
 
 What comparing with the source raises is kept until `source-videos` is judged: checked in class order,
 a broken source table (class 6) is reported before it, as when each class read the videos itself.
@@ -13,7 +15,7 @@ a broken source table (class 6) is reported before it, as when each class read t
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import av
 
@@ -22,6 +24,7 @@ from reader.errors import DatasetError
 from reader.format.index import EpisodeEntry, VideoFile
 from reshard.verify.context import VerifyRun, VideoQuality
 from reshard.verify.output_checks import video_problems
+from reshard.verify.report_frames import VideoCost, VideoLook, WorstFrame, WorstFrames
 from reshard.video.compare import (
     MAX_GAIN_ERROR,
     MAX_OFFSET,
@@ -44,6 +47,7 @@ class CameraOutcome:
         problems: the `videos` class's findings.
         comparison: with the source (None without one, or when comparing raised: `deferred`).
         deferred: what comparing raised, raised when `source-videos` is judged.
+        cost: its bytes and decode CPU (with a comparison, for `lrs verify --report`).
     """
 
     episode: int
@@ -52,15 +56,18 @@ class CameraOutcome:
     problems: tuple[str, ...]
     comparison: VideoComparison | None = None
     deferred: Exception | None = None
+    cost: VideoCost | None = None
 
 
 @dataclass(frozen=True)
 class RangeOutcome:
     """The episode videos of a range of episodes, in order; `error`: what stopped the range (raised when
-    its turn comes, as a single pass would have)."""
+    its turn comes, as a single pass would have); `worst`: for `lrs verify --report`, each camera's worst
+    frames in the range."""
 
     cameras: tuple[CameraOutcome, ...]
     error: Exception | None = None
+    worst: tuple[WorstFrame, ...] = field(default=(), repr=False)
 
 
 def episode_ranges(episodes: int, jobs: int) -> list[range]:
@@ -75,23 +82,31 @@ def read_episode_videos(run: VerifyRun, episodes: range, *, compare: bool) -> Ra
     """Read the episode videos of `episodes`, comparing each with its source if `compare`; the outcome
     keeps the videos with a problem, and with `compare` every video (its comparison)."""
     outcomes: list[CameraOutcome] = []
+    worst = WorstFrames(run.keep_worst if compare else 0)
     source = run.source
     fetch = (lambda rel: run.local(source.remote, rel)) if source is not None else None
     with OpenVideos(capacity=max(1, len(run.layout.info.video_keys)), fetch=fetch) as sources:
         for ep in episodes:
             entry = run.layout.episodes[ep]
             for video in entry.videos:
+                look = VideoLook(entry.episode_index, video.key) if worst.keep else None
                 try:
-                    outcome = _read_one(run, entry, video, sources if compare else None)
+                    outcome = _read_one(run, entry, video, sources if compare else None, look)
                 except DatasetError as exc:
-                    return RangeOutcome(tuple(outcomes), exc)
+                    return RangeOutcome(tuple(outcomes), exc, worst.frames())
                 if compare or outcome.problems:  # nothing else to keep of a good video
                     outcomes.append(outcome)
-    return RangeOutcome(tuple(outcomes))
+                if look is not None:
+                    worst.offer(look)
+    return RangeOutcome(tuple(outcomes), worst=worst.frames())
 
 
 def _read_one(
-    run: VerifyRun, entry: EpisodeEntry, video: VideoFile, sources: OpenVideos | None
+    run: VerifyRun,
+    entry: EpisodeEntry,
+    video: VideoFile,
+    sources: OpenVideos | None,
+    look: VideoLook | None = None,
 ) -> CameraOutcome:
     ep, key, rel = entry.episode_index, video.key, video.path
     with run.local(run.remote, rel) as path:
@@ -101,15 +116,24 @@ def _read_one(
             problems = tuple(video_problems(run, entry, video, probe))
             if sources is None:
                 return CameraOutcome(ep, key, rel, problems)
+            output: Iterator[tuple[float, av.VideoFrame]] = decode(stream, packets, ref)
             try:
-                comparison = _compare(run, ep, key, sources, decode(stream, packets, ref))
+                if look is not None:
+                    output = look.output_clock.timed(output)
+                comparison = _compare(run, ep, key, sources, output, look)
             except Exception as exc:  # noqa: BLE001  raised at `source-videos`, if that class is reached
                 return CameraOutcome(ep, key, rel, problems, deferred=exc)
-    return CameraOutcome(ep, key, rel, problems, comparison)
+    cost = None if look is None else look.cost(probe.bytes, comparison.frames)
+    return CameraOutcome(ep, key, rel, problems, comparison, cost=cost)
 
 
 def _compare(
-    run: VerifyRun, ep: int, key: str, sources: OpenVideos, output: Iterator[tuple[float, av.VideoFrame]]
+    run: VerifyRun,
+    ep: int,
+    key: str,
+    sources: OpenVideos,
+    output: Iterator[tuple[float, av.VideoFrame]],
+    look: VideoLook | None = None,
 ) -> VideoComparison:
     src = run.source
     if src is None:
@@ -122,9 +146,11 @@ def _compare(
     with sources.open(VideoFileRef(src.video_file(episode, key), ep, key)) as (container, stream, local):
         src_ref = VideoFileRef(local, ep, key)
         frames = frames_from(container, stream, segment.from_timestamp, src_ref)
+        if look is not None:
+            frames = look.source_clock.timed(frames)
         if resize is not None:
             frames = ((t, resize.apply(frame)) for t, frame in frames)
-        return compare_frames(frames, output, segment, src_ref)
+        return compare_frames(frames, output, segment, src_ref, observe=look)
 
 
 # --- judging, in the parent, in episode order ---------------------------------------------------------
@@ -188,6 +214,7 @@ def judge_source_videos(run: VerifyRun, ranges: Sequence[RangeOutcome]) -> None:
                 )
                 _judge(run, camera.path, ep, result, was_reencoded, depth=depth)
                 colour += fit if was_reencoded else ColourFit()
+        run.colours[key] = colour
         _judge_colour(run, key, colour)
 
 

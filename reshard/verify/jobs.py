@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -94,8 +94,16 @@ def _parts(workers: int) -> int:
     return 1 if workers <= 1 else workers * _JOBS_PER_WORKER
 
 
-def run_jobs(run: VerifyRun, jobs: Sequence[VerifyJob], pool: WorkerPool | None) -> list[JobResult]:
+def run_jobs(
+    run: VerifyRun,
+    jobs: Sequence[VerifyJob],
+    pool: WorkerPool | None,
+    *,
+    take: Callable[[JobResult], JobResult] | None = None,
+) -> list[JobResult]:
     """Every job's result, in the jobs' order: in `pool`'s processes, or in this one without a pool.
+    `take`, if given, sees each result as it comes back and returns what is kept of it (the worst frames
+    of `lrs verify --report`, merged as they come, are not kept with the results).
 
     Raises:
         WorkerDied: a worker process ended abruptly.
@@ -103,7 +111,7 @@ def run_jobs(run: VerifyRun, jobs: Sequence[VerifyJob], pool: WorkerPool | None)
     results: list[JobResult] = [JobResult()] * len(jobs)
 
     def keep(position: int, result: JobResult) -> None:
-        results[position] = result
+        results[position] = result if take is None else take(result)
 
     if pool is None or len(jobs) <= 1:
         for position, job in enumerate(jobs):

@@ -3,6 +3,7 @@ that failed, the video comparisons; for humans (`describe`) and as JSON (`to_jso
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -12,6 +13,7 @@ import numpy as np
 from cache.printable import printable_lines
 from cache.redaction import redact
 from reshard.verify.context import VideoQuality, Violation
+from reshard.verify.report_frames import ReportLook
 
 _MAX_LISTED = 20
 
@@ -28,6 +30,8 @@ class VerifyReport:
         videos: per-episode video comparisons (with a source).
         stale: where `meta/lrs/` no longer describes the dataset's files (edited after its reshard), why,
             with the command that rebuilds it: the report's first line.
+        look: with `verify(worst_frames=...)`, what `lrs verify --report`'s page shows besides (each
+            camera's worst frames, bytes and decode cost); not in `to_json`.
     """
 
     url: str
@@ -36,6 +40,7 @@ class VerifyReport:
     violations: tuple[Violation, ...] = ()
     videos: tuple[VideoQuality, ...] = field(default=(), repr=False)
     stale: str | None = None
+    look: ReportLook | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Printed and written as JSON: no token or password in them.
@@ -79,7 +84,8 @@ class VerifyReport:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able form (infinite PSNR, for identical frames, as null)."""
-        doc = asdict(self)
+        doc = asdict(dataclasses.replace(self, look=None))
+        del doc["look"]
         for video in doc["videos"]:
             for name in ("psnr_min_db", "psnr_mean_db"):
                 video[name] = None if math.isinf(video[name]) else video[name]

@@ -24,6 +24,7 @@ video is read once, for `videos` and `source-videos` both (`reshard.verify.episo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -47,9 +48,10 @@ from reshard.source.model import V3Source, check_files_exist, open_source
 from reshard.verify.against_source import as_resharded, check_source_tables
 from reshard.verify.context import VerifyRun, Violation
 from reshard.verify.episode_videos import RangeOutcome, judge_source_videos, judge_videos
-from reshard.verify.jobs import file_jobs, record, run_jobs, table_jobs, video_jobs, worker_pool
+from reshard.verify.jobs import JobResult, file_jobs, record, run_jobs, table_jobs, video_jobs, worker_pool
 from reshard.verify.output_checks import check_pointers, fail_unlisted, files_to_check, tables_to_check
 from reshard.verify.report import VerifyReport
+from reshard.verify.report_frames import ReportLook, VideoCost, WorstFrames, camera_looks
 from reshard.video.compare import DEFAULT_MIN_PSNR_DB
 
 
@@ -60,6 +62,7 @@ def verify(
     min_psnr: float = DEFAULT_MIN_PSNR_DB,
     storage_options: dict[str, Any] | None = None,
     workers: int = 1,
+    worst_frames: int = 0,
 ) -> VerifyReport:
     """Check every lrs/1 invariant of the dataset at `url`, and with `against` its equality with the source.
 
@@ -70,6 +73,9 @@ def verify(
         storage_options: passed to the fsspec filesystems.
         workers: processes checking files, tables and videos at once (the report is the same whatever
             their number).
+        worst_frames: with `against`, also keep each camera's worst frames (one per episode, at most
+            this many) and what its videos cost, in the report's `look`, for `lrs verify --report`
+            (`reshard.verify.report_page`); 0 keeps none.
 
     Returns:
         The checks passed and the violations of the first failing class.
@@ -80,6 +86,7 @@ def verify(
         WorkerDied: a worker process ended abruptly.
     """
     check_int("workers", workers, 1)
+    check_int("worst_frames", worst_frames, 0)
     # The files are checked for the episodes the output kept (`_as_resharded`).
     source = open_source(against, storage_options=storage_options, check_files=False) if against else None
     remote = resolve(url, storage_options=storage_options)
@@ -102,7 +109,7 @@ def verify(
         violation = Violation("layout", str(exc))
         return VerifyReport(remote.url, source.url if source else None, (), (violation,), stale=stale)
     changed = _source_change(layout, source) if source is not None else None
-    checks = _Checks(workers, compare=source is not None and changed is None)
+    checks = _Checks(workers, compare=source is not None and changed is None, keep=worst_frames)
     classes: list[tuple[str, Callable[[VerifyRun], None]]] = [
         ("files", checks.files),
         ("tables", checks.tables),
@@ -122,13 +129,16 @@ def verify(
     passed = ["layout"]
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="lrs-verify-"))
-        run = VerifyRun(remote, Path(tmp), min_psnr, layout, dataset, source)
+        run = VerifyRun(remote, Path(tmp), min_psnr, layout, dataset, source, keep_worst=worst_frames)
         checks.pool = stack.enter_context(worker_pool(run, workers))
         for name, check in classes:
             check(run)
             if run.violations:
                 break
             passed.append(name)
+    look = None
+    if worst_frames and source is not None:
+        look = ReportLook(min_psnr, camera_looks(source, checks.costs(), checks.worst, run.colours))
     return VerifyReport(
         url=remote.url,
         against=source.url if source else None,
@@ -136,6 +146,7 @@ def verify(
         violations=tuple(run.violations),
         videos=tuple(run.videos),
         stale=stale or _files_differ(remote, run.violations),
+        look=look,
     )
 
 
@@ -164,12 +175,24 @@ def _files_differ(remote: Remote, violations: list[Violation]) -> str | None:
 
 class _Checks:
     """The classes that run as jobs (`reshard.verify.jobs`), in `workers` processes; the episode videos
-    are read once, for both `videos` and `source-videos` (with `compare`)."""
+    are read once, for both `videos` and `source-videos` (with `compare`); with `keep`, each camera's
+    `keep` worst frames are merged as the jobs return them (`lrs verify --report`)."""
 
-    def __init__(self, workers: int, *, compare: bool) -> None:
+    def __init__(self, workers: int, *, compare: bool, keep: int = 0) -> None:
         self.workers, self.compare = workers, compare
         self.ranges: list[RangeOutcome] = []
         self.pool: WorkerPool | None = None  # set once the run exists (`worker_pool`)
+        self.worst = WorstFrames(keep)
+
+    def _take_worst(self, result: JobResult) -> JobResult:
+        if result.videos is None or not result.videos.worst:
+            return result
+        self.worst.add(result.videos.worst)
+        return dataclasses.replace(result, videos=dataclasses.replace(result.videos, worst=()))
+
+    def costs(self) -> list[tuple[str, VideoCost]]:
+        """Each compared episode video's camera and cost, in episode order."""
+        return [(c.key, c.cost) for r in self.ranges for c in r.cameras if c.cost is not None]
 
     def files(self, run: VerifyRun) -> None:
         listed, unlisted = files_to_check(run)
@@ -181,7 +204,7 @@ class _Checks:
 
     def videos(self, run: VerifyRun) -> None:
         jobs = video_jobs(len(run.layout.episodes), self.workers, compare=self.compare)
-        results = run_jobs(run, jobs, self.pool)
+        results = run_jobs(run, jobs, self.pool, take=self._take_worst)
         # A job that raised outside the reading of a video (a fetch) stops the class at its turn too.
         self.ranges = [r.videos if r.videos is not None else RangeOutcome((), r.error) for r in results]
         judge_videos(run, self.ranges)

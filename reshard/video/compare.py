@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import astuple, dataclass, field
 from typing import Any
 
@@ -272,14 +272,17 @@ def compare_frames(
     output: Iterator[tuple[float, av.VideoFrame]],
     segment: EpisodeSpan,
     src_ref: VideoFileRef,
+    *,
+    observe: FramePairObserver | None = None,
 ) -> VideoComparison:
     """`compare_episode_video` of decoded frames: the source's from the episode's start (lerobot's
-    nearest frames are picked here), the output's from its first frame.
+    nearest frames are picked here), the output's from its first frame. `observe`, if given, sees each
+    pair of frames that differ (`lrs verify --report` keeps the worst).
 
     Raises:
         DatasetError: the source lacks frames of the episode, or either file is unreadable.
     """
-    tally, length = _Tally(segment), segment.length
+    tally, length = _Tally(segment, observe=observe), segment.length
     for i, src_frame in nearest(source, segment, src_ref):
         got = next(output, None)
         if got is None:
@@ -293,9 +296,15 @@ def compare_frames(
     return tally.result()
 
 
+# Called with frame i, the source's and the output's RGB frames (HxWx3 uint8) and their mean squared error,
+# for each pair that differs.
+FramePairObserver = Callable[[int, np.ndarray, np.ndarray, float], None]
+
+
 @dataclass
 class _Tally:
     segment: EpisodeSpan
+    observe: FramePairObserver | None = None
     problems: list[str] = field(default_factory=list)
     squared_errors: list[float] = field(default_factory=list)
     colour: ColourFit = field(default_factory=ColourFit)
@@ -323,8 +332,11 @@ class _Tally:
             return
         a, b = _rgb(src), _rgb(out)
         diff = a.astype(np.int32) - b.astype(np.int32)
-        self.squared_errors.append(float(np.mean(diff * diff)))
+        mse = float(np.mean(diff * diff))
+        self.squared_errors.append(mse)
         self.colour += ColourFit.of(a, b)
+        if self.observe is not None:
+            self.observe(i, a, b, mse)
 
     def result(self) -> VideoComparison:
         problems = list(self.problems)
