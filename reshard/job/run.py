@@ -46,7 +46,6 @@ from reader.errors import DatasetError
 from reader.format.index import EPISODES_INDEX, LAYOUT_JSON, parse_layout_json
 from reader.format.jsonfile import read_json_file
 from reader.format.locate import read_footer
-from reader.format.v3 import frame_size
 from reshard.errors import ReshardError, WorkerDied
 from reshard.job.estimate import JobEstimate, estimate_job
 from reshard.job.execute import (
@@ -68,7 +67,7 @@ from reshard.source.dropped import SKIPPED_BY_USER, Dropped, Selection, make_sel
 from reshard.source.fingerprint import SourceFingerprint, describe_change
 from reshard.source.model import V3Source, check_files_exist, open_source
 from reshard.source.selection import select
-from reshard.video.encode import size_refusal, target_pix_fmt, x265_width_refusal
+from reshard.video.encode import size_refusal, target_pix_fmt
 from reshard.video.resize import Resize
 
 log = logging.getLogger(__name__)
@@ -217,21 +216,12 @@ def check_frame_sizes(
 ) -> None:
     """Every camera's frame size fits the re-encode, read from the headers of the tasks' source videos: an
     `h264` re-encode cannot hold an odd width or height (`target_pix_fmt`; a resize, to even sizes, makes
-    every size fit), and an `hevc` one is not made at a width x265 crashes at (`x265_width_refusal`; the
-    width info.json declares, or the resize's).
+    every size fit).
 
     Raises:
         ReshardError: the first camera and file whose size does not fit, in one line.
     """
-    if mode == "hevc":  # the width info.json declares (checked against the videos by doctor and verify)
-        for key in sorted({t.key for t in tasks if not is_depth(source.info.features[t.key])}):
-            size = frame_size(source.info.features[key])
-            width = resize_width if resize_width is not None else None if size is None else size[1]
-            refusal = None if width is None else x265_width_refusal(width)
-            if refusal is not None:
-                raise ReshardError(f"camera {key!r}: {refusal}")
-        return
-    if mode != "h264" or resize_width is not None:  # copy keeps the source's format
+    if mode != "h264" or resize_width is not None:  # copy keeps the source's format; hevc takes any size
         return
     for rel in sorted({t.source for t in tasks if not is_depth(source.info.features[t.key])}):
         where = source.remote.display(rel)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
@@ -74,20 +76,13 @@ def target_pix_fmt(codec: str, width: int, height: int) -> str | None:
     return PIX_FMT_444 if codec == "hevc" else None
 
 
-# Widths at which x265 4.2 (through PyAV) aborted the whole process with heap corruption on some
-# re-encodes (docs/limits.md): refused before any work, as a crash would end the job and lose its line.
-X265_CRASH_WIDTHS = frozenset({40, 48})
-
-
-def x265_width_refusal(width: int) -> str | None:
-    """Why an `hevc` re-encode to frames `width` pixels wide is refused (None: it is not)."""
-    if width not in X265_CRASH_WIDTHS:
-        return None
-    return (
-        f"Invalid frame width ({width}) for --video hevc: x265 4.2 aborts the process (heap corruption) on "
-        f"some re-encodes {' and '.join(map(str, sorted(X265_CRASH_WIDTHS)))} pixels wide. Expected another "
-        "width (--resize, e.g. 56 or 64 wide) or --video h264."
-    )
+# x265's AVX/AVX2 `propagateCost` (its cu-tree, in the lookahead) writes up to 16 bytes past a buffer of
+# one int per 8x8 block of a half-resolution row when that row holds fewer than 4 blocks: frames at most 48
+# pixels wide (x265 2.1 to 4.2; docs/limits.md). At 33-48 the write reaches the next heap chunk's size
+# field, and the process aborts (`corrupted size vs. prev_size`) when glibc next frees near it. Without the
+# cu-tree the kernel is never called; the SIMD level cannot be chosen per encoder (x265 sets it once per
+# process), so this is the per-encoder fix. Wider frames are encoded as before, byte for byte.
+X265_NO_CUTREE_WIDTH = 48
 
 
 def size_refusal(codec: str, width: int, height: int) -> str:
@@ -180,8 +175,9 @@ class EncoderSettings:
                 f"Invalid tune ({self.tune!r}) for {self.codec}. Expected one of {list(TUNES.get(self.codec, ()))}."
             )
 
-    def options(self) -> dict[str, str]:
-        """The encoder's options for PyAV."""
+    def options(self, width: int | None = None) -> dict[str, str]:
+        """The encoder's options for PyAV, for frames `width` pixels wide (None: a width that needs nothing
+        of its own)."""
         codec, gop, crf, bframes, threads = self.codec, self.gop, self.crf, self.bframes, self.threads
         preset = DEFAULT_PRESET[codec] if self.preset is None else str(self.preset)
         if codec == "av1":
@@ -199,6 +195,7 @@ class EncoderSettings:
         # weighted prediction is for.
         params += ["open-gop=0", "log-level=error", "lookahead-slices=0", "weightp=0"]
         params += ["lossless=1"] if self.lossless else []
+        params += ["cutree=0"] if width is not None and width <= X265_NO_CUTREE_WIDTH else []
         if threads:
             params += [f"pools={threads}"] + (["frame-threads=1"] if threads == 1 else [])
         return {"crf": str(crf), "preset": preset, **tuned, "x265-params": ":".join(params)}
@@ -214,7 +211,9 @@ def add_video_stream(
     pix_fmt: str = PIX_FMT_420,
     colour: Colour | None = None,
 ) -> VideoStream:
-    """Add an encoding video stream to an output container, time base `1 / fps`.
+    """Add an encoding video stream to an output container, time base `1 / fps`, its encoder opened (an
+    encoder that refuses the size or pixel format raises `av.FFmpegError` here), at the scheduling
+    priority of everything else (`ordinary_scheduling`).
 
     Args:
         container: the output container.
@@ -226,7 +225,7 @@ def add_video_stream(
     """
     rate = frame_rate(fps)
     codec = encoder.codec
-    stream = container.add_stream(ENCODERS[codec], rate=rate, options=encoder.options())
+    stream = container.add_stream(ENCODERS[codec], rate=rate, options=encoder.options(width))
     assert isinstance(stream, VideoStream), stream  # ENCODERS holds video encoders only
     stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
     stream.time_base = 1 / rate
@@ -239,4 +238,41 @@ def add_video_stream(
         stream.codec_context.thread_count = encoder.threads
     if colour is not None:
         colour.tag(stream)
+    with ordinary_scheduling():
+        stream.codec_context.open()
     return stream
+
+
+_REAL_TIME = (os.SCHED_FIFO, os.SCHED_RR)
+
+
+@contextlib.contextmanager
+def ordinary_scheduling() -> Iterator[None]:
+    """Undo, when the block ends, any real-time scheduling a library gave this process's threads in it.
+
+    SVT-AV1 (libsvtav1, as PyAV's wheel has it) run as root makes the thread that opens an encoder and
+    each of its ~40 worker threads SCHED_FIFO at priority 99: from then on the process, and every process
+    it starts (a reshard's workers inherit the policy), would run before every ordinary process of the
+    node, other users' included, and a busy one could starve the node. So the calling thread gets its own
+    policy back, and every thread started in the block that is real-time becomes SCHED_OTHER. (As another
+    user the library's calls fail, with a warning of its own, and nothing changes.)
+    """
+    before = _threads()
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        yield
+    finally:
+        if (os.sched_getscheduler(0), os.sched_getparam(0)) != (policy, param):
+            os.sched_setscheduler(0, policy, param)
+        for tid in _threads() - before:
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                if os.sched_getscheduler(tid) in _REAL_TIME:
+                    os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+
+
+def _threads() -> set[int]:
+    """The ids of this process's threads."""
+    try:
+        return {int(tid) for tid in os.listdir("/proc/self/task")}
+    except OSError:  # no /proc: nothing to undo that can be seen
+        return set()

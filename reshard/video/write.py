@@ -351,18 +351,16 @@ def _open_encoder(
     colour: Colour,
 ) -> VideoStream:
     """The output stream, its encoder opened now, so that a refusal names the camera and the size."""
-    ostream = add_video_stream(
-        out, encoder, fps=segment.rate, width=width, height=height, pix_fmt=pix_fmt, colour=colour
-    )
     try:
-        ostream.codec_context.open()
+        return add_video_stream(
+            out, encoder, fps=segment.rate, width=width, height=height, pix_fmt=pix_fmt, colour=colour
+        )
     except av.FFmpegError as exc:
         problem = (
             f"Invalid video for {ENCODERS[encoder.codec]} ({width}x{height} {pix_fmt}: {exc}). "
             "Expected a size and pixel format it encodes."
         )
         raise ReshardError(str(ref.error(problem))) from exc
-    return ostream
 
 
 def _decoded_pix_fmt(path: str, ref: VideoFileRef) -> str:

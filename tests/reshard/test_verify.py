@@ -414,7 +414,7 @@ def test_what_a_video_job_raises_stops_verify(
 def resized_ds(sample_ds: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.support.datasets import resharded
 
-    # 96x64 -> 64x48 (x265 4.2 corrupts its heap at some widths under 64, e.g. 40 and 48: measured).
+    # 96x64 -> 64x48: a smaller frame than the source, wider than x265's cu-tree fix applies to (<= 48).
     return resharded(sample_ds, tmp_path_factory.mktemp("resized") / "out", video="hevc", resize="64x48")
 
 
