@@ -322,6 +322,7 @@ def _script(name: str) -> Any:
     spec = importlib.util.spec_from_file_location(name, ROOT / f"scripts/bench/{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as an import would: a dataclass looks its module up there
     spec.loader.exec_module(module)
     return module
 
