@@ -136,22 +136,3 @@ def test_peer_resizing_matches_the_reshard_filters() -> None:
         assert torch.equal(pickle.loads(pickle.dumps(resize))(frame), single), name
     area = resizing([3, 2, "area"])
     assert area is not None and area(frame)[0, 0, 0] == round((0 + 1 + 6 + 7) / 4)
-
-
-@pytest.mark.integration
-def test_lane_copy_measures_both_copies_in_fresh_processes(tmp_path: Path) -> None:
-    """lane_copy.py: each case (torch's copy and the lane's, uint8 and float32) once per round, with its
-    thread and process CPU, and the ratio the docs quote; the rows it wrote were checked equal."""
-    out = tmp_path / "lane-copy.json"
-    done = subprocess.run(
-        [sys.executable, str(REPO / "scripts/bench/lane_copy.py"), "--rounds", "2", "--copies", "3",
-         "--gap-ms", "0", "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(out.read_text())
-    assert set(report["cases"]) == {"torch-uint8", "lane-uint8", "torch-float32", "lane-float32"}
-    for case in report["cases"].values():
-        assert len(case["runs"]) == 2
-        assert 0 < case["thread_cpu_ms_per_copy"] <= case["process_cpu_ms_per_copy"] * 1.5
-    assert set(report["process_cpu_torch_over_lane"]) == {"uint8", "float32"}

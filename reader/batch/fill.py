@@ -30,10 +30,8 @@ def copy_row(row: torch.Tensor, value: torch.Tensor) -> None:
 
     A lane is a thread of its own, and torch's copy of a frame-sized tensor is an OpenMP parallel region:
     from a thread that is not torch's main thread, each such region gets an OpenMP team of that thread's
-    own, whose threads spin for milliseconds after every region. Measured on the 2-core bench machine
-    (`scripts/bench/lane_copy.py`): a 480x640 frame copied every 2 ms from one thread cost 10x the CPU
-    through `copy_` as through NumPy, and in `BatchLoader(threads=1)` a third of the process's CPU was
-    libgomp spinning. NumPy copies on the calling thread: the same bytes, no team.
+    own, whose threads spin for milliseconds after every region (measured: "OpenMP in the lanes" in
+    docs/benchmarks.md). NumPy copies on the calling thread: the same bytes, no team.
     """
     if value.numel() < _GRAIN_SIZE or value.dtype not in _NUMPY_DTYPES or value.requires_grad:
         row.copy_(value)  # below the grain torch copies on the calling thread too

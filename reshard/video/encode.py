@@ -24,15 +24,7 @@ ENCODERS: dict[str, str] = {"av1": "libsvtav1", "hevc": "libx265", "h264": "libx
 # lerobot records with g=2: every other frame is a keyframe, so a random-access decode costs at most one
 # extra frame. Re-encodes keep that unless the caller passes the source's own GOP.
 DEFAULT_GOP = 2
-# Re-encode defaults, measured with reshard.video.compare on the synthetic sample (AV1 crf 30 source, 64x96
-# and 240x320): x265 `fast` at crf 21 keeps every frame >= 35.6 dB PSNR against the decoded source (mean
-# 39 dB at 64x96, 43 dB at 240x320) in 0.8x the source's bytes; crf 23 lets the worst frames of the tiny
-# sample drop to 34 dB. With a 2-frame GOP half the frames are intra, so presets between `superfast` and
-# `medium` differ little in speed (~75 frames/s/core at 240x320) and `fast` compresses best among them.
-# x264 needs crf 18 for the same worst frame (>= 35.5 dB), at 0.9-1.2x the source's bytes.
-# AV1 only re-encodes an episode of an AV1 source that does not start on a keyframe, at the source's crf:
-# SVT-AV1 preset 8 keeps its worst frame at 33-35 dB, where lerobot's speed-first preset 12 drops inter
-# frames of this second generation to 27-31 dB (below verify's 30 dB floor) in more bytes.
+# Re-encode defaults, chosen by measurement (docs/cli/reshard.md: how those defaults were chosen).
 DEFAULT_CRF: dict[str, int] = {"av1": 30, "hevc": 21, "h264": 18}
 DEFAULT_PRESET: dict[str, str] = {"av1": "8", "hevc": "fast", "h264": "fast"}
 # The crf each encoder accepts (8-bit x264/x265: 0-51; SVT-AV1: 0-63), checked before any work.
@@ -51,11 +43,7 @@ X26X_PRESETS = (
 # x264's and x265's `--tune` values (`x264 --fullhelp`, `x265 --help`): settings applied over the preset.
 # `fastdecode` makes streams cheaper to decode on a CPU: x264 drops CABAC (CAVLC instead), the deblocking
 # filter and weighted prediction; x265 drops deblocking, SAO and weighted prediction. SVT-AV1 has none here.
-# Measured (torchcodec, 1 thread, 300 frames of the 240x320 sample, 2 loaded cores, ms/frame): x264
-# fastdecode decodes runs of 8 frames in 0.26 (default 0.45) and random frames in 0.39 (0.76), in 1.25x the
-# bytes; x265's gains less (runs 0.48 against 0.54). Its GOP stays the default (the source's, else 2): a
-# GOP of 8 decodes runs of 8 as fast (0.27) in 26% fewer bytes but doubles a random frame (0.77), which is
-# how lerobot's LeRobotDataset reads; `--gop 8` suits readers that decode runs (EpisodeStream).
+# What it gains, measured: docs/cli/reshard.md (`--tune fastdecode`).
 TUNES: dict[str, tuple[str, ...]] = {
     "h264": ("film", "animation", "grain", "stillimage", "psnr", "ssim", "fastdecode", "zerolatency"),
     "hevc": ("psnr", "ssim", "grain", "zerolatency", "fastdecode", "animation"),

@@ -10,8 +10,7 @@ options are the same:
 - every `--layout NAME="OPTIONS"`: `lrs reshard` with those options, e.g.
   `--layout fastdecode="--video h264 --tune fastdecode"` or `--layout hevc-g8="--video hevc --gop 8"`.
 
-Per layout: CPU ms per decoded camera frame in two orders over the same frames (`decode_order.py`'s),
-`stream order` (one consumer's epoch of `EpisodeStream(seed, batch_size)` with `num_workers=0`, as
+Per layout: CPU ms per decoded camera frame in two orders over the same frames, `stream order` (one consumer's epoch of `EpisodeStream(seed, batch_size)` with `num_workers=0`, as
 `BatchLoader` reads it, each frame decoded where it is emitted) and `file order` (each file front to
 back); bytes of video per camera frame; and for every layout but the source, each episode's frames
 decoded against the source's: the worst frame's PSNR (RGB, 8 bit; null when every frame is identical).
@@ -50,15 +49,16 @@ from bench_reader import (
     add_sample_options,
     build_dataset,
     consumer_episodes,
+    decode_loop,
     reshard_once,
     source_spec,
 )  # this folder
-from decode_order import Job, decode, file_order, jumps
 
 ORDERS = ("stream order", "file order")
 BUILT_IN = {"copy": "--video copy", "hevc": "--video hevc", "h264": "--video h264"}
 
 EpisodeFrames = list[tuple[int, int]]  # (episode index, frame in episode), in order
+Job = list[tuple[str, int]]  # (dataset-relative video path, frame index) per decoded frame, in order
 
 
 @dataclass(frozen=True)
@@ -167,6 +167,41 @@ def psnr_vs_source(source: Layout, layout: Layout) -> dict[str, Any]:
     }
 
 
+def file_order(job: Job) -> Job:
+    """The same frames, each file's in ascending order, files in the order they first appear."""
+    first: dict[str, int] = {}
+    for position, (path, _) in enumerate(job):
+        first.setdefault(path, position)
+    return sorted(job, key=lambda item: (first[item[0]], item[1]))
+
+
+def jumps(job: Job) -> dict[str, float]:
+    """The share of frames that are not their file's previous frame + 1, and of those the backward ones."""
+    last: dict[str, int] = {}
+    forward = backward = 0
+    for path, frame in job:
+        previous = last.get(path)
+        if previous is not None and frame != previous + 1:
+            if frame <= previous:
+                backward += 1
+            else:
+                forward += 1
+        last[path] = frame
+    seeks = forward + backward
+    return {
+        "frames_after_a_jump": round(seeks / len(job), 4),
+        "backward_share_of_jumps": round(backward / seeks, 4) if seeks else 0.0,
+    }
+
+
+def decode(root: Path, job: Job) -> float:
+    """CPU milliseconds per frame to decode `job` in its order (the floor's `decode_loop`), from this
+    process's CPU clock (nanoseconds; `os.times` counts 10 ms ticks, coarse for a small job)."""
+    cpu = time.process_time()
+    decode_loop(str(root), [([path], frame) for path, frame in job])
+    return 1000 * (time.process_time() - cpu) / len(job)
+
+
 def measure(layouts: list[Layout], jobs: dict[str, dict[str, Job]], rounds: int) -> list[dict[str, Any]]:
     """Every (layout, order) once per round, in turn forward and backward (so that a load that rises or
     falls through the run weighs on every case alike); CPU ms per frame."""
@@ -193,7 +228,7 @@ def summary(
     name: str, rounds: list[dict[str, Any]], jobs: dict[str, Job], held: dict[str, Any]
 ) -> dict[str, Any]:
     """One layout's row: median CPU ms per frame by order over the rounds, bytes per camera frame, the
-    seeks of the stream order (`decode_order.jumps`: a source file holding many episodes seeks more)."""
+    seeks of the stream order (`jumps`: a source file holding many episodes seeks more)."""
     median = {
         order: round(statistics.median(r["cpu_ms_per_frame"][name][order] for r in rounds), 4)
         for order in ORDERS
