@@ -37,6 +37,14 @@ install() {
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
+# The node's name: this machine's short hostname where it resolves (jobs find their peers by it, as
+# `scontrol show hostnames` gives it, e.g. a MASTER_ADDR), else localhost.
+node_name() {
+  local name
+  name=$(hostname -s)
+  getent hosts "$name" >/dev/null && echo "$name" || echo localhost
+}
+
 write_conf() {
   local state=$1 cpus mem_mb
   cpus=$(nproc)
@@ -73,8 +81,8 @@ KillWait=5
 MinJobAge=300
 InactiveLimit=0
 SlurmdTimeout=30
-NodeName=lrsnode NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
-PartitionName=lrs Nodes=lrsnode Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+NodeName=$(node_name) NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
+PartitionName=lrs Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 EOF
 }
 
@@ -91,27 +99,42 @@ start() {
     --pid-file="$state/munge/munged.pid" --log-file="$state/munge/munged.log" \
     --seed-file="$state/munge/munged.seed" || die "munged did not start (log: $state/munge/munged.log)"
   slurmctld -f "$SLURM_CONF" || die "slurmctld did not start (log: $state/slurmctld.log)"
-  slurmd -f "$SLURM_CONF" -N lrsnode || die "slurmd did not start (log: $state/slurmd.log)"
+  slurmd -f "$SLURM_CONF" -N "$(node_name)" || die "slurmd did not start (log: $state/slurmd.log)"
   local i
   for i in $(seq 300); do
-    if [ "$(sinfo -h -n lrsnode -o %t 2>/dev/null)" = idle ]; then
-      log "node lrsnode idle ($(nproc) CPUs); export SLURM_CONF=$SLURM_CONF"
+    if [ "$(sinfo -h -o %t 2>/dev/null)" = idle ]; then
+      log "node $(node_name) idle ($(nproc) CPUs); export SLURM_CONF=$SLURM_CONF"
       return
     fi
     sleep 0.1
   done
   tail -n 5 "$state/slurmctld.log" "$state/slurmd.log" >&2 || true
-  die "node lrsnode not idle after 30 s (sinfo: $(sinfo -h -o '%t %E' 2>&1 | head -1))"
+  die "node $(node_name) not idle after 30 s (sinfo: $(sinfo -h -o '%t %E' 2>&1 | head -1))"
+}
+
+# Whether process $1 runs (a daemon's zombie, which an init that does not reap leaves, does not).
+alive() {
+  local stat
+  stat=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $stat != Z* ]]
 }
 
 stop() {
   local state=${1:?usage: cluster.sh stop STATE_DIR} pidfile pid i
+  # Jobs first: their processes outlive the daemons otherwise. SIGKILL, as none of them is to resume.
+  if [ -f "$state/slurmctld.pid" ] && alive "$(cat "$state/slurmctld.pid")"; then
+    export SLURM_CONF=$state/slurm.conf
+    scancel --full --signal=KILL --user="$(id -un)" 2>/dev/null || true
+    for i in $(seq 100); do
+      [ -z "$(squeue -h -o %A 2>/dev/null)" ] && break
+      sleep 0.05
+    done
+  fi
   for pidfile in "$state/slurmd.pid" "$state/slurmctld.pid" "$state/munge/munged.pid"; do
     [ -f "$pidfile" ] || continue
     pid=$(cat "$pidfile")
     kill "$pid" 2>/dev/null || continue
-    for i in $(seq 100); do
-      kill -0 "$pid" 2>/dev/null || break
+    for i in $(seq 40); do
+      alive "$pid" || break
       sleep 0.05
     done
     kill -9 "$pid" 2>/dev/null || true

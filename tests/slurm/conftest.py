@@ -8,9 +8,11 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.support.datasets import resharded, v3_sample
 from tests.support.slurm_cluster import CLUSTER_SH, SlurmCluster
 
 
@@ -27,3 +29,11 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
         yield SlurmCluster(state)
     finally:
         subprocess.run(["bash", str(CLUSTER_SH), "stop", str(state)], capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="session")
+def train_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The training tests' lrs/1 dataset: 4 episodes of 10-16 frames, one camera; read-only."""
+    root = tmp_path_factory.mktemp("train-ds")
+    source = v3_sample(root / "v3", episodes=4, min_length=10, max_length=16, cameras=1)
+    return resharded(source, root / "lrs")
