@@ -71,7 +71,7 @@ def test_a_requeued_training_job_resumes_its_epoch_exactly(
             "DATASET": server.url,
             "CKPT_DIR": str(ckpt),
             "CACHE_DIR": str(cache),
-            "TRAIN_PY": str(SLURM_DIR / "slurm_train.py"),
+            "RECIPES": str(SLURM_DIR),
             "TRAIN_ARGS": "--samples-log --step-seconds 0.1",
         }
         job = slurm.sbatch(SLURM_DIR / "train.sbatch", f"--ntasks-per-node={RANKS}", env=env, cwd=tmp_path)
