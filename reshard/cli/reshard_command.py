@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from cache.arguments import format_index_list
+from cache.progress import plural
 from cache.redaction import redact
 from reshard.cli.base import (
     RERUN_TO_RESUME,
@@ -191,7 +192,7 @@ def reshard_cmd(
     elif result.part is not None:
         index, count = result.part
         click.echo(
-            f"part {index}/{count} done ({result.tasks_run} tasks) in {result.seconds:.1f} s; "
+            f"part {index}/{count} done ({plural(result.tasks_run, 'task')}) in {result.seconds:.1f} s; "
             "run --finalize once every part is done."
         )
     else:

@@ -12,8 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from reshard.job.execute import HOLD_ENV
 from tests.support.datasets import resharded, v3_sample
-from tests.support.slurm_cluster import CLUSTER_SH, SlurmCluster
+from tests.support.slurm_cluster import CLUSTER_SH, ROOT, SlurmCluster
+
+# The part test_walltime_part.py submits past its time limit.
+TIMED_PART = "2/4"
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +41,27 @@ def train_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("train-ds")
     source = v3_sample(root / "v3", episodes=4, min_length=10, max_length=16, cameras=1)
     return resharded(source, root / "lrs")
+
+
+@pytest.fixture(scope="session")
+def timed_part(
+    slurm: SlurmCluster, sample_ds: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, str]:
+    """`TIMED_PART` of reshard.sbatch held after its first output, deaf to SIGTERM, with a time limit of 1
+    minute (SLURM's unit; the controller checks limits every 30 s): its directory and job id."""
+    tmp_path = tmp_path_factory.mktemp("timed")
+    env = {
+        "DATASET": str(sample_ds),
+        "OUT": str(tmp_path / "out"),
+        "PART": TIMED_PART,
+        HOLD_ENV: "recorded:1:deaf",
+    }
+    script = ROOT / "scripts" / "slurm" / "reshard.sbatch"
+    return tmp_path, slurm.sbatch(script, "--output=%x-%A_%a.out", "--time=1", env=env, cwd=tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def _timed_part_first(request: pytest.FixtureRequest) -> None:
+    """The first slurm test submits `timed_part`, so that its minute passes while the others run."""
+    if request.node.get_closest_marker("slurm") is not None:
+        request.getfixturevalue("timed_part")

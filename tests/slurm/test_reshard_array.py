@@ -1,6 +1,6 @@
 """`scripts/slurm/reshard.sbatch` under a real slurmctld: an array of parts and a dependent finalize equal one
-local run; a part cancelled or killed at its time limit resumes when resubmitted; a finalize with parts
-missing is refused in one line naming them and publishes nothing."""
+local run; a part cancelled mid-run resumes when resubmitted; a finalize with parts missing is refused in
+one line naming them and publishes nothing. (A part killed at its time limit: test_walltime_part.py.)"""
 
 from __future__ import annotations
 
@@ -83,36 +83,6 @@ def test_a_cancelled_part_resumes_and_an_early_finalize_is_refused(
     again = submit(slurm, tmp_path, sample_ds, PART=f"1/{PARTS}")
     assert slurm.wait(again) == {again: "COMPLETED"}
     assert {rel: (default_work_dir(out) / "done" / rel).stat().st_mtime_ns for rel in held} == before
-    final = submit(slurm, tmp_path, sample_ds)
-    assert slurm.wait(final) == {final: "COMPLETED"}
-    assert files_of(out) == files_of(sample_resharded_ds)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def timed_part(
-    slurm: SlurmCluster, sample_ds: Path, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Path, str]:
-    """Part 2 of 4 held after its first output, deaf to SIGTERM, past a time limit of 1 minute (SLURM's
-    unit; its controller checks limits every 30 s): submitted as this module starts, so that the wait
-    overlaps the module's other tests; `test_a_part_killed_at_its_time_limit_resumes` checks it last."""
-    tmp_path = tmp_path_factory.mktemp("timed")
-    job = submit(slurm, tmp_path, sample_ds, "--time=1", PART=f"2/{PARTS}", **{HOLD_ENV: "recorded:1:deaf"})
-    return tmp_path, job
-
-
-def test_a_part_killed_at_its_time_limit_resumes(
-    slurm: SlurmCluster, timed_part: tuple[Path, str], sample_ds: Path, sample_resharded_ds: Path
-) -> None:
-    """SLURM sent the held part SIGTERM at its time limit, then SIGKILL after KillWait (5 s); the parts then
-    run, the killed one resuming from its finished output, and the finalize gives the one-run dataset."""
-    tmp_path, timed = timed_part
-    out = tmp_path / "out"
-    assert slurm.wait(timed, timeout_s=150) == {timed: "TIMEOUT"}
-    (held,) = records(out)
-    before = (default_work_dir(out) / "done" / held).stat().st_mtime_ns
-    parts = submit(slurm, tmp_path, sample_ds, f"--array=0-{PARTS - 1}")
-    assert slurm.wait(parts) == {f"{parts}_{i}": "COMPLETED" for i in range(PARTS)}
-    assert (default_work_dir(out) / "done" / held).stat().st_mtime_ns == before
     final = submit(slurm, tmp_path, sample_ds)
     assert slurm.wait(final) == {final: "COMPLETED"}
     assert files_of(out) == files_of(sample_resharded_ds)
