@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from cache.arguments import format_index_list
-from cache.progress import plural
 from cache.redaction import redact
 from reshard.cli.base import (
     RERUN_TO_RESUME,
@@ -21,7 +20,7 @@ from reshard.cli.base import (
 )
 from reshard.cli.types import LocalDir, PartType
 from reshard.job import DEFAULT_EPISODES_PER_FILE, ReshardOptions, reshard, slurm_part
-from reshard.source import DROPPED_JSON
+from reshard.source import DROPPED_JSON, plural
 from reshard.video import DEFAULT_RESIZE_FILTER, RESIZE_FILTERS, VIDEO_MODES
 
 
