@@ -63,6 +63,7 @@ def main() -> None:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # the batch shell's (it requeues), should it reach us
     rank, world_size = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
     cuda = torch.cuda.is_available()
     device = torch.device(f"cuda:{os.environ['SLURM_LOCALID']}" if cuda else "cpu")

@@ -1,7 +1,8 @@
 """`scripts/slurm/train.sbatch` under a real slurmctld: prewarm per node, then 2 CPU ranks (gloo) over the
 stream served by HTTP; `scontrol requeue` after some steps stops the ranks (SIGTERM), which checkpoint; the
-requeued job resumes, and the two runs together read one epoch, each frame once, in the order of an
-uninterrupted run."""
+requeued job resumes; USR1 to its batch shell (what `--signal=B:USR1@60` sends before the time limit) makes
+it requeue itself, and it resumes again. The three runs together read one epoch, each frame once, in the
+order of an uninterrupted run."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ pytestmark = [
 ]
 
 SLURM_DIR = ROOT / "scripts" / "slurm"
-# The sizes the test passes: 2 ranks of batch 4, one DataLoader worker each, a 0.1 s step.
+# The sizes the test passes: 2 ranks of batch 4, one DataLoader worker each (and a 0.3 s step).
 RUN = {"BATCH_SIZE": "4", "NUM_WORKERS": "1", "SEED": "3"}
 RANKS = 2
 
@@ -56,6 +57,12 @@ def uninterrupted(url: str, rank: int) -> list[list[int]]:
     ]
 
 
+def state(slurm: SlurmCluster, job: str) -> tuple[str, str]:
+    """The job's (Restarts, JobState)."""
+    fields = slurm.jobs(job)[job]
+    return fields["Restarts"], fields["JobState"]
+
+
 def logged(ckpt: Path, rank: int) -> list[dict[str, Any]]:
     path = ckpt / f"samples.rank{rank}.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -72,27 +79,27 @@ def test_a_requeued_training_job_resumes_its_epoch_exactly(
             "CKPT_DIR": str(ckpt),
             "CACHE_DIR": str(cache),
             "RECIPES": str(SLURM_DIR),
-            "TRAIN_ARGS": "--samples-log --step-seconds 0.1",
+            "TRAIN_ARGS": "--samples-log --step-seconds 0.3",
         }
         job = slurm.sbatch(SLURM_DIR / "train.sbatch", f"--ntasks-per-node={RANKS}", env=env, cwd=tmp_path)
-        poll(lambda: len(logged(ckpt, 0)) >= 3, "3 steps of the first run", timeout_s=60)
-        slurm.run("scontrol", "requeue", job)
+        poll(lambda: len(logged(ckpt, 0)) >= 2, "2 steps of the first run", timeout_s=90)
+        slurm.run("scontrol", "requeue", job)  # a preemption
+        poll(lambda: [line["run"] for line in logged(ckpt, 0)].count(1) >= 1, "a step of run 1", timeout_s=90)
+        slurm.run(
+            "scancel", "--batch", "--signal=USR1", job
+        )  # what --signal=B:USR1@60 sends before the limit
         poll(
-            lambda: (
-                (slurm.jobs(job)[job]["Restarts"], slurm.jobs(job)[job]["JobState"]) == ("1", "COMPLETED")
-            ),
-            "the requeued run completed",
-            timeout_s=150,
+            lambda: state(slurm, job) == ("2", "COMPLETED"), "the twice requeued job completed", timeout_s=150
         )
         expected = [uninterrupted(server.url, rank) for rank in range(RANKS)]
     said = (tmp_path / f"lrs-train-{job}.out").read_text()
-    assert "run 0 of job" in said and "run 1 of job" in said, said
-    assert said.count("stopped by SIGTERM, checkpoint saved") == RANKS, said
+    assert all(f"run {run} of job" in said for run in range(3)) and "time limit near: requeue" in said, said
+    assert said.count("stopped by SIGTERM, checkpoint saved") == 2 * RANKS, said
     runs = []
     for rank in range(RANKS):
         lines = logged(ckpt, rank)
         runs.append([line["run"] for line in lines])
-        assert runs[-1] == sorted(runs[-1]) and set(runs[-1]) == {0, 1}, runs[-1]
+        assert runs[-1] == sorted(runs[-1]) and set(runs[-1]) == {0, 1, 2}, runs[-1]
         assert [f for line in lines for f in line["frames"]] == expected[rank]
     assert runs[0] == runs[1]  # the ranks stopped after the same batch
     every = [tuple(f) for rank in range(RANKS) for f in expected[rank]]
