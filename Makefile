@@ -11,11 +11,11 @@ setup:
 demo: setup
 	$(VENV)/bin/lrs demo --workdir $${LRS_DEMO_DIR:-/tmp/lrs-demo}
 
-# The fast tier: every test not marked integration, lerobot or faults (pyproject.toml's markers).
+# The fast tier: every test not marked integration, lerobot, faults or slurm (pyproject.toml's markers).
 test: setup
-	$(PY) -m pytest -m "not integration and not lerobot and not faults" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not integration and not lerobot and not faults and not slurm" $(PYTEST_ARGS)
 
-# Every test: what `make test` runs, then the integration, lerobot and faults tiers (CI runs this).
+# Every test: what `make test` runs, then the integration, lerobot, faults and slurm tiers (CI runs this).
 test-all: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 

@@ -8,7 +8,8 @@ show it), with only the places changed: Hub repo ids become a local `lrs sample`
 (no S3 endpoint here; `tests/reshard/test_push_s3.py` covers S3 against moto), `make` (what CI runs),
 `torchrun ... train.py` (no train.py; `tests/reader/test_start_methods.py` runs torchrun), `lrs train`
 (lerobot's trainer; `tests/test_lerobot_train.py` runs those lines in lerobot's environment), `lrs prewarm
---spec` (it reads the spec file the training snippet writes: run after that snippet), and the
+--spec` (it reads the spec file the training snippet writes: run after that snippet), `sbatch` (the
+recipes of scripts/slurm/, which `tests/slurm/` submits to a real SLURM), and the
 lerobot ```python block (lerobot cannot live in this environment; `scripts/lerobot/policies.py` runs
 the same calls in lerobot's own). Every page is also checked for what it names: imports that a package
 declares, repository paths and modules that exist, relative links to files and anchors that exist.
@@ -60,7 +61,7 @@ PLACES = [
     ("/data/koch-v3", "{w}/v3"),
     ("/local/lrs-cache", "{w}/cache"),
 ]
-SKIP = ("s3://", "make ", "torchrun ", "lrs train ", "--spec ")
+SKIP = ("s3://", "make ", "torchrun ", "lrs train ", "--spec ", "sbatch ")
 # The packages (and subpackages) whose `__all__` the Python API page lists (docs/api/index.md), each with
 # its own page docs/api/<package>.md.
 API = ("cache", "reader", "reshard", "reshard.verify")

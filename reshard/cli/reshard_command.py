@@ -21,7 +21,7 @@ from reshard.cli.base import (
 )
 from reshard.cli.types import LocalDir, PartType
 from reshard.job import DEFAULT_EPISODES_PER_FILE, ReshardOptions, estimate_reshard, reshard, slurm_part
-from reshard.source import DROPPED_JSON
+from reshard.source import DROPPED_JSON, plural
 from reshard.video import DEFAULT_RESIZE_FILTER, RESIZE_FILTERS, VIDEO_MODES
 
 
@@ -211,7 +211,7 @@ def reshard_cmd(
     elif result.part is not None:
         index, count = result.part
         click.echo(
-            f"part {index}/{count} done ({result.tasks_run} tasks) in {result.seconds:.1f} s; "
+            f"part {index}/{count} done ({plural(result.tasks_run, 'task')}) in {result.seconds:.1f} s; "
             "run --finalize once every part is done."
         )
     else:

@@ -59,6 +59,10 @@ from reshard.video.write import (
 # (staged, recorded, published, meta), to prove that any crash point resumes to identical bytes;
 # `verify-job` at the start of a verify job, to kill a verify worker.
 KILL_ENV = "LRS_TEST_KILL_AT"
+# The tests' hold hook ("point:n", or "point:n:deaf" to ignore SIGTERM): at the n-th time the process reaches
+# `point`, it waits there until SIGUSR1 (then goes on), so that a scheduler's SIGTERM or SIGKILL finds it
+# mid-run.
+HOLD_ENV = "LRS_TEST_HOLD_AT"
 
 log = logging.getLogger(__name__)
 
@@ -190,10 +194,12 @@ DEFAULT_OPTIONS = ReshardOptions()
 
 
 _KILL_COUNTS: dict[str, int] = {}
+_HOLD_COUNTS: dict[str, int] = {}
 
 
 def maybe_die(point: str) -> None:
-    """The `KILL_ENV` test hook: SIGKILL this process at the n-th time it reaches `point`."""
+    """The `KILL_ENV` test hook: SIGKILL this process at the n-th time it reaches `point` (and `HOLD_ENV`'s)."""
+    maybe_hold(point)
     wanted = os.environ.get(KILL_ENV)
     if not wanted or wanted.rsplit(":", 1)[0] != point:
         return
@@ -210,6 +216,22 @@ ABORT_ENV = "LRS_TEST_ABORT_ENCODING"
 def _maybe_abort(video: VideoOutput) -> None:
     if os.environ.get(ABORT_ENV) == f"{video.episode}:{video.key}":
         os.abort()
+
+
+def maybe_hold(point: str) -> None:
+    """The `HOLD_ENV` test hook: wait for SIGUSR1 at the n-th time this process reaches `point`."""
+    wanted = os.environ.get(HOLD_ENV, "").split(":")
+    if len(wanted) < 2 or wanted[0] != point:
+        return
+    _HOLD_COUNTS[point] = _HOLD_COUNTS.get(point, 0) + 1
+    if _HOLD_COUNTS[point] != int(wanted[1]):
+        return
+    if wanted[2:] == ["deaf"]:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    go_on = threading.Event()
+    signal.signal(signal.SIGUSR1, lambda _signum, _frame: go_on.set())
+    while not go_on.is_set():  # SIGTERM's handler raises `Terminated` out of here; SIGKILL ends the process
+        signal.pause()
 
 
 # The mode of every published output file: a dataset is meant to be read by others.

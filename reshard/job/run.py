@@ -624,6 +624,9 @@ def _run_locked(
         )
         _claim(ws, doc, out, source.whole.fingerprint)
         _check_begun_plan(ws, out, source, options, sizes)
+        if part is not None:  # what finalize names when some parts are missing
+            (ws.root / "parts").mkdir(exist_ok=True)
+            (ws.root / "parts" / f"of-{part[1]}").touch()
         if part is None and not finalize_only:  # this run holds the lock alone: no temp file is another's
             shutil.rmtree(ws.root / "tmp", ignore_errors=True)
         if on_estimate is not None and tasks:
@@ -699,8 +702,9 @@ def finalize(
     missing = [p for p in plan.outputs() if not ws.is_done(p)]
     if missing:
         raise ReshardError(
-            f"Invalid finalize ({len(missing)} of {len(plan.outputs())} outputs not done, first {missing[0]!r}). "
-            "Expected every part to have run to completion: rerun the missing parts, then --finalize."
+            f"Invalid finalize ({_missing_parts(plan, ws)}{len(missing)} of {len(plan.outputs())} outputs not "
+            f"done, first {missing[0]!r}). Expected every part to have run to completion: rerun the missing "
+            "parts, then --finalize."
         )
     records = {p: ws.load_record(p) for p in plan.outputs()}
     meta = build_meta(source, plan, records, options.to_json())
@@ -715,6 +719,21 @@ def finalize(
         _publish(ws.stage(rel), target, rel)
     shutil.rmtree(ws.root, ignore_errors=True)
     return records
+
+
+def _missing_parts(plan: ReshardPlan, ws: Workspace) -> str:
+    """'parts 1, 3 of 4 not done; ' for each part count the parts ran with (`--part I/N`), else ''."""
+    said = []
+    for marker in sorted((ws.root / "parts").glob("of-*")):
+        count = int(marker.name.removeprefix("of-"))
+        parts = [
+            i for i in range(count) if any(not ws.is_done(o) for t in plan.part(i, count) for o in t.outputs)
+        ]
+        if parts:
+            said.append(
+                f"part{'s' if len(parts) > 1 else ''} {', '.join(map(str, parts))} of {count} not done; "
+            )
+    return "".join(said)
 
 
 def _publish(staged: Path, target: Path, rel: str) -> None:

@@ -275,7 +275,8 @@ def test_finalize_before_every_part_ran_is_refused(sample_ds: Path, tmp_path: Pa
     assert lrs("reshard", str(sample_ds), "--out", str(out), "--part", "0/2", "--quiet").exit_code == 0
     result = lrs("reshard", str(sample_ds), "--out", str(out), "--finalize", "--quiet")
     assert result.exit_code == 3
-    assert "outputs not done" in result.output and "rerun the missing parts" in result.output
+    assert "(part 1 of 2 not done; " in result.output and "outputs not done" in result.output
+    assert "rerun the missing parts" in result.output
     assert not out.exists()
 
 
