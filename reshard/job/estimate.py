@@ -32,11 +32,11 @@ from reshard.job.execute import (
     default_workers,
     list_files,
     local_copy,
-    video_settings,
+    reencode_pixels,
+    write_output_video,
 )
 from reshard.job.plan import DataTask, Task, VideoOutput, VideoTask
 from reshard.source.model import V3Source
-from reshard.video.write import write_episode_video
 
 # Frames of a calibration encode: about 3 s of one core at 480x640 (x265 `fast`), enough for the
 # encoder's start and its lookahead's drain to weigh about as much as in an episode of 100 frames.
@@ -145,7 +145,7 @@ def estimate_job(
         data_sizes: the byte size of each source data file (`reshard.job.run.source_sizes`).
         calibrate: run the calibration encodes (else no time is estimated).
     """
-    workers = default_workers(options, source, tasks) if workers is None else workers
+    workers = default_workers(reencode_pixels(options, source, tasks)) if workers is None else workers
     videos = [v for t in tasks if isinstance(t, VideoTask) for v in t.videos if not ws.is_done(v.path)]
     data = [t for t in tasks if isinstance(t, DataTask) and not ws.is_done(t.path)]
     reencoding = options.video != "copy"
@@ -197,25 +197,11 @@ def _calibrate(
     by_size: dict[tuple[int, int] | None, Calibration] = {}
     with tempfile.TemporaryDirectory(prefix="lrs-calibrate-") as tmp:
         for size, video in first.items():
-            gop, crf = video_settings(source, video.key, options)
             with local_copy(source.remote, file_of[video.path], Path(tmp)) as src:
                 started = time.perf_counter()
-                result = write_episode_video(
-                    src,
-                    str(Path(tmp) / f"{len(by_size)}.mp4"),
-                    from_timestamp=video.from_timestamp,
-                    length=min(video.length, CALIBRATION_FRAMES),
-                    fps=source.info.fps,
-                    mode=options.video,
-                    gop=gop,
-                    crf=crf,
-                    preset=options.preset,
-                    tune=options.tune,
-                    resize=options.resizing,
-                    threads=1,
-                    episode=video.episode,
-                    camera=video.key,
-                )
+                out = str(Path(tmp) / f"{len(by_size)}.mp4")
+                length = min(video.length, CALIBRATION_FRAMES)
+                result = write_output_video(source, options, video, src, out, length=length, threads=1)
                 seconds = time.perf_counter() - started
             by_size[size] = Calibration(
                 video.key, video.episode, result.frames, seconds, f"{result.width}x{result.height}"

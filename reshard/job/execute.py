@@ -50,6 +50,7 @@ from reshard.video.write import (
     DEFAULT_GOP,
     VIDEO_MODES,
     X26X_PRESETS,
+    EpisodeVideo,
     OpenVideos,
     VideoMode,
     write_episode_video,
@@ -402,7 +403,6 @@ def _run_video_task(
     if not todo:
         return []
     source, options = ctx.source, ctx.options
-    gop, crf = video_settings(source, task.key, options)
     written = []
     # One container for the task's source file, which holds every episode of the task.
     with ws.local(source.remote, task.source) as src, OpenVideos(capacity=1) as opened:
@@ -412,23 +412,8 @@ def _run_video_task(
             tmp = ws.temp(".mp4")
             counted = _Counted(on_frames)
             try:
-                result = write_episode_video(
-                    src,
-                    str(tmp),
-                    from_timestamp=video.from_timestamp,
-                    length=video.length,
-                    fps=source.info.fps,
-                    mode=options.video,
-                    gop=gop,
-                    crf=crf,
-                    preset=options.preset,
-                    tune=options.tune,
-                    resize=options.resizing,
-                    episode=video.episode,
-                    camera=video.key,
-                    depth=is_depth(source.info.features[video.key]),
-                    videos=opened,
-                    on_frame=counted.add,
+                result = write_output_video(
+                    source, options, video, src, str(tmp), videos=opened, on_frame=counted.add
                 )
                 record = VideoRecord.of(
                     result, path=video.path, sha256=path_sha256(tmp), episode=video.episode, key=video.key
@@ -451,6 +436,42 @@ class _Counted:
         self.total += count
         if self.callback is not None and count:
             self.callback(count)
+
+
+def write_output_video(
+    source: V3Source,
+    options: ReshardOptions,
+    video: VideoOutput,
+    src: str,
+    out: str,
+    *,
+    length: int | None = None,
+    threads: int | None = None,
+    videos: OpenVideos | None = None,
+    on_frame: Callable[[int], None] | None = None,
+) -> EpisodeVideo:
+    """Write the output `video` from its local source file `src` to `out` with the job's video settings
+    (`write_episode_video`); `length`: only its first frames (a calibration encode, `reshard.job.estimate`)."""
+    gop, crf = video_settings(source, video.key, options)
+    return write_episode_video(
+        src,
+        out,
+        from_timestamp=video.from_timestamp,
+        length=video.length if length is None else length,
+        fps=source.info.fps,
+        mode=options.video,
+        gop=gop,
+        crf=crf,
+        preset=options.preset,
+        tune=options.tune,
+        resize=options.resizing,
+        threads=threads,
+        episode=video.episode,
+        camera=video.key,
+        depth=is_depth(source.info.features[video.key]),
+        videos=videos,
+        on_frame=on_frame,
+    )
 
 
 def video_settings(source: V3Source, key: str, options: ReshardOptions) -> tuple[int, int | None]:
@@ -552,11 +573,11 @@ def reencode_pixels(options: ReshardOptions, source: V3Source, tasks: Sequence[T
     return pixels
 
 
-def default_workers(options: ReshardOptions, source: V3Source, tasks: Sequence[Task]) -> int:
-    """Worker processes when `--workers` is not given: for a re-encode of at least `POOL_MIN_PIXELS`, one
-    per available CPU, each encoder on one thread (`reencode_jobs`); else one (a copy is bound by reading
-    and writing)."""
-    return available_cpus() if reencode_pixels(options, source, tasks) >= POOL_MIN_PIXELS else 1
+def default_workers(pixels: int) -> int:
+    """Worker processes when `--workers` is not given, for a job that re-encodes `pixels`
+    (`reencode_pixels`): from `POOL_MIN_PIXELS`, one per available CPU, each encoder on one thread
+    (`reencode_jobs`); else one (a copy is bound by reading and writing)."""
+    return available_cpus() if pixels >= POOL_MIN_PIXELS else 1
 
 
 def reencode_jobs(pending: list[tuple[Task, int]], workers: int, ws: Workspace) -> list[tuple[Task, int]]:
@@ -616,7 +637,7 @@ def run_tasks(
     """
     ws = Workspace(ctx.work)
     pixels = reencode_pixels(ctx.options, ctx.source, tasks)
-    workers = (available_cpus() if pixels >= POOL_MIN_PIXELS else 1) if workers is None else workers
+    workers = default_workers(pixels) if workers is None else workers
     # One look at the completion records serves the skip, the bars and the pool's progress.
     pending = [(task, left) for task in tasks if (left := work_left(task, ws))]
     progress = _ReshardProgress(pending, quiet=quiet)
@@ -652,7 +673,7 @@ def _run_pool(
     output fails that output only; a new pool runs every job left, then the call raises `WorkerDied`
     naming the outputs that failed and why (a rerun retries them)."""
     ws = Workspace(ctx.work)
-    names = _output_names(pending)
+    jobs = pending  # every job, for naming what failed (searched then, not held by name)
     written: list[VideoRecord] = []
     crashed: dict[str, str] = {}  # output path -> how its worker ended
     while pending:
@@ -671,7 +692,7 @@ def _run_pool(
             crashed.update(culprits)
             pending = _unfinished(pending, ws, skip=crashed)
     if crashed:
-        which = "; ".join(f"{how} while writing {names[path]}" for path, how in crashed.items())
+        which = "; ".join(f"{how} while writing {_output_name(path, jobs)}" for path, how in crashed.items())
         raise WorkerDied(
             f"A worker process ended abruptly ({which}); every other output is finished. Expected it to "
             f"finish: rerun the same command to retry (finished outputs are kept in {ctx.work})."
@@ -679,15 +700,16 @@ def _run_pool(
     return written
 
 
-def _output_names(pending: list[tuple[Task, int]]) -> dict[str, str]:
-    """Each output of the jobs by path, named for people: `episode 3 of camera 'top' (videos/...)`."""
-    names = {}
-    for task, _ in pending:
-        if isinstance(task, DataTask):
-            names[task.path] = f"data file {task.path}"
-        else:
-            names |= {v.path: f"episode {v.episode} of camera {v.key!r} ({v.path})" for v in task.videos}
-    return names
+def _output_name(path: str, jobs: list[tuple[Task, int]]) -> str:
+    """The output `path` of one of `jobs`, named for people: `episode 3 of camera 'top' (videos/...)`."""
+    for task, _ in jobs:
+        if isinstance(task, DataTask) and task.path == path:
+            return f"data file {task.path}"
+        if isinstance(task, VideoTask):
+            for v in task.videos:
+                if v.path == path:
+                    return f"episode {v.episode} of camera {v.key!r} ({v.path})"
+    return path
 
 
 def _how_it_ended(code: int | None) -> str:

@@ -349,13 +349,7 @@ def estimate_reshard(
     Raises:
         DatasetError, ReshardError: what `reshard` would refuse before any work.
     """
-    out = _local(out, "--out", "reshard into a local directory, then push it (`lrs push OUT URL`)")
-    work = _local(work_dir, "work_dir", "the work directory is local") if work_dir else default_work_dir(out)
-    ws = Workspace(work)
-    source = open_source(src, storage_options=storage_options, check_files=False, all_columns=False)
-    for warning in source.warnings:
-        log.warning("%s", warning)
-    _check_apart(source, out, ws.root)
+    _, ws, source = _open_job(src, out, work_dir, storage_options)
     source, sizes, _, tasks = _plan_call(
         source, options, ws, part=part, finalize_only=False, quiet=quiet, record=False
     )
@@ -557,17 +551,7 @@ def reshard(
         ReshardError: `out` holds another job, or finalize finds outputs not done.
     """
     started = time.monotonic()
-    out = _local(out, "--out", "reshard into a local directory, then push it (`lrs push OUT URL`)")
-    work = _local(work_dir, "work_dir", "the work directory is local") if work_dir else default_work_dir(out)
-    if work_dir:
-        _check_same_filesystem(work, out)
-    ws = Workspace(work)
-    # With episodes to leave out, files are checked per episode: a missing one drops its episodes.
-    # The per-episode stats stay on disk until finalize rewrites them (`reshard.job.meta.episodes_files`).
-    source = open_source(src, storage_options=storage_options, check_files=False, all_columns=False)
-    for warning in source.warnings:
-        log.warning("%s", warning)
-    _check_apart(source, out, ws.root)
+    out, ws, source = _open_job(src, out, work_dir, storage_options)
     what = "finalize" if finalize_only else "reshard" if part is None else f"part {part[0]}/{part[1]}"
     with job_lock(ws.root, out, part=part, what=what):
         result = _run_locked(
@@ -582,6 +566,27 @@ def reshard(
             on_estimate=on_estimate,
         )
     return replace(result, seconds=time.monotonic() - started)
+
+
+def _open_job(
+    src: str,
+    out: str | os.PathLike[str],
+    work_dir: str | os.PathLike[str] | None,
+    storage_options: dict[str, Any] | None,
+) -> tuple[Path, Workspace, V3Source]:
+    """A job's local `--out`, its workspace (the work directory on the filesystem of `--out`) and its source
+    opened, its warnings logged, the three apart."""
+    out = _local(out, "--out", "reshard into a local directory, then push it (`lrs push OUT URL`)")
+    work = _local(work_dir, "work_dir", "the work directory is local") if work_dir else default_work_dir(out)
+    if work_dir:
+        _check_same_filesystem(work, out)
+    # With episodes to leave out, files are checked per episode: a missing one drops its episodes.
+    # The per-episode stats stay on disk until finalize rewrites them (`reshard.job.meta.episodes_files`).
+    source = open_source(src, storage_options=storage_options, check_files=False, all_columns=False)
+    for warning in source.warnings:
+        log.warning("%s", warning)
+    _check_apart(source, out, work)
+    return out, Workspace(work), source
 
 
 def _local(path: str | os.PathLike[str], name: str, hint: str) -> Path:
