@@ -276,11 +276,22 @@ _LRS = "from reshard.cli import main; main()"
 
 
 def _wait_for_a_child(child: subprocess.Popen[str], *, timeout_s: float = 120.0) -> None:
-    """Until `child` has started a process of its own (the reshard's pool: its resource tracker, then
-    the workers), or has ended."""
+    """Until `child` has started a process of its pool (its resource tracker, then the workers), or has
+    ended. Other children do not count: an import may run one (trio, when installed, runs `ldconfig -p`
+    as httpcore imports it), before the job has begun."""
     deadline = time.monotonic() + timeout_s
-    while child.poll() is None and not psutil.Process(child.pid).children() and time.monotonic() < deadline:
+    while child.poll() is None and not _pool_started(child.pid) and time.monotonic() < deadline:
         time.sleep(0.005)
+
+
+def _pool_started(pid: int) -> bool:
+    for process in psutil.Process(pid).children():
+        try:
+            if any("multiprocessing" in arg for arg in process.cmdline()):
+                return True
+        except psutil.Error:  # ended, or a zombie: not the pool's, which lives as long as the job
+            continue
+    return False
 
 
 def _survivors(pgid: int) -> list[psutil.Process]:
